@@ -1,0 +1,64 @@
+# Helpers that give every module, test and tool the same flags.
+#
+#   loom_module(NAME [TORCH] SOURCES a.cc b.cc DEPS loom_config ...)
+#       -> static library loom_NAME, public headers in include/loom/NAME/.
+#   loom_test(NAME [TORCH] SOURCES x_test.cc DEPS loom_NAME [LABELS slow])
+#       -> GoogleTest executable registered with ctest (gtest_discover_tests).
+
+set(LOOM_WARNINGS -Wall -Wextra)
+if(LOOM_ASAN)
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+
+# One precompiled header for everything that includes LibTorch; targets reuse it.
+add_library(loom_torch_pch OBJECT ${PROJECT_SOURCE_DIR}/cmake/pch.cc)
+target_link_libraries(loom_torch_pch PUBLIC loom_torch)
+target_compile_options(loom_torch_pch PRIVATE ${LOOM_WARNINGS})
+target_precompile_headers(loom_torch_pch PRIVATE <ATen/ATen.h> <torch/types.h>
+                          <vector> <string> <memory> <unordered_map>)
+
+function(loom_use_torch target)
+  target_link_libraries(${target} PUBLIC loom_torch)
+  target_precompile_headers(${target} REUSE_FROM loom_torch_pch)
+endfunction()
+
+function(loom_module name)
+  cmake_parse_arguments(M "TORCH" "" "SOURCES;DEPS" ${ARGN})
+  add_library(loom_${name} STATIC ${M_SOURCES})
+  set_property(GLOBAL APPEND PROPERTY LOOM_MODULES loom_${name})
+  target_include_directories(loom_${name} PUBLIC ${PROJECT_SOURCE_DIR}/include
+                             PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(loom_${name} PRIVATE ${LOOM_WARNINGS})
+  target_link_libraries(loom_${name} PUBLIC ${M_DEPS})
+  if(M_TORCH)
+    loom_use_torch(loom_${name})
+  endif()
+endfunction()
+
+include(GoogleTest)
+function(loom_test name)
+  cmake_parse_arguments(T "TORCH" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+  target_compile_options(${name} PRIVATE ${LOOM_WARNINGS})
+  target_compile_definitions(${name} PRIVATE
+    LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    LOOM_BINARY="$<TARGET_FILE:loom>")
+  target_link_libraries(${name} PRIVATE ${T_DEPS} GTest::gtest GTest::gtest_main)
+  if(T_TORCH)
+    loom_use_torch(${name})
+  endif()
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  if(NOT T_LABELS)
+    set(T_LABELS unit)
+  endif()
+  add_dependencies(${name} loom)
+  gtest_discover_tests(${name}
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+    DISCOVERY_TIMEOUT 60
+    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT})
+endfunction()

@@ -1,0 +1,17 @@
+#pragma once
+// Process-wide logging (spdlog): a console sink on stderr, plus the run's
+// log.txt once a run directory exists. Call from main() before threads start.
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace loom {
+
+// Sets the console level: trace, debug, info, warn, error or off.
+absl::Status SetupLogging(const std::string& level);
+
+// Adds `path` (appended to) as a second sink at the current level.
+absl::Status AddLogFile(const std::string& path);
+
+}  // namespace loom

@@ -1,0 +1,41 @@
+#pragma once
+// RunConfig: everything `loom train` reads from YAML, one section per module.
+// Sections live in their own headers (run_section.h, model_section.h, ...);
+// this struct only lists them. Validated once at start-up by LoadRunConfig and
+// passed down as `const&`: nothing changes it afterwards.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "loom/config/model_section.h"
+#include "loom/config/run_section.h"
+#include "loom/config/schema.h"
+
+namespace loom::config {
+
+struct RunConfig {
+  RunSection run;
+  ModelSection model;
+
+  template <class V>
+  void Visit(V& v) {
+    v.Section("run", run, Doc("The run: its name, directory, seed and process-wide settings."));
+    v.Section("model", model, Doc("The policy model the run starts from."));
+  }
+};
+
+// Loads `path` (with its bases), applies `overrides` ("a.b=value"), binds and
+// validates. On failure the status is INVALID_ARGUMENT and its message holds
+// every error, one per line, each naming file:line:col, the key and what was
+// expected.
+absl::StatusOr<RunConfig> LoadRunConfig(const std::string& path,
+                                        const std::vector<std::string>& overrides);
+
+// The fully resolved config as YAML (every default filled in).
+std::string ResolvedYaml(const RunConfig& config);
+
+// The reference tables of docs/config.md.
+std::string ConfigReferenceMarkdown();
+
+}  // namespace loom::config

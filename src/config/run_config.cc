@@ -1,0 +1,40 @@
+#include "loom/config/run_config.h"
+
+#include "absl/status/status.h"
+#include "loom/config/binder.h"
+#include "loom/config/dump.h"
+#include "loom/config/tree.h"
+
+namespace loom::config {
+
+absl::StatusOr<RunConfig> LoadRunConfig(const std::string& path,
+                                        const std::vector<std::string>& overrides) {
+  std::vector<ConfigError> errors;
+  ConfigTree tree = ConfigTree::Load(path, errors);
+  // Binding a file that failed to load would only echo that failure as
+  // "missing key" errors; a bad override still leaves the rest worth checking.
+  const bool loaded = errors.empty();
+  for (const auto& assignment : overrides) tree.ApplyOverride(assignment, errors);
+  RunConfig config;
+  if (loaded) {
+    for (auto& error : Bind(tree, config)) errors.push_back(std::move(error));
+  }
+  if (errors.empty()) return config;
+  std::string message;
+  for (const auto& error : errors) message += (message.empty() ? "" : "\n") + error.ToString();
+  return absl::InvalidArgumentError(message);
+}
+
+std::string ResolvedYaml(const RunConfig& config) { return DumpYaml(config); }
+
+std::string ConfigReferenceMarkdown() {
+  return "# Configuration reference\n\n"
+         "Generated from the config declarations by `loom config docs`; a test fails when this "
+         "file and the code disagree. Every key has a default unless marked required. Configs "
+         "may start with `base: other.yaml` (inherit, this file wins), use `${env:NAME}` or "
+         "`${env:NAME:-default}` in values, and be overridden with `--set a.b=value` (lists and "
+         "maps in YAML flow syntax).\n" +
+         DescribeMarkdown(RunConfig{});
+}
+
+}  // namespace loom::config
