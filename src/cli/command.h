@@ -32,6 +32,11 @@ struct CommandRegistrar {
   CommandRegistrar(const char* name, CommandSetup setup);
 };
 
+// Returns the subcommand `name` of `parent`, adding it (with `description`
+// and require_subcommand) if it is not there yet. Commands that group others,
+// like `bench`, are shared this way: each *_command.cc adds its own child.
+CLI::App* GroupCommand(CLI::App& parent, const std::string& name, const std::string& description);
+
 // Registered commands, sorted by name.
 std::vector<std::pair<std::string, CommandSetup>> RegisteredCommands();
 

@@ -26,6 +26,15 @@ CommandRegistrar::CommandRegistrar(const char* name, CommandSetup setup) {
   Registry()[name] = setup;
 }
 
+CLI::App* GroupCommand(CLI::App& parent, const std::string& name, const std::string& description) {
+  for (CLI::App* sub : parent.get_subcommands([](CLI::App*) { return true; })) {
+    if (sub->get_name() == name) return sub;
+  }
+  CLI::App* group = parent.add_subcommand(name, description);
+  group->require_subcommand(1);
+  return group;
+}
+
 std::vector<std::pair<std::string, CommandSetup>> RegisteredCommands() {
   return {Registry().begin(), Registry().end()};
 }

@@ -59,16 +59,18 @@ bool ParseString(const std::string& text, std::string& out) {
 
 }  // namespace
 
-YAML::Node Binder::Child(const char* key) {
+Binder::MaybeNode Binder::Child(const char* key) {
   known_.insert(key);
-  if (!node_ || !node_.IsMap()) return YAML::Node();
-  const YAML::Node& parent = node_;
-  return parent[key];  // const lookup: never inserts
+  if (!node_ || !node_->IsMap()) return std::nullopt;
+  const YAML::Node& parent = *node_;
+  YAML::Node child = parent[key];  // const lookup: never inserts
+  if (!child.IsDefined()) return std::nullopt;
+  return child;
 }
 
 void Binder::ReportUnknownKeys() {
-  if (!node_ || !node_.IsMap()) return;
-  for (const auto& item : node_) {
+  if (!node_ || !node_->IsMap()) return;
+  for (const auto& item : *node_) {
     const std::string name = item.first.Scalar();
     if (known_.count(name)) continue;
     std::string message = "unknown key";
@@ -130,10 +132,10 @@ void Binder::CheckRange(const std::string& key_path, Number value, const FieldSp
 template <class T, class Parse>
 void Binder::Scalar(const char* key, T& value, const FieldSpec& spec, const char* expected,
                     Parse parse) {
-  YAML::Node node = Child(key);
+  MaybeNode node = Child(key);
   const std::string key_path = JoinKey(path_, key);
   if (!node) return MissingCheck(key_path, spec);
-  if (!node.IsScalar() || !parse(node.Scalar(), value)) return TypeError(key_path, expected, node);
+  if (!node->IsScalar() || !parse(node->Scalar(), value)) return TypeError(key_path, expected, *node);
   if constexpr (std::is_arithmetic_v<T>) {
     CheckRange(key_path, value, spec);
   } else {
@@ -150,15 +152,16 @@ void Binder::Scalar(const char* key, T& value, const FieldSpec& spec, const char
 template <class T, class Parse>
 void Binder::ScalarList(const char* key, std::vector<T>& value, const FieldSpec& spec,
                         const char* expected, Parse parse) {
-  YAML::Node node = Child(key);
+  MaybeNode node = Child(key);
   const std::string key_path = JoinKey(path_, key);
   if (!node) return MissingCheck(key_path, spec);
-  if (!node.IsSequence()) return TypeError(key_path, std::string("a list of ") + expected, node);
-  value.assign(node.size(), T{});
-  for (size_t i = 0; i < node.size(); ++i) {
+  if (!node->IsSequence()) return TypeError(key_path, std::string("a list of ") + expected, *node);
+  value.assign(node->size(), T{});
+  for (size_t i = 0; i < node->size(); ++i) {
     const std::string item_path = key_path + "[" + std::to_string(i) + "]";
-    if (!node[i].IsScalar() || !parse(node[i].Scalar(), value[i])) {
-      TypeError(item_path, expected, node[i]);
+    const YAML::Node item = (*node)[i];
+    if (!item.IsScalar() || !parse(item.Scalar(), value[i])) {
+      TypeError(item_path, expected, item);
       continue;
     }
     if constexpr (std::is_arithmetic_v<T>) CheckRange(item_path, value[i], spec);
@@ -191,12 +194,12 @@ void Binder::Field(const char* key, std::vector<std::string>& value, const Field
 }
 void Binder::Field(const char* key, std::map<std::string, std::string>& value,
                    const FieldSpec& spec) {
-  YAML::Node node = Child(key);
+  MaybeNode node = Child(key);
   const std::string key_path = JoinKey(path_, key);
   if (!node) return MissingCheck(key_path, spec);
-  if (!node.IsMap()) return TypeError(key_path, "a map of scalars", node);
+  if (!node->IsMap()) return TypeError(key_path, "a map of scalars", *node);
   value.clear();
-  for (const auto& item : node) {
+  for (const auto& item : *node) {
     const std::string name = item.first.Scalar();
     if (!item.second.IsScalar()) {
       TypeError(JoinKey(key_path, name), "a scalar", item.second);

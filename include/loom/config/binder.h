@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -34,22 +35,25 @@ class Binder : public ErrorSink {
     BindStruct(tree_.root(), "", config);
   }
 
+  // A key's value, or nothing when the key is absent. (yaml-cpp's own
+  // "invalid" nodes cannot be copied around safely, hence the optional.)
+  using MaybeNode = std::optional<YAML::Node>;
+
   template <class T>
   void Section(const char* key, T& section, const FieldSpec& spec) {
     (void)spec;
-    YAML::Node node = Child(key);
-    BindStruct(node, JoinKey(path_, key), section);
+    BindStruct(Child(key), JoinKey(path_, key), section);
   }
 
   template <class T>
   void List(const char* key, std::vector<T>& items, const FieldSpec& spec) {
-    YAML::Node node = Child(key);
+    MaybeNode node = Child(key);
     const std::string key_path = JoinKey(path_, key);
     if (!node) return MissingCheck(key_path, spec);
-    if (!node.IsSequence()) return TypeError(key_path, "a list of maps", node);
-    items.assign(node.size(), T{});
-    for (size_t i = 0; i < node.size(); ++i) {
-      BindStruct(node[i], key_path + "[" + std::to_string(i) + "]", items[i]);
+    if (!node->IsSequence()) return TypeError(key_path, "a list of maps", *node);
+    items.assign(node->size(), T{});
+    for (size_t i = 0; i < node->size(); ++i) {
+      BindStruct((*node)[i], key_path + "[" + std::to_string(i) + "]", items[i]);
     }
   }
 
@@ -68,14 +72,14 @@ class Binder : public ErrorSink {
 
  private:
   template <class T>
-  void BindStruct(const YAML::Node& node, const std::string& key_path, T& config) {
-    if (node && !node.IsNull() && !node.IsMap()) return TypeError(key_path, "a map", node);
+  void BindStruct(const MaybeNode& node, const std::string& key_path, T& config) {
+    if (node && !node->IsNull() && !node->IsMap()) return TypeError(key_path, "a map", *node);
     const size_t errors_before = errors_.size();
     std::string saved_path = path_;
-    YAML::Node saved_node = node_;
+    MaybeNode saved_node = node_;
     std::set<std::string> saved_known = std::move(known_);
     path_ = key_path;
-    node_.reset(node);
+    SetNode(node);
     known_.clear();
     config.Visit(*this);
     ReportUnknownKeys();
@@ -84,11 +88,18 @@ class Binder : public ErrorSink {
       if (errors_.size() == errors_before) config.Validate(*this);
     }
     path_ = saved_path;
-    node_.reset(saved_node);
+    SetNode(saved_node);
     known_ = std::move(saved_known);
   }
 
-  YAML::Node Child(const char* key);  // marks `key` as known
+  // Rebinds node_ without yaml-cpp's assignment, which would overwrite the
+  // referenced node's contents instead.
+  void SetNode(const MaybeNode& node) {
+    node_.reset();
+    if (node) node_.emplace(*node);
+  }
+
+  MaybeNode Child(const char* key);  // marks `key` as known
   void ReportUnknownKeys();
   void MissingCheck(const std::string& key_path, const FieldSpec& spec);
   void TypeError(const std::string& key_path, const std::string& expected, const YAML::Node& node);
@@ -104,7 +115,7 @@ class Binder : public ErrorSink {
   const ConfigTree& tree_;
   std::vector<ConfigError>& errors_;
   std::string path_;
-  YAML::Node node_;
+  MaybeNode node_;
   std::set<std::string> known_;
 };
 

@@ -1,0 +1,128 @@
+// Loading real config files: bases, cycles, env interpolation, syntax errors,
+// and the shipped configs.
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "loom/config/run_config.h"
+#include "testing/temp_dir.h"
+
+namespace loom::config {
+namespace {
+
+using loom::testing::TempDir;
+
+std::string ErrorText(const absl::StatusOr<RunConfig>& config) {
+  return config.ok() ? "" : std::string(config.status().message());
+}
+
+TEST(RunConfigTest, QuickstartLoadsWithDefaults) {
+  auto config = LoadRunConfig(std::string(LOOM_SOURCE_DIR) + "/configs/quickstart.yaml", {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->run.name, "quickstart");
+  EXPECT_EQ(config->model.dtype, "float32");  // a default, not in the file
+}
+
+TEST(RunConfigTest, BaseIsInheritedAndOverridden) {
+  TempDir dir;
+  dir.Write("configs/base.yaml", "run: {name: base, seed: 7, threads: 1}\nmodel: {path: m}\n");
+  const std::string child =
+      dir.Write("configs/child.yaml", "base: base.yaml\nrun:\n  threads: 2\n");
+  auto config = LoadRunConfig(child, {"run.seed=9"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->run.name, "base");
+  EXPECT_EQ(config->run.threads, 2);
+  EXPECT_EQ(config->run.seed, 9);
+  EXPECT_EQ(config->model.path, "m");
+}
+
+TEST(RunConfigTest, ErrorsInBaseFilesNameThatFile) {
+  TempDir dir;
+  const std::string base = dir.Write("base.yaml", "run:\n  name: x\n  seed: many\nmodel: {path: m}\n");
+  const std::string child = dir.Write("child.yaml", "base: base.yaml\nrun: {threads: 1}\n");
+  EXPECT_EQ(ErrorText(LoadRunConfig(child, {})),
+            base + ":3:3: run.seed: expected an integer, got 'many'");
+}
+
+TEST(RunConfigTest, MissingBaseAndCycles) {
+  TempDir dir;
+  const std::string missing = dir.Write("a.yaml", "base: nothere.yaml\n");
+  EXPECT_EQ(ErrorText(LoadRunConfig(missing, {})),
+            missing + ":1:7: base: base file '" + dir.path() + "/nothere.yaml' does not exist");
+  dir.Write("x.yaml", "base: y.yaml\nrun: {name: x}\n");
+  dir.Write("y.yaml", "base: x.yaml\nmodel: {path: m}\n");
+  std::string text = ErrorText(LoadRunConfig(dir / "x.yaml", {}));
+  EXPECT_NE(text.find("base files form a cycle"), std::string::npos) << text;
+  EXPECT_NE(text.find("x.yaml -> "), std::string::npos) << text;
+}
+
+TEST(RunConfigTest, SyntaxErrorHasLineAndColumn) {
+  TempDir dir;
+  const std::string path = dir.Write("bad.yaml", "run:\n  name: [unclosed\nmodel: {path: m}\n");
+  std::string text = ErrorText(LoadRunConfig(path, {}));
+  EXPECT_EQ(text.rfind(path + ":", 0), 0u) << text;
+  EXPECT_NE(text.find("YAML syntax error"), std::string::npos) << text;
+}
+
+TEST(RunConfigTest, TopLevelMustBeAMap) {
+  TempDir dir;
+  const std::string path = dir.Write("list.yaml", "- a\n- b\n");
+  EXPECT_EQ(ErrorText(LoadRunConfig(path, {})),
+            path + ":1:1: expected a map of keys at the top level");
+  EXPECT_EQ(ErrorText(LoadRunConfig(dir / "absent.yaml", {})),
+            dir / "absent.yaml" + ": cannot open config file");
+}
+
+TEST(RunConfigTest, EnvironmentInterpolation) {
+  TempDir dir;
+  ::setenv("LOOM_TEST_RUN_NAME", "from-env", 1);
+  ::unsetenv("LOOM_TEST_UNSET");
+  const std::string ok = dir.Write(
+      "ok.yaml", "run: {name: '${env:LOOM_TEST_RUN_NAME}-1'}\nmodel: {path: '${env:LOOM_TEST_UNSET:-/m}'}\n");
+  auto config = LoadRunConfig(ok, {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->run.name, "from-env-1");
+  EXPECT_EQ(config->model.path, "/m");
+  const std::string bad = dir.Write("bad.yaml", "run: {name: x}\nmodel:\n  path: ${env:LOOM_TEST_UNSET}\n");
+  EXPECT_EQ(ErrorText(LoadRunConfig(bad, {})),
+            bad + ":3:9: model.path: environment variable LOOM_TEST_UNSET is not set "
+                  "(use ${env:LOOM_TEST_UNSET:-default} for a default)");
+}
+
+TEST(RunConfigTest, AllErrorsAtOnce) {
+  TempDir dir;
+  const std::string path = dir.Write("many.yaml",
+                                     "run:\n  threads: -2\n  log_lvl: info\n"
+                                     "model:\n  dtype: fp8\n");
+  auto config = LoadRunConfig(path, {"model.devise=cpu"});
+  std::string text = ErrorText(config);
+  EXPECT_EQ(text,
+            path + ":1:1: run.name: required key is missing\n" +  //
+                path + ":2:3: run.threads: out of range: expected a value between 0 and 1024, got -2\n" +
+                path + ":3:3: run.log_lvl: unknown key (did you mean 'log_level'?)\n" +
+                path + ":4:1: model.path: required key is missing\n" +
+                path + ":5:3: model.dtype: expected one of 'float32' 'bfloat16', got 'fp8'\n" +
+                "--set model.devise=cpu: model.devise: unknown key (did you mean 'device'?)");
+}
+
+TEST(RunConfigTest, ResolvedYamlLoadsBackToTheSameConfig) {
+  TempDir dir;
+  auto config = LoadRunConfig(std::string(LOOM_SOURCE_DIR) + "/configs/quickstart.yaml",
+                              {"model.init={hidden_size: 64, num_hidden_layers: 2}"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  const std::string resolved = ResolvedYaml(*config);
+  auto again = LoadRunConfig(dir.Write("resolved.yaml", resolved), {});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(ResolvedYaml(*again), resolved);
+  EXPECT_EQ(again->model.init.at("hidden_size"), "64");
+}
+
+TEST(ConfigDocsTest, DocsMatchTheDeclarations) {
+  const std::string path = std::string(LOOM_SOURCE_DIR) + "/docs/config.md";
+  EXPECT_EQ(loom::testing::ReadAll(path), ConfigReferenceMarkdown())
+      << "docs/config.md is stale: run `build/bin/loom config docs > docs/config.md`";
+}
+
+}  // namespace
+}  // namespace loom::config
