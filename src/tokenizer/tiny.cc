@@ -1,0 +1,71 @@
+#include "loom/tokenizer/tiny.h"
+
+#include <iterator>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/tokenizer/dsv4_tokens.h"
+#include "tokenizer/byte_level.h"
+
+namespace loom::tokenizer {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json ByteLevelPart(bool use_regex) {
+  return Json{{"type", "ByteLevel"},
+              {"add_prefix_space", false},
+              {"trim_offsets", false},
+              {"use_regex", use_regex}};
+}
+
+Json AddedTokens() {
+  Json added = Json::array();
+  int id = 256;
+  for (std::string_view s : dsv4::kAllSpecial) {
+    added.push_back(Json{{"id", id++},
+                         {"content", std::string(s)},
+                         {"single_word", false},
+                         {"lstrip", false},
+                         {"rstrip", false},
+                         {"normalized", false},
+                         {"special", true}});
+  }
+  return added;
+}
+
+Json Model() {
+  Json vocab = Json::object();
+  for (int b = 0; b < 256; ++b) vocab[ByteToUnicode(static_cast<uint8_t>(b))] = b;
+  return Json{{"type", "BPE"},
+              {"dropout", nullptr},
+              {"unk_token", nullptr},
+              {"continuing_subword_prefix", nullptr},
+              {"end_of_word_suffix", nullptr},
+              {"fuse_unk", false},
+              {"byte_fallback", false},
+              {"ignore_merges", false},
+              {"vocab", vocab},
+              {"merges", Json::array()}};
+}
+
+}  // namespace
+
+std::string TinyTokenizerJson() {
+  Json doc = {{"version", "1.0"},
+              {"truncation", nullptr},
+              {"padding", nullptr},
+              {"added_tokens", AddedTokens()},
+              {"normalizer", nullptr},
+              {"pre_tokenizer", ByteLevelPart(false)},
+              {"post_processor", nullptr},
+              {"decoder", ByteLevelPart(true)},
+              {"model", Model()}};
+  return doc.dump(2) + "\n";
+}
+
+int TinyTokenizerVocabSize() {
+  return 256 + static_cast<int>(std::size(dsv4::kAllSpecial));
+}
+
+}  // namespace loom::tokenizer
