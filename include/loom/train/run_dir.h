@@ -1,0 +1,37 @@
+#pragma once
+// RunDir: the directory one run writes to.
+//
+//   <dir>/config.yaml     the fully resolved config (reproduces the run)
+//   <dir>/log.txt         the log, appended across resumes
+//   <dir>/metrics.jsonl   one JSON object per training step / eval
+//   <dir>/checkpoints/    checkpoints and the `latest` pointer
+//
+// Created by `loom train` before any work starts; owned by the run loop.
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "loom/config/run_config.h"
+
+namespace loom::train {
+
+class RunDir {
+ public:
+  // Creates the directory (and checkpoints/) if needed and writes
+  // config.yaml atomically. `dir_override` (from --run-dir) wins over
+  // run.dir, which wins over runs/<run.name>.
+  static absl::StatusOr<RunDir> Create(const config::RunConfig& config,
+                                       const std::string& dir_override);
+
+  const std::string& path() const { return path_; }
+  std::string config_path() const { return path_ + "/config.yaml"; }
+  std::string log_path() const { return path_ + "/log.txt"; }
+  std::string metrics_path() const { return path_ + "/metrics.jsonl"; }
+  std::string checkpoints_path() const { return path_ + "/checkpoints"; }
+
+ private:
+  explicit RunDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
+}  // namespace loom::train

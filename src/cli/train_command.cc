@@ -1,0 +1,65 @@
+// `loom train --config F [--set k=v]... [--run-dir DIR]`: runs the stages a config lists.
+
+#include <ATen/Parallel.h>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+#include <memory>
+
+#include "cli/command.h"
+#include "loom/config/logging.h"
+#include "loom/config/run_config.h"
+#include "loom/train/run_dir.h"
+
+namespace loom::cli {
+namespace {
+
+struct TrainOptions {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string run_dir;
+};
+
+int RunTrain(const TrainOptions& options, const Context& context) {
+  auto config = config::LoadRunConfig(options.config, options.overrides);
+  if (!config.ok()) {
+    std::cerr << config.status().message() << "\n";
+    return kExitUsage;
+  }
+  absl::Status logging =
+      SetupLogging(context.log_level_given ? context.log_level : config->run.log_level);
+  if (!logging.ok()) {
+    std::cerr << logging.message() << "\n";
+    return kExitUsage;
+  }
+  auto run_dir = train::RunDir::Create(*config, options.run_dir);
+  if (!run_dir.ok()) {
+    spdlog::error("{}", std::string(run_dir.status().message()));
+    return kExitFailure;
+  }
+  if (absl::Status s = AddLogFile(run_dir->log_path()); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return kExitFailure;
+  }
+  if (config->run.threads > 0) at::set_num_threads(config->run.threads);
+  spdlog::info("run '{}' in {} ({} intra-op threads)", config->run.name, run_dir->path(),
+               at::get_num_threads());
+  spdlog::info("no training stages are implemented in this build yet; the run directory holds "
+               "the resolved config");
+  return kExitOk;
+}
+
+void SetupTrain(CLI::App& app, Context& context) {
+  auto options = std::make_shared<TrainOptions>();
+  CLI::App* cmd = app.add_subcommand("train", "Run the stages of a config (SFT, GRPO, OPD)");
+  cmd->add_option("--config", options->config, "YAML config file")->required();
+  cmd->add_option("--set", options->overrides, "Override a key: a.b.c=value (repeatable)");
+  cmd->add_option("--run-dir", options->run_dir, "Run directory (default: run.dir or runs/<name>)");
+  cmd->callback([options, &context] { context.exit_code = RunTrain(*options, context); });
+}
+
+}  // namespace
+
+LOOM_REGISTER_COMMAND("train", SetupTrain);
+
+}  // namespace loom::cli
