@@ -1,0 +1,56 @@
+#pragma once
+// WorkerSession: the client end of one Session stream, i.e. one sandbox on
+// one worker. Open() sends the environment and waits for the worker's
+// `opened`; Call() runs one tool call; RunEpisode() hands the worker a task
+// and answers its generation requests with `policy` until the trajectory
+// comes back. The whole session shares one deadline, so nothing waits
+// forever. One thread uses a session at a time; destroying it closes it.
+//
+// Errors carry the worker's canonical code: RESOURCE_EXHAUSTED (worker at
+// capacity: try another), UNAVAILABLE (worker down or lost), UNAUTHENTICATED,
+// INVALID_ARGUMENT, DEADLINE_EXCEEDED.
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "loom/v1/sandbox.grpc.pb.h"
+
+namespace loom::rpc {
+
+// The trainer's side of generation: given the messages to append, return
+// the next assistant turn (or a parse error, or stop). A non-OK status
+// aborts the episode.
+using Policy = std::function<absl::StatusOr<v1::GenerateReply>(const v1::GenerateRequest&)>;
+
+class WorkerSession {
+ public:
+  static absl::StatusOr<std::unique_ptr<WorkerSession>> Open(
+      const std::shared_ptr<grpc::Channel>& channel, const std::string& auth_token,
+      const v1::OpenSession& open, std::chrono::system_clock::time_point deadline);
+  ~WorkerSession();
+
+  const v1::Opened& opened() const { return opened_; }
+  absl::StatusOr<v1::ToolResult> Call(const v1::ToolCall& call);
+  absl::StatusOr<v1::Trajectory> RunEpisode(const v1::RunEpisode& episode, const Policy& policy);
+  // Ends the stream and returns the worker's final status.
+  absl::Status Close();
+
+ private:
+  WorkerSession() = default;
+  // Reads the next message; on a broken stream returns the stream's status.
+  absl::Status Read(v1::WorkerMessage* message);
+  absl::Status Write(const v1::ClientMessage& message);
+  absl::Status Finish();
+
+  std::unique_ptr<v1::SandboxWorker::Stub> stub_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::ClientMessage, v1::WorkerMessage>> stream_;
+  v1::Opened opened_;
+  bool finished_ = false;
+  absl::Status final_status_;
+};
+
+}  // namespace loom::rpc

@@ -1,0 +1,71 @@
+#pragma once
+// WorkerPool: the trainer's view of its sandbox workers. It places each new
+// session on the worker with the lowest recent load (from Status reports,
+// refreshed when older than `load_refresh_s`, plus the sessions it opened
+// since), and on refusal (RESOURCE_EXHAUSTED) or UNAVAILABLE retries on
+// another worker with exponential backoff, up to `max_attempts`. A worker
+// that was unavailable is avoided until its backoff passes.
+//
+// RunEpisode never throws and never hangs: every call has a deadline, and an
+// episode whose worker or sandbox dies comes back as a Trajectory with
+// `penalty` set and a `failure_reason`, so the run goes on.
+// Thread-safe: many episodes may run at once from different threads.
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "loom/rpc/session.h"
+
+namespace loom::rpc {
+
+struct PoolOptions {
+  std::vector<std::string> targets;  // host:port or dns:///name:port
+  std::string auth_token;
+  std::string tls_ca_pem;
+  double episode_timeout_s = 900;  // a whole session
+  double status_timeout_s = 1;     // one load report
+  int max_attempts = 5;            // placements tried per session
+  double backoff_initial_s = 0.05;
+  double backoff_max_s = 2;
+  double load_refresh_s = 0.5;
+};
+
+struct WorkerLoad {
+  std::string target;
+  int live = 0;
+  int capacity = 0;
+  double p50_ms = 0;
+  bool reachable = false;
+};
+
+class WorkerPool {
+ public:
+  explicit WorkerPool(PoolOptions options);
+  ~WorkerPool();
+
+  // Opens a session on the best worker, retrying elsewhere on refusal.
+  absl::StatusOr<std::unique_ptr<WorkerSession>> OpenSession(const v1::OpenSession& open);
+
+  // Runs one episode; infrastructure failures give a penalty trajectory.
+  v1::Trajectory RunEpisode(const v1::RunEpisode& episode, const Policy& policy);
+
+  // Fresh load reports of every worker (for logs and tests).
+  std::vector<WorkerLoad> Loads();
+
+ private:
+  struct Worker;
+  Worker* Pick();
+  void RefreshIfStale(Worker& worker);
+  void MarkDown(Worker& worker, double backoff_s);
+
+  const PoolOptions options_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::mutex mu_;
+};
+
+}  // namespace loom::rpc

@@ -1,0 +1,22 @@
+#pragma once
+// Built-in agentic tasks, generated deterministically from a seed:
+//  - arithmetic: a product of two large numbers, too large to do by heart;
+//    the python tool helps; reward: the exact answer.
+//  - fix_repo: a tiny Python package whose test fails because of a bug;
+//    reward: its tests pass (fail-to-pass and pass-to-pass lists).
+
+#include <cstdint>
+#include <string>
+
+#include "loom/v1/sandbox.pb.h"
+
+namespace loom::sandbox {
+
+v1::Task ArithmeticTask(uint64_t seed);
+v1::Task FixRepoTask(uint64_t seed);
+
+// Either kind by name ("arithmetic", "fix_repo"); INVALID_ARGUMENT otherwise
+// is the caller's job: unknown names return a task with an empty id.
+v1::Task BuiltinTask(const std::string& kind, uint64_t seed);
+
+}  // namespace loom::sandbox

@@ -1,0 +1,71 @@
+#pragma once
+// Sandbox: one isolated environment for one session. It owns a private
+// directory on the worker (`work/`, seen inside as /workspace, and `tmp/`,
+// seen as /tmp) and runs every command in a fresh bubblewrap container over
+// it: all namespaces unshared (no network: even the host's loopback is
+// unreachable), system directories read-only, nothing else of the host
+// visible (no home, no project tree), resource limits, a wall-clock timeout
+// that kills the whole process tree, output capped. The directory persists
+// between commands of the session and is deleted with the Sandbox.
+//
+// When the worker runs as root, each sandbox slot runs under its own uid
+// (uid_base + slot), so per-uid limits like RLIMIT_NPROC are per sandbox.
+// A Sandbox is used by one thread at a time.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "loom/sandbox/process.h"
+#include "loom/v1/sandbox.pb.h"
+
+namespace loom::sandbox {
+
+struct SandboxConfig {
+  std::string root;                 // worker-private directory holding session dirs
+  std::string bwrap = "/usr/bin/bwrap";
+  ResourceLimits limits{/*cpu_seconds=*/60, /*address_space=*/2LL << 30,
+                        /*file_size=*/256LL << 20, /*processes=*/128, /*open_files=*/256};
+  size_t output_cap = 64 * 1024;    // bytes per stream and command
+  int uid_base = 200000;            // root only: sandbox slot s runs as uid_base + s
+  int64_t max_file_bytes = 16 << 20;  // largest file an Environment may carry
+};
+
+class Sandbox {
+ public:
+  // Creates the session directory `root/<name>`, copies the environment's
+  // directory and files into work/. INVALID_ARGUMENT for paths that leave the
+  // work dir or a missing `dir`; INTERNAL for filesystem failures.
+  static absl::StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxConfig& config, int slot,
+                                                         const std::string& name,
+                                                         const v1::Environment& environment);
+  ~Sandbox();
+  Sandbox(const Sandbox&) = delete;
+  Sandbox& operator=(const Sandbox&) = delete;
+
+  // Runs `command` with bash -c inside the sandbox, in /workspace.
+  // `args` become $1.. of the script; `stdin_text` its standard input.
+  absl::StatusOr<ProcessResult> Bash(const std::string& command, double timeout_s,
+                                     const std::vector<std::string>& args = {},
+                                     const std::string& stdin_text = "") const;
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  Sandbox(const SandboxConfig& config, int slot, std::string dir);
+  std::vector<std::string> BwrapArgs() const;
+
+  const SandboxConfig& config_;
+  int uid_ = -1;  // -1: the worker's own
+  std::string dir_;
+};
+
+// Checks that bubblewrap can create a sandbox here (user namespaces allowed).
+// The message says what failed and why, for tests and `loom worker`.
+absl::Status CheckBubblewrap(const SandboxConfig& config);
+
+// Removes session directories under `root` left by workers that no longer run.
+void CleanLeftovers(const std::string& root);
+
+}  // namespace loom::sandbox

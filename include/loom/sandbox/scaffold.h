@@ -1,0 +1,34 @@
+#pragma once
+// The scaffold: the agent loop a worker runs for one task in one sandbox.
+// It builds the conversation (system prompt with the tool list, the
+// problem), asks the policy for each assistant turn through `generate`, runs
+// the turn's tool calls in the sandbox, and stops on submit, on a turn
+// without tool calls (its content is the answer), at the step limit or the
+// time limit. Then it verifies and returns the normalised Trajectory.
+//
+// Tokens never appear here: the policy (the trainer) owns the token
+// sequence and receives, with each request, the messages to append.
+
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "loom/sandbox/sandbox.h"
+#include "loom/v1/sandbox.pb.h"
+
+namespace loom::sandbox {
+
+// Returns the policy's reply to one request; a non-OK status means the
+// policy is gone (stream broken, deadline passed): the episode fails with a
+// penalty.
+using GenerateFn = std::function<absl::StatusOr<v1::GenerateReply>(const v1::GenerateRequest&)>;
+
+// The system prompt used when the task's options give none.
+const char* DefaultSystemPrompt();
+
+// Fills defaults (max_steps 8, max_time_s 300, tool_timeout_s 30).
+v1::ScaffoldOptions WithDefaults(const v1::ScaffoldOptions& options);
+
+v1::Trajectory RunScaffold(const Sandbox& sandbox, const v1::RunEpisode& episode,
+                           const GenerateFn& generate);
+
+}  // namespace loom::sandbox

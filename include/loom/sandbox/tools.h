@@ -1,0 +1,30 @@
+#pragma once
+// The tools an agent calls inside its sandbox: bash(command, timeout_s),
+// python(code), read_file(path), write_file(path, content), submit(answer).
+// Every one runs inside the sandbox (paths are the sandbox's, /workspace
+// relative), so a tool can never touch the worker's files.
+
+#include <string>
+
+#include "loom/sandbox/sandbox.h"
+#include "loom/v1/sandbox.pb.h"
+
+namespace loom::sandbox {
+
+// The OpenAI tool list (JSON array) the scaffold puts on its system message;
+// the trainer's chat module renders it into the prompt.
+const std::string& ToolSchemasJson();
+
+// Runs one call. Bad arguments or an unknown tool give exit_code -1 and
+// `error`; a command's own failure is its exit code. `max_timeout_s` caps
+// the timeout a bash call may ask for. submit only echoes its answer.
+v1::ToolResult ExecuteTool(const Sandbox& sandbox, const v1::ToolCall& call,
+                           double max_timeout_s);
+
+// The text of the tool message the model sees for `result`.
+std::string RenderToolResult(const v1::ToolResult& result);
+
+// The submitted answer of a submit call ("" if the arguments are unusable).
+std::string SubmittedAnswer(const v1::ToolCall& call);
+
+}  // namespace loom::sandbox

@@ -1,0 +1,101 @@
+#include "loom/rpc/session.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "loom/rpc/channel.h"
+
+namespace loom::rpc {
+
+absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Open(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& auth_token,
+    const v1::OpenSession& open, std::chrono::system_clock::time_point deadline) {
+  std::unique_ptr<WorkerSession> session(new WorkerSession());
+  session->stub_ = v1::SandboxWorker::NewStub(channel);
+  PrepareContext(session->context_, auth_token, deadline);
+  session->stream_ = session->stub_->Session(&session->context_);
+  v1::ClientMessage first;
+  *first.mutable_open() = open;
+  if (absl::Status s = session->Write(first); !s.ok()) return s;
+  v1::WorkerMessage reply;
+  if (absl::Status s = session->Read(&reply); !s.ok()) return s;
+  if (!reply.has_opened()) {
+    session->context_.TryCancel();
+    return absl::InternalError("worker answered `open` with something else");
+  }
+  session->opened_ = reply.opened();
+  return session;
+}
+
+WorkerSession::~WorkerSession() {
+  if (!finished_) {
+    context_.TryCancel();
+    Finish().IgnoreError();
+  }
+}
+
+absl::Status WorkerSession::Finish() {
+  if (!finished_) {
+    finished_ = true;
+    final_status_ = FromGrpc(stream_->Finish(), "sandbox session");
+  }
+  return final_status_;
+}
+
+absl::Status WorkerSession::Read(v1::WorkerMessage* message) {
+  if (finished_ || !stream_->Read(message)) {
+    absl::Status status = Finish();
+    return status.ok() ? absl::UnavailableError("the worker ended the session") : status;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerSession::Write(const v1::ClientMessage& message) {
+  if (finished_ || !stream_->Write(message)) {
+    // The real reason is in the status the worker sent.
+    absl::Status status = Finish();
+    return status.ok() ? absl::UnavailableError("the worker ended the session") : status;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::ToolResult> WorkerSession::Call(const v1::ToolCall& call) {
+  v1::ClientMessage message;
+  *message.mutable_tool_call() = call;
+  if (absl::Status s = Write(message); !s.ok()) return s;
+  v1::WorkerMessage reply;
+  if (absl::Status s = Read(&reply); !s.ok()) return s;
+  if (!reply.has_tool_result()) return absl::InternalError("expected a tool result");
+  return reply.tool_result();
+}
+
+absl::StatusOr<v1::Trajectory> WorkerSession::RunEpisode(const v1::RunEpisode& episode,
+                                                         const Policy& policy) {
+  v1::ClientMessage message;
+  *message.mutable_run_episode() = episode;
+  if (absl::Status s = Write(message); !s.ok()) return s;
+  while (true) {
+    v1::WorkerMessage reply;
+    if (absl::Status s = Read(&reply); !s.ok()) return s;
+    if (reply.has_episode_done()) return reply.episode_done();
+    if (!reply.has_generate()) return absl::InternalError("unexpected message during an episode");
+    absl::StatusOr<v1::GenerateReply> turn = policy(reply.generate());
+    if (!turn.ok()) {
+      context_.TryCancel();
+      Finish().IgnoreError();
+      return turn.status();
+    }
+    v1::ClientMessage answer;
+    *answer.mutable_generated() = *turn;
+    answer.mutable_generated()->set_turn(reply.generate().turn());
+    if (absl::Status s = Write(answer); !s.ok()) return s;
+  }
+}
+
+absl::Status WorkerSession::Close() {
+  if (finished_) return final_status_;
+  stream_->WritesDone();
+  return Finish();
+}
+
+}  // namespace loom::rpc

@@ -1,0 +1,160 @@
+#include "loom/rpc/worker_pool.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "loom/rpc/channel.h"
+
+namespace loom::rpc {
+namespace {
+
+using SystemClock = std::chrono::system_clock;
+using Clock = std::chrono::steady_clock;
+
+SystemClock::time_point In(double seconds) {
+  return SystemClock::now() +
+         std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
+}
+
+bool Retryable(const absl::Status& status) {
+  return absl::IsResourceExhausted(status) || absl::IsUnavailable(status) ||
+         absl::IsDeadlineExceeded(status);
+}
+
+v1::Trajectory PenaltyTrajectory(const v1::RunEpisode& episode, const std::string& reason) {
+  v1::Trajectory trajectory;
+  trajectory.set_task_id(episode.task().id());
+  trajectory.set_failure_reason(reason);
+  trajectory.set_penalty(true);
+  return trajectory;
+}
+
+}  // namespace
+
+struct WorkerPool::Worker {
+  std::string target;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::SandboxWorker::Stub> stub;
+  // Guarded by the pool's mu_.
+  v1::StatusReply report;
+  Clock::time_point reported_at{};
+  Clock::time_point down_until{};
+  int opened_since_report = 0;
+  bool refreshing = false;
+};
+
+WorkerPool::WorkerPool(PoolOptions options) : options_(std::move(options)) {
+  for (const std::string& target : options_.targets) {
+    auto worker = std::make_unique<Worker>();
+    worker->target = target;
+    worker->channel = MakeChannel({target, options_.auth_token, options_.tls_ca_pem});
+    worker->stub = v1::SandboxWorker::NewStub(worker->channel);
+    workers_.push_back(std::move(worker));
+  }
+}
+
+WorkerPool::~WorkerPool() = default;
+
+void WorkerPool::RefreshIfStale(Worker& worker) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto age = std::chrono::duration<double>(Clock::now() - worker.reported_at).count();
+    if (worker.refreshing || age < options_.load_refresh_s) return;
+    worker.refreshing = true;
+  }
+  grpc::ClientContext context;
+  PrepareContext(context, options_.auth_token, In(options_.status_timeout_s));
+  v1::StatusReply reply;
+  grpc::Status status = worker.stub->Status(&context, v1::StatusRequest(), &reply);
+  std::lock_guard<std::mutex> lock(mu_);
+  worker.refreshing = false;
+  worker.reported_at = Clock::now();
+  if (status.ok()) {
+    worker.report = reply;
+    worker.opened_since_report = 0;
+  } else {
+    worker.report.set_capacity(0);  // unknown load: placed last
+  }
+}
+
+WorkerPool::Worker* WorkerPool::Pick() {
+  for (auto& worker : workers_) RefreshIfStale(*worker);
+  std::lock_guard<std::mutex> lock(mu_);
+  Worker* best = nullptr;
+  double best_score = 0;
+  const Clock::time_point now = Clock::now();
+  for (auto& worker : workers_) {
+    double capacity = std::max(1, worker->report.capacity());
+    double score = (worker->report.live_sandboxes() + worker->opened_since_report) / capacity;
+    if (worker->report.capacity() == 0) score += 1e3;  // no report: last resort
+    if (worker->down_until > now) score += 1e6;        // recently down: only if nothing else
+    if (best == nullptr || score < best_score) {
+      best = worker.get();
+      best_score = score;
+    }
+  }
+  if (best != nullptr) ++best->opened_since_report;
+  return best;
+}
+
+void WorkerPool::MarkDown(Worker& worker, double backoff_s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  worker.down_until = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(backoff_s * 1e6));
+  worker.reported_at = Clock::time_point{};  // ask again next time
+}
+
+absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerPool::OpenSession(
+    const v1::OpenSession& open) {
+  if (workers_.empty()) return absl::FailedPreconditionError("no sandbox workers configured");
+  absl::Status last = absl::UnavailableError("no attempt made");
+  double backoff = options_.backoff_initial_s;
+  for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
+    Worker* worker = Pick();
+    auto session = WorkerSession::Open(worker->channel, options_.auth_token, open,
+                                       In(options_.episode_timeout_s));
+    if (session.ok() || !Retryable(session.status())) return session;
+    last = session.status();
+    MarkDown(*worker, backoff);
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(backoff * 1e6)));
+    backoff = std::min(options_.backoff_max_s, backoff * 2);
+  }
+  return absl::Status(last.code(), absl::StrCat("after ", options_.max_attempts,
+                                                " placement attempts: ", last.message()));
+}
+
+v1::Trajectory WorkerPool::RunEpisode(const v1::RunEpisode& episode, const Policy& policy) {
+  v1::OpenSession open;
+  *open.mutable_environment() = episode.task().environment();
+  open.set_label(episode.task().id());
+  auto session = OpenSession(open);
+  if (!session.ok()) {
+    return PenaltyTrajectory(episode, absl::StrCat("no_sandbox: ", session.status().message()));
+  }
+  v1::RunEpisode without_env = episode;  // the environment already went with `open`
+  without_env.mutable_task()->clear_environment();
+  absl::StatusOr<v1::Trajectory> trajectory = (*session)->RunEpisode(without_env, policy);
+  if (!trajectory.ok()) {
+    return PenaltyTrajectory(episode,
+                             absl::StrCat("worker_lost: ", trajectory.status().message()));
+  }
+  (*session)->Close().IgnoreError();
+  return *std::move(trajectory);
+}
+
+std::vector<WorkerLoad> WorkerPool::Loads() {
+  std::vector<WorkerLoad> loads;
+  for (auto& worker : workers_) {
+    grpc::ClientContext context;
+    PrepareContext(context, options_.auth_token, In(options_.status_timeout_s));
+    v1::StatusReply reply;
+    grpc::Status status = worker->stub->Status(&context, v1::StatusRequest(), &reply);
+    loads.push_back({worker->target, reply.live_sandboxes(), reply.capacity(), reply.p50_ms(),
+                     status.ok()});
+  }
+  return loads;
+}
+
+}  // namespace loom::rpc

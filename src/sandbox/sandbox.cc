@@ -1,0 +1,177 @@
+#include "loom/sandbox/sandbox.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace loom::sandbox {
+namespace fs = std::filesystem;
+namespace {
+
+// System directories shown read-only; host symlinks (merged /usr) are mirrored.
+constexpr const char* kSystemDirs[] = {"/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc"};
+
+absl::Status CheckRelativePath(const std::string& path) {
+  if (path.empty() || path[0] == '/') {
+    return absl::InvalidArgumentError(absl::StrCat("environment file '", path,
+                                                   "': must be a relative path"));
+  }
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part == "..") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment file '", path, "': '..' leaves the work directory"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteEnvironmentFile(const fs::path& work, const std::string& rel,
+                                  const std::string& content) {
+  fs::path path = work / rel;
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << content;
+  if (ec || !out) return absl::InternalError(absl::StrCat("cannot write ", path.string()));
+  return absl::OkStatus();
+}
+
+// lchown of a whole tree: never follows links the environment may contain.
+void ChownTree(const fs::path& root, int uid) {
+  lchown(root.c_str(), uid, uid);
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    lchown(it->path().c_str(), uid, uid);
+  }
+}
+
+absl::Status CopyEnvironmentDir(const std::string& from, const fs::path& work) {
+  std::error_code ec;
+  if (!fs::is_directory(from, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment dir '", from, "' is not a directory on this worker"));
+  }
+  fs::copy(from, work, fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
+  if (ec) return absl::InternalError(absl::StrCat("copying ", from, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Sandbox::Sandbox(const SandboxConfig& config, int slot, std::string dir)
+    : config_(config), dir_(std::move(dir)) {
+  if (geteuid() == 0) uid_ = config.uid_base + slot;
+}
+
+Sandbox::~Sandbox() {
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
+absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& config, int slot,
+                                                         const std::string& name,
+                                                         const v1::Environment& environment) {
+  for (const auto& [path, content] : environment.files()) {
+    if (absl::Status s = CheckRelativePath(path); !s.ok()) return s;
+    if (static_cast<int64_t>(content.size()) > config.max_file_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("environment file '", path, "' is ",
+                                                     content.size(), " bytes, over the limit"));
+    }
+  }
+  std::unique_ptr<Sandbox> sandbox(new Sandbox(config, slot, (fs::path(config.root) / name)));
+  const fs::path work = fs::path(sandbox->dir_) / "work";
+  std::error_code ec;
+  fs::create_directories(work, ec);
+  fs::create_directories(fs::path(sandbox->dir_) / "tmp", ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", sandbox->dir_));
+  if (!environment.dir().empty()) {
+    if (absl::Status s = CopyEnvironmentDir(environment.dir(), work); !s.ok()) return s;
+  }
+  for (const auto& [path, content] : environment.files()) {
+    if (absl::Status s = WriteEnvironmentFile(work, path, content); !s.ok()) return s;
+  }
+  if (sandbox->uid_ >= 0) {
+    ChownTree(sandbox->dir_, sandbox->uid_);
+    // The sandbox uid must be able to reach its directory.
+    fs::permissions(config.root, fs::perms::others_exec, fs::perm_options::add, ec);
+  }
+  chmod(sandbox->dir_.c_str(), 0700);
+  return sandbox;
+}
+
+std::vector<std::string> Sandbox::BwrapArgs() const {
+  std::vector<std::string> args = {config_.bwrap, "--unshare-all", "--die-with-parent",
+                                   "--cap-drop", "ALL", "--hostname", "sandbox"};
+  for (const char* dir : kSystemDirs) {
+    std::error_code ec;
+    if (fs::is_symlink(dir, ec)) {
+      args.insert(args.end(), {"--symlink", fs::read_symlink(dir, ec).string(), dir});
+    } else if (fs::is_directory(dir, ec)) {
+      args.insert(args.end(), {"--ro-bind", dir, dir});
+    }
+  }
+  args.insert(args.end(), {"--proc", "/proc", "--dev", "/dev", "--bind", dir_ + "/work",
+                           "/workspace", "--bind", dir_ + "/tmp", "/tmp", "--chdir",
+                           "/workspace"});
+  return args;
+}
+
+absl::StatusOr<ProcessResult> Sandbox::Bash(const std::string& command, double timeout_s,
+                                            const std::vector<std::string>& args,
+                                            const std::string& stdin_text) const {
+  ProcessSpec spec;
+  spec.argv = BwrapArgs();
+  spec.argv.insert(spec.argv.end(), {"--", "/bin/bash", "-c", command, "sandbox"});
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/workspace", "TMPDIR=/tmp",
+              "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1"};
+  spec.stdin_text = stdin_text;
+  spec.limits = config_.limits;
+  spec.uid = uid_;
+  spec.gid = uid_;
+  spec.timeout_s = timeout_s;
+  spec.output_cap = config_.output_cap;
+  return RunProcess(spec);
+}
+
+absl::Status CheckBubblewrap(const SandboxConfig& config) {
+  if (access(config.bwrap.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("bubblewrap not found at ", config.bwrap, " (install the bubblewrap package)"));
+  }
+  auto sandbox = Sandbox::Create(config, 0, "bwrap-check", v1::Environment());
+  if (!sandbox.ok()) return sandbox.status();
+  auto result = (*sandbox)->Bash("true", 10);
+  if (!result.ok()) return result.status();
+  if (result->exit_code != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "bubblewrap cannot create a sandbox here (user namespaces disabled?): ",
+        result->stderr_text));
+  }
+  return absl::OkStatus();
+}
+
+void CleanLeftovers(const std::string& root) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!absl::StartsWith(name, "w")) continue;
+    int pid = 0;
+    if (!absl::SimpleAtoi(name.substr(1), &pid) || pid <= 0) continue;
+    if (pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
+    fs::remove_all(entry.path(), ec);
+  }
+}
+
+}  // namespace loom::sandbox

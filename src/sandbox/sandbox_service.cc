@@ -1,0 +1,153 @@
+#include "sandbox/sandbox_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "loom/sandbox/scaffold.h"
+#include "loom/sandbox/tools.h"
+#include "loom/sandbox/verify.h"
+
+namespace loom::sandbox {
+namespace {
+
+constexpr double kDefaultSetupTimeoutS = 120;
+constexpr double kDirectCallTimeoutS = 600;  // cap for tool calls sent by clients
+
+grpc::Status Invalid(const std::string& message) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
+}
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+}  // namespace
+
+grpc::Status SandboxService::CheckAuth(const grpc::ServerContext& context) const {
+  if (auth_token_.empty()) return grpc::Status::OK;
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end() ||
+      std::string(it->second.data(), it->second.size()) != "Bearer " + auth_token_) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong auth token");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status SandboxService::Status(grpc::ServerContext* context, const v1::StatusRequest*,
+                                    v1::StatusReply* reply) {
+  if (grpc::Status auth = CheckAuth(*context); !auth.ok()) return auth;
+  Admission::Load load = admission_.Snapshot();
+  reply->set_live_sandboxes(load.live);
+  reply->set_capacity(load.capacity);
+  reply->set_p50_ms(load.p50_ms);
+  reply->set_p99_ms(load.p99_ms);
+  reply->set_sessions_served(load.served);
+  reply->set_refused(load.refused);
+  reply->set_worker(name_);
+  return grpc::Status::OK;
+}
+
+grpc::Status SandboxService::Session(grpc::ServerContext* context, Stream* stream) {
+  if (grpc::Status auth = CheckAuth(*context); !auth.ok()) return auth;
+  SlotLease lease(admission_);
+  if (lease.slot() < 0) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("worker ", name_, " is at capacity"));
+  }
+  v1::ClientMessage first;
+  if (!stream->Read(&first)) return grpc::Status::OK;  // client left before opening
+  if (!first.has_open()) return Invalid("the first message of a session must be `open`");
+  const std::string id = absl::StrCat("s", next_session_++);
+  auto sandbox = Sandbox::Create(config_, lease.slot(), id, first.open().environment());
+  if (!sandbox.ok()) return ToGrpc(sandbox.status());
+  v1::WorkerMessage opened;
+  opened.mutable_opened()->set_session_id(id);
+  opened.mutable_opened()->set_worker(name_);
+  const v1::Environment& env = first.open().environment();
+  if (!env.setup_command().empty()) {
+    v1::ToolCall setup;
+    setup.set_name("setup");
+    double timeout = env.setup_timeout_s() > 0 ? env.setup_timeout_s() : kDefaultSetupTimeoutS;
+    auto run = (*sandbox)->Bash(env.setup_command(), timeout);
+    if (!run.ok()) return ToGrpc(run.status());
+    v1::ToolResult* result = opened.mutable_opened()->mutable_setup();
+    result->set_name("setup");
+    result->set_exit_code(run->exit_code);
+    result->set_stdout(run->stdout_text);
+    result->set_stderr(run->stderr_text);
+    result->set_timed_out(run->timed_out);
+    result->set_duration_ms(run->duration_ms);
+  }
+  if (!stream->Write(opened)) return grpc::Status::OK;
+  spdlog::debug("session {} opened ({})", id, first.open().label());
+  return Serve(stream, **sandbox, id);
+}
+
+grpc::Status SandboxService::Serve(Stream* stream, const Sandbox& sandbox, const std::string& id) {
+  v1::ClientMessage message;
+  while (stream->Read(&message)) {
+    switch (message.kind_case()) {
+      case v1::ClientMessage::kToolCall: {
+        v1::WorkerMessage reply;
+        *reply.mutable_tool_result() =
+            Execute(sandbox, message.tool_call(), kDirectCallTimeoutS, id);
+        if (!stream->Write(reply)) return grpc::Status::OK;
+        break;
+      }
+      case v1::ClientMessage::kRunEpisode: {
+        grpc::Status status = RunEpisode(stream, sandbox, message.run_episode());
+        if (!status.ok()) return status;
+        break;
+      }
+      case v1::ClientMessage::kOpen:
+        return Invalid("`open` may only be the first message of a session");
+      case v1::ClientMessage::kGenerated:
+        return Invalid("`generated` sent while no episode is asking for a turn");
+      default:
+        return Invalid("empty client message");
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status SandboxService::RunEpisode(Stream* stream, const Sandbox& sandbox,
+                                        const v1::RunEpisode& episode) {
+  if (absl::Status s = ValidateVerification(episode.task().verification()); !s.ok()) {
+    return ToGrpc(s);
+  }
+  grpc::Status protocol_error = grpc::Status::OK;
+  GenerateFn generate = [&](const v1::GenerateRequest& request)
+      -> absl::StatusOr<v1::GenerateReply> {
+    v1::WorkerMessage ask;
+    *ask.mutable_generate() = request;
+    v1::ClientMessage answer;
+    if (!stream->Write(ask) || !stream->Read(&answer)) {
+      return absl::UnavailableError("the client closed the session");
+    }
+    if (!answer.has_generated() || answer.generated().turn() != request.turn()) {
+      protocol_error = Invalid(absl::StrCat("expected `generated` for turn ", request.turn()));
+      return absl::InvalidArgumentError(protocol_error.error_message());
+    }
+    return answer.generated();
+  };
+  v1::WorkerMessage done;
+  *done.mutable_episode_done() = RunScaffold(sandbox, episode, generate);
+  done.mutable_episode_done()->set_worker(name_);
+  if (!protocol_error.ok()) return protocol_error;
+  stream->Write(done);
+  return grpc::Status::OK;
+}
+
+v1::ToolResult SandboxService::Execute(const Sandbox& sandbox, const v1::ToolCall& call,
+                                       double timeout_s, const std::string& id) {
+  v1::ToolResult result = ExecuteTool(sandbox, call, timeout_s);
+  admission_.RecordLatency(static_cast<double>(result.duration_ms()));
+  spdlog::info("session {} tool {} exit {} {}ms{}{}", id, call.name(), result.exit_code(),
+               result.duration_ms(), result.timed_out() ? " timed-out" : "",
+               result.truncated() ? " truncated" : "");
+  return result;
+}
+
+}  // namespace loom::sandbox

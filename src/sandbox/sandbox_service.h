@@ -1,0 +1,45 @@
+#pragma once
+// The loom.v1.SandboxWorker implementation behind WorkerServer. Each Session
+// call runs on its own gRPC thread and owns its Sandbox for the whole stream.
+
+#include <atomic>
+#include <string>
+
+#include "loom/sandbox/sandbox.h"
+#include "loom/v1/sandbox.grpc.pb.h"
+#include "sandbox/admission.h"
+
+namespace loom::sandbox {
+
+class SandboxService final : public v1::SandboxWorker::Service {
+ public:
+  SandboxService(SandboxConfig config, int capacity, std::string auth_token, std::string name)
+      : config_(std::move(config)),
+        admission_(capacity),
+        auth_token_(std::move(auth_token)),
+        name_(std::move(name)) {}
+
+  grpc::Status Session(grpc::ServerContext* context,
+                       grpc::ServerReaderWriter<v1::WorkerMessage, v1::ClientMessage>* stream)
+      override;
+  grpc::Status Status(grpc::ServerContext* context, const v1::StatusRequest* request,
+                      v1::StatusReply* reply) override;
+
+  void set_name(std::string name) { name_ = std::move(name); }
+
+ private:
+  using Stream = grpc::ServerReaderWriter<v1::WorkerMessage, v1::ClientMessage>;
+  grpc::Status CheckAuth(const grpc::ServerContext& context) const;
+  grpc::Status Serve(Stream* stream, const Sandbox& sandbox, const std::string& id);
+  grpc::Status RunEpisode(Stream* stream, const Sandbox& sandbox, const v1::RunEpisode& episode);
+  v1::ToolResult Execute(const Sandbox& sandbox, const v1::ToolCall& call, double timeout_s,
+                         const std::string& id);
+
+  const SandboxConfig config_;
+  Admission admission_;
+  const std::string auth_token_;
+  std::string name_;  // "host:port", set once serving
+  std::atomic<int64_t> next_session_{0};
+};
+
+}  // namespace loom::sandbox

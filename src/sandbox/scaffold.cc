@@ -1,0 +1,166 @@
+#include "loom/sandbox/scaffold.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "loom/sandbox/tools.h"
+#include "loom/sandbox/verify.h"
+
+namespace loom::sandbox {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// One episode's evolving state.
+class Episode {
+ public:
+  Episode(const Sandbox& sandbox, const v1::RunEpisode& episode, const GenerateFn& generate)
+      : sandbox_(sandbox),
+        task_(episode.task()),
+        options_(WithDefaults(episode.options())),
+        generate_(generate) {
+    trajectory_.set_task_id(task_.id());
+  }
+
+  v1::Trajectory Run() {
+    Start();
+    for (int turn = 0; turn < options_.max_steps() && !done_; ++turn) {
+      if (SecondsSince(start_) >= options_.max_time_s()) {
+        Fail("time_limit", false);
+        break;
+      }
+      Turn(turn);
+    }
+    if (!done_) Fail("step_limit", false);
+    if (!trajectory_.penalty()) {
+      *trajectory_.mutable_verdict() =
+          Verify(sandbox_, task_.verification(), trajectory_.answer(), RemainingToolTime(true));
+    }
+    trajectory_.set_duration_ms(static_cast<int64_t>(SecondsSince(start_) * 1000));
+    return std::move(trajectory_);
+  }
+
+ private:
+  void Start() {
+    v1::Message system;
+    system.set_role("system");
+    system.set_content(options_.system_prompt().empty() ? DefaultSystemPrompt()
+                                                        : options_.system_prompt());
+    system.set_tools_json(ToolSchemasJson());
+    Add(std::move(system));
+    v1::Message user;
+    user.set_role("user");
+    user.set_content(task_.problem());
+    Add(std::move(user));
+  }
+
+  void Turn(int turn) {
+    v1::GenerateRequest request;
+    request.set_turn(turn);
+    *request.mutable_append() = {pending_.begin(), pending_.end()};
+    pending_.clear();
+    absl::StatusOr<v1::GenerateReply> reply = generate_(request);
+    trajectory_.set_steps(turn + 1);
+    if (!reply.ok()) return Fail(absl::StrCat("policy_lost: ", reply.status().message()), true);
+    if (reply->stop()) return Fail("stopped_by_policy", false);
+    if (reply->result_case() != v1::GenerateReply::kAssistant) return FormatError(*reply);
+    v1::Message assistant = reply->assistant();
+    assistant.set_role("assistant");
+    *trajectory_.add_messages() = assistant;
+    if (assistant.tool_calls().empty()) return Submit(assistant.content());
+    for (const v1::ToolCall& call : assistant.tool_calls()) RunCall(call);
+  }
+
+  void RunCall(const v1::ToolCall& call) {
+    v1::ToolResult result;
+    if (done_) {
+      result.set_call_id(call.id());
+      result.set_name(call.name());
+      result.set_exit_code(-1);
+      result.set_error("not run: the answer was already submitted");
+    } else {
+      result = ExecuteTool(sandbox_, call, RemainingToolTime(false));
+    }
+    v1::Message tool;
+    tool.set_role("tool");
+    tool.set_tool_call_id(call.id());
+    tool.set_content(RenderToolResult(result));
+    *tool.mutable_result() = result;
+    Add(std::move(tool));
+    if (call.name() == "submit" && result.error().empty() && !done_) Submit(SubmittedAnswer(call));
+  }
+
+  void FormatError(const v1::GenerateReply& reply) {
+    trajectory_.set_format_errors(trajectory_.format_errors() + 1);
+    std::string why = reply.result_case() == v1::GenerateReply::kParseError
+                          ? reply.parse_error()
+                          : std::string("empty reply");
+    v1::Message observation;
+    observation.set_role("user");
+    observation.set_content(absl::StrCat(
+        "Format error: your last message could not be parsed (", why,
+        "). Reply with reasoning, then either tool calls in the DSML format or a final answer."));
+    Add(std::move(observation));
+  }
+
+  void Submit(const std::string& answer) {
+    trajectory_.set_answer(answer);
+    done_ = true;
+  }
+
+  void Fail(std::string reason, bool penalty) {
+    trajectory_.set_failure_reason(std::move(reason));
+    trajectory_.set_penalty(penalty);
+    done_ = true;
+  }
+
+  // Per-call timeout: the tool limit, but never past the episode's time limit
+  // (verification gets at least the tool limit).
+  double RemainingToolTime(bool for_verification) const {
+    double left = options_.max_time_s() - SecondsSince(start_);
+    double limit = options_.tool_timeout_s();
+    return for_verification ? limit : std::max(1.0, std::min(limit, left));
+  }
+
+  void Add(v1::Message message) {
+    *trajectory_.add_messages() = message;
+    pending_.push_back(std::move(message));
+  }
+
+  const Sandbox& sandbox_;
+  const v1::Task& task_;
+  const v1::ScaffoldOptions options_;
+  const GenerateFn& generate_;
+  const Clock::time_point start_ = Clock::now();
+  v1::Trajectory trajectory_;
+  std::vector<v1::Message> pending_;  // added since the last generate request
+  bool done_ = false;
+};
+
+}  // namespace
+
+const char* DefaultSystemPrompt() {
+  return "You are an agent working in a Linux sandbox. Your files are in /workspace. Use the "
+         "tools to inspect, compute and edit; when you are done, call submit with your final "
+         "answer.";
+}
+
+v1::ScaffoldOptions WithDefaults(const v1::ScaffoldOptions& options) {
+  v1::ScaffoldOptions out = options;
+  if (out.max_steps() <= 0) out.set_max_steps(8);
+  if (out.max_time_s() <= 0) out.set_max_time_s(300);
+  if (out.tool_timeout_s() <= 0) out.set_tool_timeout_s(30);
+  return out;
+}
+
+v1::Trajectory RunScaffold(const Sandbox& sandbox, const v1::RunEpisode& episode,
+                           const GenerateFn& generate) {
+  return Episode(sandbox, episode, generate).Run();
+}
+
+}  // namespace loom::sandbox

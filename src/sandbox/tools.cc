@@ -1,0 +1,137 @@
+#include "loom/sandbox/tools.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace loom::sandbox {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kSchemas[] = R"([
+{"type": "function", "function": {"name": "bash", "description": "Run a bash command in /workspace and return its exit code, stdout and stderr.", "parameters": {"type": "object", "properties": {"command": {"type": "string", "description": "The command."}, "timeout_s": {"type": "number", "description": "Wall-clock limit in seconds."}}, "required": ["command"]}}},
+{"type": "function", "function": {"name": "python", "description": "Run a Python 3 program and return its output.", "parameters": {"type": "object", "properties": {"code": {"type": "string", "description": "The program."}}, "required": ["code"]}}},
+{"type": "function", "function": {"name": "read_file", "description": "Return the content of a file.", "parameters": {"type": "object", "properties": {"path": {"type": "string", "description": "Path, relative to /workspace or absolute."}}, "required": ["path"]}}},
+{"type": "function", "function": {"name": "write_file", "description": "Create or overwrite a file.", "parameters": {"type": "object", "properties": {"path": {"type": "string", "description": "Path, relative to /workspace or absolute."}, "content": {"type": "string", "description": "The new content."}}, "required": ["path", "content"]}}},
+{"type": "function", "function": {"name": "submit", "description": "Submit the final answer and end the episode.", "parameters": {"type": "object", "properties": {"answer": {"type": "string", "description": "The answer."}}, "required": ["answer"]}}}
+])";
+
+v1::ToolResult NotRun(const v1::ToolCall& call, std::string error) {
+  v1::ToolResult result;
+  result.set_call_id(call.id());
+  result.set_name(call.name());
+  result.set_exit_code(-1);
+  result.set_error(std::move(error));
+  return result;
+}
+
+// The string argument `key`, or an error naming the tool and key.
+absl::StatusOr<std::string> StringArg(const json& args, const v1::ToolCall& call,
+                                      const char* key) {
+  auto it = args.find(key);
+  if (it == args.end() || !it->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(call.name(), ": argument '", key, "' (a string) is required"));
+  }
+  return it->get<std::string>();
+}
+
+v1::ToolResult FromProcess(const v1::ToolCall& call, const absl::StatusOr<ProcessResult>& run) {
+  if (!run.ok()) return NotRun(call, std::string(run.status().message()));
+  v1::ToolResult result;
+  result.set_call_id(call.id());
+  result.set_name(call.name());
+  result.set_exit_code(run->exit_code);
+  result.set_stdout(run->stdout_text);
+  result.set_stderr(run->stderr_text);
+  result.set_timed_out(run->timed_out);
+  result.set_truncated(run->truncated);
+  result.set_duration_ms(run->duration_ms);
+  return result;
+}
+
+absl::StatusOr<ProcessResult> Dispatch(const Sandbox& sandbox, const v1::ToolCall& call,
+                                       const json& args, double max_timeout_s) {
+  const std::string& name = call.name();
+  if (name == "bash") {
+    auto command = StringArg(args, call, "command");
+    if (!command.ok()) return command.status();
+    double timeout = max_timeout_s;
+    auto t = args.find("timeout_s");
+    if (t != args.end() && t->is_number() && t->get<double>() > 0) {
+      timeout = std::min(timeout, t->get<double>());
+    }
+    return sandbox.Bash(*command, timeout);
+  }
+  if (name == "python") {
+    auto code = StringArg(args, call, "code");
+    if (!code.ok()) return code.status();
+    return sandbox.Bash("exec python3 -", max_timeout_s, {}, *code);
+  }
+  if (name == "read_file") {
+    auto path = StringArg(args, call, "path");
+    if (!path.ok()) return path.status();
+    return sandbox.Bash("cat -- \"$1\"", max_timeout_s, {*path});
+  }
+  if (name == "write_file") {
+    auto path = StringArg(args, call, "path");
+    if (!path.ok()) return path.status();
+    auto content = StringArg(args, call, "content");
+    if (!content.ok()) return content.status();
+    return sandbox.Bash("mkdir -p -- \"$(dirname -- \"$1\")\" && cat > \"$1\"", max_timeout_s,
+                        {*path}, *content);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown tool '", name, "' (bash, python, read_file, write_file, submit)"));
+}
+
+}  // namespace
+
+const std::string& ToolSchemasJson() {
+  static const std::string schemas = nlohmann::ordered_json::parse(kSchemas).dump();
+  return schemas;
+}
+
+v1::ToolResult ExecuteTool(const Sandbox& sandbox, const v1::ToolCall& call,
+                           double max_timeout_s) {
+  json args = json::parse(call.arguments_json().empty() ? "{}" : call.arguments_json(), nullptr,
+                          /*allow_exceptions=*/false);
+  if (!args.is_object()) {
+    return NotRun(call, absl::StrCat(call.name(), ": arguments are not a JSON object"));
+  }
+  if (call.name() == "submit") {
+    auto answer = StringArg(args, call, "answer");
+    if (!answer.ok()) return NotRun(call, std::string(answer.status().message()));
+    v1::ToolResult result;
+    result.set_call_id(call.id());
+    result.set_name(call.name());
+    result.set_stdout("submitted");
+    return result;
+  }
+  auto run = Dispatch(sandbox, call, args, max_timeout_s);
+  if (!run.ok() && run.status().code() == absl::StatusCode::kInvalidArgument) {
+    return NotRun(call, std::string(run.status().message()));
+  }
+  return FromProcess(call, run);
+}
+
+std::string RenderToolResult(const v1::ToolResult& result) {
+  if (!result.error().empty()) return absl::StrCat("error: ", result.error());
+  std::string text = result.stdout();
+  if (!result.stderr().empty()) absl::StrAppend(&text, "\n[stderr]\n", result.stderr());
+  if (result.timed_out()) absl::StrAppend(&text, "\n[timed out]");
+  if (result.exit_code() != 0) absl::StrAppend(&text, "\n[exit code ", result.exit_code(), "]");
+  return text;
+}
+
+std::string SubmittedAnswer(const v1::ToolCall& call) {
+  json args = json::parse(call.arguments_json(), nullptr, false);
+  if (!args.is_object()) return "";
+  auto it = args.find("answer");
+  if (it == args.end()) return "";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+}  // namespace loom::sandbox

@@ -1,0 +1,117 @@
+#include "loom/sandbox/verify.h"
+
+#include <regex>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+
+namespace loom::sandbox {
+namespace {
+
+v1::Verdict MakeVerdict(bool passed, std::string details) {
+  v1::Verdict verdict;
+  verdict.set_passed(passed);
+  verdict.set_reward(passed ? 1.0 : 0.0);
+  verdict.set_details(std::move(details));
+  return verdict;
+}
+
+// Runs `command`; "" with the exit code in `exit_code`, or why it did not run.
+std::string RunCheck(const Sandbox& sandbox, const std::string& command, double timeout_s,
+                     int* exit_code, std::string* stdout_text) {
+  auto run = sandbox.Bash(command, timeout_s);
+  if (!run.ok()) return std::string(run.status().message());
+  *exit_code = run->exit_code;
+  if (stdout_text != nullptr) *stdout_text = run->stdout_text;
+  return run->timed_out ? "timed out" : "";
+}
+
+v1::Verdict VerifyCommand(const Sandbox& sandbox, const std::string& command, double timeout_s) {
+  int code = -1;
+  std::string error = RunCheck(sandbox, command, timeout_s, &code, nullptr);
+  if (!error.empty()) return MakeVerdict(false, absl::StrCat("check command: ", error));
+  return MakeVerdict(code == 0, absl::StrCat("check command exited ", code));
+}
+
+v1::Verdict VerifyRegex(const Sandbox& sandbox, const v1::OutputRegex& spec,
+                        const std::string& answer, double timeout_s) {
+  std::string text = answer;
+  if (!spec.command().empty()) {
+    int code = -1;
+    std::string error = RunCheck(sandbox, spec.command(), timeout_s, &code, &text);
+    if (!error.empty()) return MakeVerdict(false, absl::StrCat("check command: ", error));
+  }
+  bool found = std::regex_search(text, std::regex(spec.regex(), std::regex::ECMAScript));
+  return MakeVerdict(found, absl::StrCat("/", spec.regex(), "/ ", found ? "matched" : "not found",
+                                         " in ", spec.command().empty() ? "the answer" : "output"));
+}
+
+v1::Verdict VerifyTests(const Sandbox& sandbox, const v1::TestLists& tests, double timeout_s) {
+  std::string details;
+  int failed = 0;
+  auto run_list = [&](const auto& names, const char* list) {
+    for (const std::string& name : names) {
+      int code = -1;
+      std::string command = absl::StrReplaceAll(tests.command(), {{"{test}", name}});
+      std::string error = RunCheck(sandbox, command, timeout_s, &code, nullptr);
+      bool ok = error.empty() && code == 0;
+      failed += ok ? 0 : 1;
+      absl::StrAppend(&details, list, " ", name, ": ", ok ? "pass" : "FAIL", "\n");
+    }
+  };
+  run_list(tests.fail_to_pass(), "fail_to_pass");
+  run_list(tests.pass_to_pass(), "pass_to_pass");
+  return MakeVerdict(failed == 0, details);
+}
+
+}  // namespace
+
+absl::Status ValidateVerification(const v1::Verification& verification) {
+  switch (verification.kind_case()) {
+    case v1::Verification::KIND_NOT_SET:
+      return absl::InvalidArgumentError("task verification: no kind given");
+    case v1::Verification::kOutputRegex:
+      try {
+        std::regex check(verification.output_regex().regex(), std::regex::ECMAScript);
+      } catch (const std::regex_error& e) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "task verification: bad regex '", verification.output_regex().regex(), "': ",
+            e.what()));
+      }
+      return absl::OkStatus();
+    case v1::Verification::kTests:
+      if (verification.tests().command().find("{test}") == std::string::npos) {
+        return absl::InvalidArgumentError(
+            "task verification: tests.command must contain {test}");
+      }
+      if (verification.tests().fail_to_pass().empty() &&
+          verification.tests().pass_to_pass().empty()) {
+        return absl::InvalidArgumentError("task verification: tests lists are empty");
+      }
+      return absl::OkStatus();
+    default:
+      return absl::OkStatus();
+  }
+}
+
+v1::Verdict Verify(const Sandbox& sandbox, const v1::Verification& verification,
+                   const std::string& answer, double timeout_s) {
+  switch (verification.kind_case()) {
+    case v1::Verification::kCommand:
+      return VerifyCommand(sandbox, verification.command(), timeout_s);
+    case v1::Verification::kOutputRegex:
+      return VerifyRegex(sandbox, verification.output_regex(), answer, timeout_s);
+    case v1::Verification::kExactAnswer: {
+      std::string want(absl::StripAsciiWhitespace(verification.exact_answer()));
+      std::string got(absl::StripAsciiWhitespace(answer));
+      return MakeVerdict(got == want, absl::StrCat("expected '", want, "', got '", got, "'"));
+    }
+    case v1::Verification::kTests:
+      return VerifyTests(sandbox, verification.tests(), timeout_s);
+    default:
+      return MakeVerdict(false, "no verification");
+  }
+}
+
+}  // namespace loom::sandbox
