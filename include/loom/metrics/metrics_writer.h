@@ -1,0 +1,44 @@
+#pragma once
+// MetricsWriter: appends one JSON object per line to a run's metrics.jsonl.
+//
+// Each Write() is one complete line followed by a flush, so a reader (or a
+// crash) never sees half a record, and a resumed run appends after the last
+// line. Not thread-safe: the run loop is the only writer.
+
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace loom::metrics {
+
+class MetricsWriter {
+ public:
+  // Opens `path` for appending (created if missing).
+  static absl::StatusOr<MetricsWriter> Open(const std::string& path);
+
+  MetricsWriter(MetricsWriter&& other) noexcept;
+  MetricsWriter& operator=(MetricsWriter&& other) noexcept;
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  ~MetricsWriter();
+
+  absl::Status Write(const nlohmann::json& record);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  MetricsWriter(std::string path, std::FILE* file) : path_(std::move(path)), file_(file) {}
+
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+// Reads every record of a metrics.jsonl file; a malformed line is an error
+// naming the file and line.
+absl::StatusOr<std::vector<nlohmann::json>> ReadMetrics(const std::string& path);
+
+}  // namespace loom::metrics

@@ -1,0 +1,49 @@
+#pragma once
+// ProgressLine: the one-line status display for long work (step, reward,
+// accuracy, throughput, ETA).
+//
+// On a terminal the line is redrawn in place (carriage return) at most every
+// `min_interval_s`. When the output is not a terminal (a log file, CI), a
+// plain line is printed at most every `log_interval_s`, so logs stay short.
+// Not thread-safe: one owner (the run loop). The clock is injected for tests.
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+
+namespace loom::metrics {
+
+class ProgressLine {
+ public:
+  using Clock = std::function<double()>;  // seconds, monotonic
+
+  struct Options {
+    bool is_terminal = false;
+    double min_interval_s = 0.2;   // terminal redraw period
+    double log_interval_s = 30.0;  // plain-line period when not a terminal
+  };
+
+  // Writes to `out`; `is_terminal` is usually isatty(fileno(out)).
+  ProgressLine(std::FILE* out, Options options, Clock clock = SteadySeconds);
+
+  // Shows `text` for work that is `done` of `total` units (ETA from the
+  // average rate since construction). Returns whether anything was printed.
+  bool Update(const std::string& text, int64_t done, int64_t total);
+  // Ends the line (a newline on a terminal) so later output starts clean.
+  void Finish();
+
+  static double SteadySeconds();
+  // "1h02m", "3m05s", "42s".
+  static std::string FormatDuration(double seconds);
+
+ private:
+  std::FILE* out_;
+  Options options_;
+  Clock clock_;
+  double start_s_;
+  double last_print_s_ = -1e300;
+  bool drawn_ = false;
+};
+
+}  // namespace loom::metrics

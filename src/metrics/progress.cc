@@ -1,0 +1,57 @@
+#include "loom/metrics/progress.h"
+
+#include <cmath>
+
+namespace loom::metrics {
+
+double ProgressLine::SteadySeconds() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::string ProgressLine::FormatDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = static_cast<int64_t>(std::llround(seconds));
+  char buffer[32];
+  if (s >= 3600) {
+    std::snprintf(buffer, sizeof buffer, "%lldh%02lldm", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s % 3600 / 60));
+  } else if (s >= 60) {
+    std::snprintf(buffer, sizeof buffer, "%lldm%02llds", static_cast<long long>(s / 60),
+                  static_cast<long long>(s % 60));
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%llds", static_cast<long long>(s));
+  }
+  return buffer;
+}
+
+ProgressLine::ProgressLine(std::FILE* out, Options options, Clock clock)
+    : out_(out), options_(options), clock_(std::move(clock)), start_s_(clock_()) {}
+
+bool ProgressLine::Update(const std::string& text, int64_t done, int64_t total) {
+  const double now = clock_();
+  const double interval = options_.is_terminal ? options_.min_interval_s : options_.log_interval_s;
+  const bool last = total > 0 && done >= total;
+  if (now - last_print_s_ < interval && !last) return false;
+  last_print_s_ = now;
+  std::string eta = "?";
+  if (done > 0 && total > 0) eta = FormatDuration((now - start_s_) / done * (total - done));
+  std::string line = text + " | " + std::to_string(done) + "/" + std::to_string(total) +
+                     " | eta " + eta;
+  if (options_.is_terminal) {
+    std::fprintf(out_, "\r\033[K%s", line.c_str());
+    drawn_ = true;
+  } else {
+    std::fprintf(out_, "%s\n", line.c_str());
+  }
+  std::fflush(out_);
+  return true;
+}
+
+void ProgressLine::Finish() {
+  if (options_.is_terminal && drawn_) std::fputc('\n', out_);
+  drawn_ = false;
+  std::fflush(out_);
+}
+
+}  // namespace loom::metrics

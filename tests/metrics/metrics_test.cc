@@ -1,0 +1,85 @@
+#include <gtest/gtest.h>
+
+#include "loom/metrics/metrics_writer.h"
+#include "loom/metrics/progress.h"
+#include "testing/temp_dir.h"
+
+namespace loom::metrics {
+namespace {
+
+using loom::testing::ReadAll;
+using loom::testing::TempDir;
+
+TEST(MetricsWriterTest, AppendsOneObjectPerLineAcrossReopens) {
+  TempDir dir;
+  const std::string path = dir / "metrics.jsonl";
+  {
+    auto writer = MetricsWriter::Open(path);
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE(writer->Write({{"step", 1}, {"loss", 0.5}}).ok());
+  }
+  auto writer = MetricsWriter::Open(path);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(writer->Write({{"step", 2}, {"loss", std::nan("")}}).ok());
+  EXPECT_EQ(ReadAll(path), "{\"loss\":0.5,\"step\":1}\n{\"loss\":null,\"step\":2}\n");
+  auto records = ReadMetrics(path);
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 2u);
+  EXPECT_EQ((*records)[1]["step"], 2);
+}
+
+TEST(MetricsWriterTest, MalformedLineNamesFileAndLine) {
+  TempDir dir;
+  const std::string path = dir.Write("m.jsonl", "{\"a\":1}\n{\"a\":\n");
+  auto records = ReadMetrics(path);
+  ASSERT_FALSE(records.ok());
+  EXPECT_EQ(records.status().message(), path + ":2: not a JSON object on one line");
+  EXPECT_FALSE(MetricsWriter::Open(dir / "no/such/dir/m.jsonl").ok());
+}
+
+TEST(ProgressLineTest, NonTerminalPrintsRarelyAndAlwaysTheLastUpdate) {
+  TempDir dir;
+  const std::string path = dir / "out";
+  std::FILE* out = std::fopen(path.c_str(), "w");
+  double now = 0;
+  ProgressLine progress(out, {/*is_terminal=*/false, 0.2, 30.0}, [&] { return now; });
+  int printed = 0;
+  for (int step = 1; step <= 100; ++step) {
+    now += 1.0;  // one second per step
+    printed += progress.Update("step " + std::to_string(step), step, 100);
+  }
+  progress.Finish();
+  std::fclose(out);
+  EXPECT_EQ(printed, 5);  // t=1, 31, 61, 91 and the final step
+  const std::string text = ReadAll(path);
+  EXPECT_EQ(text.find('\r'), std::string::npos);
+  EXPECT_NE(text.find("step 31 | 31/100 | eta 1m09s\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("step 100 | 100/100 | eta 0s\n"), std::string::npos) << text;
+}
+
+TEST(ProgressLineTest, TerminalRedrawsInPlace) {
+  TempDir dir;
+  const std::string path = dir / "out";
+  std::FILE* out = std::fopen(path.c_str(), "w");
+  double now = 0;
+  ProgressLine progress(out, {/*is_terminal=*/true, 0.2, 30.0}, [&] { return now; });
+  now = 1;
+  EXPECT_TRUE(progress.Update("a", 1, 4));
+  now = 1.1;
+  EXPECT_FALSE(progress.Update("b", 2, 4));
+  now = 2;
+  EXPECT_TRUE(progress.Update("c", 3, 4));
+  progress.Finish();
+  std::fclose(out);
+  EXPECT_EQ(ReadAll(path), "\r\033[Ka | 1/4 | eta 3s\r\033[Kc | 3/4 | eta 1s\n");
+}
+
+TEST(ProgressLineTest, FormatDuration) {
+  EXPECT_EQ(ProgressLine::FormatDuration(42.4), "42s");
+  EXPECT_EQ(ProgressLine::FormatDuration(185), "3m05s");
+  EXPECT_EQ(ProgressLine::FormatDuration(3720), "1h02m");
+  EXPECT_EQ(ProgressLine::FormatDuration(-1), "?");
+}
+
+}  // namespace
+}  // namespace loom::metrics
