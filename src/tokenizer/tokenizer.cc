@@ -125,6 +125,12 @@ std::optional<int32_t> Tokenizer::SpecialTokenId(std::string_view token) const {
   return it->second;
 }
 
+std::optional<int32_t> Tokenizer::AddedTokenId(std::string_view token) const {
+  auto it = impl_->added_ids.find(AsAbsl(token));
+  if (it == impl_->added_ids.end()) return std::nullopt;
+  return it->second;
+}
+
 int32_t Tokenizer::VocabSize() const { return static_cast<int32_t>(impl_->tokens.size()); }
 
 }  // namespace loom::tokenizer

@@ -62,6 +62,8 @@ class Tokenizer {
   bool IsSpecial(int32_t id) const;
   // Id of `token` only when it is a special added token.
   std::optional<int32_t> SpecialTokenId(std::string_view token) const;
+  // Id of `token` when it is an added token (special or not).
+  std::optional<int32_t> AddedTokenId(std::string_view token) const;
   // One past the largest id (vocabulary and added tokens).
   int32_t VocabSize() const;
 

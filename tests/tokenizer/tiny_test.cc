@@ -1,0 +1,69 @@
+// The tiny tokenizer: layout, and agreement with Hugging Face tokenizers.
+// LIVE test: runs node with @anush008/tokenizers (tests/tokenizer/hf_reference.js)
+// on the tiny tokenizer.json and the corpus, and compares ids.
+
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "loom/tokenizer/dsv4_tokens.h"
+#include "loom/tokenizer/tiny.h"
+#include "loom/tokenizer/tokenizer.h"
+#include "testing/temp_dir.h"
+#include "tokenizer/test_paths.h"
+
+namespace loom::tokenizer {
+namespace {
+
+TEST(TinyTokenizerTest, HasEveryByteAndEverySpecialString) {
+  auto tok = Tokenizer::FromJson(TinyTokenizerJson(), "tiny");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->VocabSize(), TinyTokenizerVocabSize());
+  EXPECT_EQ(TinyTokenizerVocabSize(), 256 + static_cast<int>(std::size(dsv4::kAllSpecial)));
+  auto ids = (*tok)->Encode(std::string("\x00\x01 A\xc3\xa9", 6));
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int32_t>{0, 1, 32, 65, 0xc3, 0xa9}));
+  int32_t expected = 256;
+  for (std::string_view special : dsv4::kAllSpecial) {
+    EXPECT_EQ((*tok)->SpecialTokenId(special), expected++) << special;
+  }
+  EXPECT_EQ(TinyTokenizerJson(), TinyTokenizerJson());  // deterministic
+}
+
+TEST(TinyTokenizerTest, HuggingFaceLoadsItAndAgrees) {
+  const std::string node_modules = testing::SourcePath("third_party/npm/node_modules/@anush008");
+  if (!testing::Exists(node_modules) || std::system("node --version >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "node or @anush008/tokenizers missing: run scripts/setup.sh";
+  }
+  loom::testing::TempDir dir;
+  const std::string json = dir.Write("tokenizer.json", TinyTokenizerJson());
+  std::string corpus_text = loom::testing::ReadAll(testing::DataPath("corpus.jsonl"));
+  for (std::string_view s : dsv4::kAllSpecial) {
+    corpus_text += nlohmann::json("x" + std::string(s) + "<" + std::string(s) + ">").dump() + "\n";
+  }
+  const std::string corpus = dir.Write("corpus.jsonl", corpus_text);
+  const auto result = loom::testing::RunCommand(
+      "node " + testing::SourcePath("tests/tokenizer/hf_reference.js") + " encode " + json + " " +
+      corpus);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  auto tok = Tokenizer::FromJson(TinyTokenizerJson(), "tiny");
+  ASSERT_TRUE(tok.ok());
+  std::istringstream lines(result.out);
+  std::string line;
+  int count = 0;
+  while (std::getline(lines, line)) {
+    auto j = nlohmann::json::parse(line);
+    auto ids = (*tok)->Encode(j["text"].get<std::string>());
+    ASSERT_TRUE(ids.ok());
+    EXPECT_EQ(*ids, j["ids"].get<std::vector<int32_t>>()) << j["text"].dump();
+    ++count;
+  }
+  EXPECT_GE(count, 200);
+}
+
+}  // namespace
+}  // namespace loom::tokenizer
