@@ -18,6 +18,9 @@ namespace {
 
 using Json = nlohmann::json;
 
+// Ids index dense tables; real vocabularies stay far below this.
+constexpr int64_t kMaxId = 1 << 24;
+
 bool IsEmptyOrNull(const Json& spec, const char* key) {
   auto it = spec.find(key);
   return it == spec.end() || it->is_null() || (it->is_string() && it->get<std::string>().empty());
@@ -30,9 +33,9 @@ absl::Status LoadVocab(const Json& model, Bpe* bpe, int32_t* max_id) {
   }
   for (auto it = vocab->begin(); it != vocab->end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-        it.value().get<int64_t>() > (1 << 30)) {
+        it.value().get<int64_t>() > kMaxId) {
       return absl::InvalidArgumentError(
-          absl::StrCat("model.vocab[\"", it.key(), "\"] must be a non-negative integer id"));
+          absl::StrCat("model.vocab[\"", it.key(), "\"] must be an integer id in 0..16777216"));
     }
     const auto id = it.value().get<int32_t>();
     bpe->AddToken(it.key(), id);
@@ -118,10 +121,10 @@ absl::StatusOr<std::vector<AddedToken>> ParseAddedTokens(const Json& doc) {
     const Json& t = (*list)[i];
     const std::string where = absl::StrCat("added_tokens[", i, "]");
     if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() ||
-        t["id"].get<int64_t>() < 0 || t["id"].get<int64_t>() > (1 << 30) ||
+        t["id"].get<int64_t>() < 0 || t["id"].get<int64_t>() > kMaxId ||
         !t.contains("content") || !t["content"].is_string()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": needs an integer \"id\" and a string \"content\""));
+          absl::StrCat(where, ": needs an integer \"id\" (0..16777216) and a string \"content\""));
     }
     for (const char* key : {"lstrip", "rstrip", "single_word"}) {
       if (t.value(key, false)) {

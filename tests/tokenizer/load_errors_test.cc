@@ -75,6 +75,8 @@ TEST(LoadErrorsTest, MalformedFieldsAreNamed) {
               "model.merges[0]");
   ExpectError(Edited([](Json& d) { d["added_tokens"][3].erase("id"); }), "added_tokens[3]");
   ExpectError(Edited([](Json& d) { d["added_tokens"] = 5; }), "added_tokens");
+  ExpectError(Edited([](Json& d) { d["added_tokens"][0]["id"] = 1LL << 40; }), "added_tokens[0]");
+  ExpectError(Edited([](Json& d) { d["model"]["vocab"]["x"] = -1; }), "model.vocab[\"x\"]");
   ExpectError(Edited([](Json& d) {
                 d["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}};
               }),

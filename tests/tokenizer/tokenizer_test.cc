@@ -52,7 +52,7 @@ TEST_F(DeepSeekTest, DecodeOfEncodeIsIdentityOnValidUtf8) {
 }
 
 TEST_F(DeepSeekTest, InvalidUtf8IsAnErrorNamingTheOffset) {
-  for (const std::string bad : {std::string("ab\xff"), std::string("\xc3"),
+  for (const std::string& bad : {std::string("ab\xff"), std::string("\xc3"),
                                 std::string("x\xed\xa0\x80"), std::string("\xc0\xaf"),
                                 std::string("ok \xf4\x90\x80\x80")}) {
     auto ids = tok_->Encode(bad);
@@ -63,7 +63,7 @@ TEST_F(DeepSeekTest, InvalidUtf8IsAnErrorNamingTheOffset) {
 }
 
 TEST_F(DeepSeekTest, SpecialTokensInsideTextBecomeTheirIds) {
-  const int32_t user = *tok_->SpecialTokenId("<｜User｜>") ;
+  const int32_t user = *tok_->AddedTokenId("<｜User｜>");
   auto ids = tok_->Encode("a<｜User｜>b");
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(std::count(ids->begin(), ids->end(), user), 1);
