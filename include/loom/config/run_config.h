@@ -8,20 +8,31 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "loom/config/async_section.h"
+#include "loom/config/grpo_section.h"
 #include "loom/config/model_section.h"
 #include "loom/config/run_section.h"
 #include "loom/config/schema.h"
+#include "loom/config/tasks_section.h"
 
 namespace loom::config {
 
 struct RunConfig {
   RunSection run;
   ModelSection model;
+  TasksSection tasks;
+  EffortSection effort;
+  GrpoSection grpo;
+  AsyncSection async;
 
   template <class V>
   void Visit(V& v) {
     v.Section("run", run, Doc("The run: its name, directory, seed and process-wide settings."));
     v.Section("model", model, Doc("The policy model the run starts from."));
+    v.Section("tasks", tasks, Doc("Datasets: built-in task generators and JSON-lines files."));
+    v.Section("effort", effort, Doc("Reasoning-effort levels and responses per level."));
+    v.Section("grpo", grpo, Doc("The GRPO loss and the effort-conditioned length reward."));
+    v.Section("async", async, Doc("Dispatch policy, concurrency and off-policy bounds."));
   }
 };
 

@@ -1,0 +1,112 @@
+#pragma once
+// `effort:` and `grpo:` — the reasoning-effort levels each prompt is sampled
+// at, the effort-conditioned length reward, and the clipped GRPO loss.
+
+#include <string>
+#include <vector>
+
+#include "loom/config/schema.h"
+
+namespace loom::config {
+
+struct EffortSection {
+  std::vector<int> levels = {100};           // the set B of training efforts
+  std::vector<int> samples_per_level = {8};  // M_b: one entry, or one per level
+
+  template <class V>
+  void Visit(V& v) {
+    v.Field("levels", levels,
+            Doc("The training efforts B (each in 1..100). Every prompt goes out as one subgroup "
+                "per level; the chat encoder writes the numeric effort line."));
+    v.Field("samples_per_level", samples_per_level,
+            Doc("M_b, responses per (prompt, effort) subgroup: one value for every level or one "
+                "per level. Advantages compare responses within a subgroup only.")
+                .Unit("samples"));
+  }
+
+  // M_b of level index i.
+  int SamplesAt(size_t i) const {
+    return samples_per_level.size() == 1 ? samples_per_level[0] : samples_per_level[i];
+  }
+  // Samples per prompt: the sum of M_b.
+  int GroupSize() const {
+    int total = 0;
+    for (size_t i = 0; i < levels.size(); ++i) total += SamplesAt(i);
+    return total;
+  }
+
+  void Validate(ErrorSink& errors) const {
+    if (levels.empty()) errors.Error("levels", "needs at least one effort");
+    for (size_t i = 0; i < levels.size(); ++i) {
+      if (levels[i] < 1 || levels[i] > 100) {
+        errors.Error("levels", "effort " + std::to_string(levels[i]) + " is outside 1..100");
+      }
+      for (size_t j = 0; j < i; ++j) {
+        if (levels[i] == levels[j])
+          errors.Error("levels", "duplicate effort " + std::to_string(levels[i]));
+      }
+    }
+    if (samples_per_level.size() != 1 && samples_per_level.size() != levels.size()) {
+      errors.Error("samples_per_level", "needs 1 or " + std::to_string(levels.size()) +
+                                            " entries (one per level), got " +
+                                            std::to_string(samples_per_level.size()));
+    }
+    for (int m : samples_per_level) {
+      if (m < 1) errors.Error("samples_per_level", "every entry must be >= 1");
+    }
+  }
+};
+
+// r_len = -min(c_max, k(b) * l / l_norm), k(b) = k0 * exp(-(b - b_min) / (lambda * mean gap)).
+struct LengthRewardSection {
+  double k0 = 0.0;  // 0 = no length reward
+  double c_max = 1.0;
+  double l_norm = 256.0;
+  double lambda = 1.0;
+
+  template <class V>
+  void Visit(V& v) {
+    v.Field("k0", k0,
+            Doc("Length-penalty coefficient at the smallest effort; it decays exponentially with "
+                "effort. 0 turns the length reward off.")
+                .Min(0));
+    v.Field("c_max", c_max, Doc("Cap of the length penalty (a reward of at least -c_max).").Min(0));
+    v.Field(
+        "l_norm", l_norm,
+        Doc("Reasoning length that costs k(b): lengths are divided by it.").Unit("tokens").Min(1));
+    v.Field("lambda", lambda,
+            Doc("Decay temperature of k(b) in units of the mean gap between effort levels: larger "
+                "keeps high efforts penalised longer.")
+                .Min(1e-6));
+  }
+};
+
+struct GrpoSection {
+  double clip_low = 0.2;   // ratio lower bound 1 - clip_low
+  double clip_high = 0.2;  // ratio upper bound 1 + clip_high
+  bool scale_by_std = false;
+  double kl_coef = 0.0;
+  LengthRewardSection length_reward;
+
+  template <class V>
+  void Visit(V& v) {
+    v.Field("clip_low", clip_low,
+            Doc("PPO clip: the importance ratio is clipped below at 1 - clip_low.").Range(0, 1));
+    v.Field("clip_high", clip_high,
+            Doc("PPO clip: the importance ratio is clipped above at 1 + clip_high (larger keeps "
+                "exploration alive).")
+                .Min(0));
+    v.Field("scale_by_std", scale_by_std,
+            Doc("Divide advantages by their subgroup's standard deviation (classic GRPO). Off: "
+                "only centred on the subgroup mean, which does not amplify near-unanimous "
+                "subgroups."));
+    v.Field("kl_coef", kl_coef,
+            Doc("Weight of a per-token KL penalty to the reference (the stage's starting "
+                "weights). 0 = off, and no reference copy is kept.")
+                .Min(0));
+    v.Section("length_reward", length_reward,
+              Doc("Effort-conditioned length reward on reasoning tokens."));
+  }
+};
+
+}  // namespace loom::config

@@ -1,0 +1,107 @@
+#pragma once
+// `tasks:` — the datasets prompts come from: built-in generators (arithmetic,
+// sort, reverse) or JSON-lines files, each with its sampling weight,
+// concurrency cap and held-out evaluation split.
+
+#include <string>
+#include <vector>
+
+#include "loom/config/schema.h"
+
+namespace loom::config {
+
+// One dataset of the mix.
+struct DatasetSection {
+  std::string name;  // required; unique; names metrics and problem ids
+  std::string kind = "arithmetic";
+  std::string path;       // kind jsonl: the training file
+  std::string eval_path;  // kind jsonl: optional separate held-out file
+  double weight = 1.0;    // relative sampling weight
+  int max_inflight = 0;   // concurrency cap in samples; 0 = none
+  int min_difficulty = 1;
+  int max_difficulty = 3;
+  double eval_fraction = 0.1;  // share of the problem space held out
+  int eval_size = 64;          // held-out problems evaluated (generators)
+  std::string system_prompt;   // "" = no system message
+
+  template <class V>
+  void Visit(V& v) {
+    v.Field("name", name, Doc("Dataset name: unique, used in metrics and problem ids.").Required());
+    v.Field("kind", kind,
+            Doc("Where problems come from: a built-in generator (arithmetic: multi-digit + and - "
+                "with a digit-by-digit scratchpad; sort: ascending list of integers; reverse: "
+                "reverse a word letter by letter) or a JSON-lines file.")
+                .OneOf({"arithmetic", "sort", "reverse", "jsonl"}));
+    v.Field(
+        "path", path,
+        Doc("kind jsonl: file with one problem per line: {\"messages\": [...], \"answer\": ..., "
+            "\"verifier\": \"exact|numeric|regex\"}. A trailing assistant message is the SFT "
+            "reference."));
+    v.Field("eval_path", eval_path,
+            Doc("kind jsonl: a separate held-out file. Empty: hold out `eval_fraction` of `path` "
+                "(chosen by a hash of each prompt)."));
+    v.Field("weight", weight,
+            Doc("Relative sampling weight of this dataset when the dispatcher picks the next "
+                "prompt.")
+                .Min(0));
+    v.Field("max_inflight", max_inflight,
+            Doc("Concurrency cap: at most this many of its samples in flight at once (steers the "
+                "dataset mix of the steady-state batch against length bias). 0 = no cap.")
+                .Unit("samples")
+                .Min(0));
+    v.Field("min_difficulty", min_difficulty,
+            Doc("Generators: smallest difficulty drawn (arithmetic: digits per operand; sort: "
+                "list length - 1; reverse: word length - 2).")
+                .Range(1, 20));
+    v.Field("max_difficulty", max_difficulty,
+            Doc("Generators: largest difficulty drawn; each problem draws uniformly in between.")
+                .Range(1, 20));
+    v.Field("eval_fraction", eval_fraction,
+            Doc("Share of the problem space held out for evaluation, chosen by a hash of the "
+                "prompt so training never sees a held-out prompt.")
+                .Range(0, 0.5));
+    v.Field("eval_size", eval_size,
+            Doc("Held-out problems per evaluation (generators; jsonl: at most this many, 0 = all).")
+                .Unit("problems")
+                .Min(0));
+    v.Field("system_prompt", system_prompt,
+            Doc("Generators: system message prepended to every prompt; empty for none."));
+  }
+
+  void Validate(ErrorSink& errors) const {
+    if (min_difficulty > max_difficulty) {
+      errors.Error("min_difficulty",
+                   "must be <= max_difficulty (" + std::to_string(max_difficulty) + ")");
+    }
+    if (kind == "jsonl" && path.empty()) errors.Error("path", "is required for kind jsonl");
+    if (kind != "jsonl" && !path.empty()) errors.Error("path", "is only for kind jsonl");
+  }
+};
+
+struct TasksSection {
+  std::vector<DatasetSection> datasets;
+  int eval_every = 10;  // training steps between evaluations; 0 = never
+
+  template <class V>
+  void Visit(V& v) {
+    v.List("datasets", datasets, Doc("The dataset mix, one entry per dataset."));
+    v.Field("eval_every", eval_every,
+            Doc("Evaluate every held-out set greedily every this many training steps (and after "
+                "each stage). 0 = only after each stage.")
+                .Unit("steps")
+                .Min(0));
+  }
+
+  void Validate(ErrorSink& errors) const {
+    for (size_t i = 0; i < datasets.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (datasets[i].name == datasets[j].name) {
+          errors.Error("datasets[" + std::to_string(i) + "].name",
+                       "duplicate dataset name '" + datasets[i].name + "'");
+        }
+      }
+    }
+  }
+};
+
+}  // namespace loom::config

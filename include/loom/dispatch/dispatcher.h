@@ -1,0 +1,128 @@
+#pragma once
+// Dispatcher: decides which prompts enter the rollout engine and when, and
+// which finished subgroups a training step consumes.
+//
+// Owns the prompt bookkeeping of the async loop: the per-dataset training
+// cursors, the in-flight samples (it admits every one; the run loop reports
+// every finish), the ready (prompt, effort) subgroups, and the staleness
+// accounting. It never talks to the engine except through RolloutPort.
+//
+//  * Refill admits prompts while the policy's budget covers a whole group,
+//    in-flight stays <= max_inflight, the dataset picked (by weight, among
+//    those whose cap has room) stays within its cap, and the staleness
+//    bound is safe: new prompts wait while in-flight + ready samples reach
+//    (max_staleness + 1) * batch_samples, more than can be trained on before
+//    they would grow too old.
+//  * Each prompt goes out as one subgroup per effort level of M_b samples.
+//  * TakeBatch returns complete subgroups, oldest first, totalling at least
+//    batch_samples, only when training at version V keeps the bound: every
+//    sample left behind (in flight or ready) must still have lag <=
+//    max_staleness at version V + 1; otherwise the step waits for it.
+//    (Lag = policy version - version of the sample's oldest token, taken as
+//    its dispatch version, which can only overstate it.)
+//
+// Not thread-safe: the run loop is its only caller.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "loom/config/async_section.h"
+#include "loom/config/grpo_section.h"
+#include "loom/config/tasks_section.h"
+#include "loom/dispatch/policy.h"
+#include "loom/dispatch/rollout_port.h"
+#include "loom/dispatch/types.h"
+
+namespace loom::dispatch {
+
+struct DispatchOptions {
+  std::string policy = "sample";
+  int max_inflight = 64;
+  int batch_samples = 32;
+  int max_staleness = 2;
+  int warmup_drop_samples = 0;         // finishes whose prompts are dropped at the start
+  std::vector<EffortSpec> efforts;     // the levels, each with M_b
+  std::vector<DatasetQuota> datasets;  // the mix
+  uint64_t seed = 0;                   // dataset choice and sample seeds
+
+  // From the run config (`async`, `effort`, `tasks.datasets`).
+  static DispatchOptions FromConfig(const config::AsyncSection& async,
+                                    const config::EffortSection& effort,
+                                    const config::TasksSection& tasks, uint64_t seed);
+};
+
+class Dispatcher {
+ public:
+  // INVALID_ARGUMENT when the options cannot work (a group larger than
+  // max_inflight or than a dataset's cap, no dataset with weight > 0, ...).
+  static absl::StatusOr<std::unique_ptr<Dispatcher>> Create(DispatchOptions options);
+
+  // Admits every prompt allowed now (see above); returns how many.
+  int Refill(RolloutPort& engine);
+
+  // Records that a sample finished (completed, cut off or failed). LOOM_CHECKs
+  // that the id is in flight.
+  Disposition OnSampleFinished(uint64_t sample_id);
+
+  // The subgroups of the next training step at `policy_version`, or nothing
+  // when the step must wait. Taken subgroups leave the ready set.
+  std::optional<std::vector<ReadySubgroup>> TakeBatch(int64_t policy_version);
+
+  int64_t inflight() const { return inflight_; }
+  int64_t inflight(int dataset) const { return dataset_inflight_[dataset]; }
+  int64_t ready_samples() const { return ready_samples_; }
+  int group_size() const { return group_size_; }
+  const DispatchOptions& options() const { return options_; }
+
+  // Concurrency statistics since the last call.
+  DispatchStats TakeStats();
+
+ private:
+  struct InflightSample {
+    uint64_t prompt_id;
+    uint64_t subgroup_id;
+    int dataset;
+    int64_t version;
+  };
+  struct PromptState {
+    PromptGroup group;
+    int unfinished = 0;
+    bool dropped = false;
+    bool any_finished = false;
+    std::map<uint64_t, int> subgroup_unfinished;  // subgroup id -> samples left
+  };
+
+  Dispatcher(DispatchOptions options, std::unique_ptr<DispatchPolicy> policy);
+
+  PolicyView View() const;
+  bool StalenessAllowsDispatch() const;
+  std::optional<int> PickDataset();
+  PromptGroup NewGroup(int dataset, int64_t version);
+  void Admit(const PromptGroup& group, RolloutPort& engine);
+  void MarkSubgroupReady(PromptState& prompt, uint64_t subgroup_id);
+  bool LeftoversStayFresh(int64_t next_version, const std::vector<ReadySubgroup>& leftovers) const;
+  void RecordRefill();
+
+  DispatchOptions options_;
+  std::unique_ptr<DispatchPolicy> policy_;
+  int group_size_ = 0;
+  int64_t budget_ = 0;
+  int64_t inflight_ = 0;
+  int64_t ready_samples_ = 0;
+  int64_t finished_total_ = 0;
+  uint64_t next_id_ = 1;  // sample, subgroup and prompt ids share one counter
+  uint64_t rng_state_;
+  std::vector<int64_t> dataset_inflight_;
+  std::vector<uint64_t> cursors_;  // next problem index per dataset
+  std::map<uint64_t, InflightSample> samples_;
+  std::map<uint64_t, PromptState> prompts_;
+  std::vector<ReadySubgroup> ready_;  // in the order they completed
+  DispatchStats stats_;
+  double inflight_sum_ = 0;
+};
+
+}  // namespace loom::dispatch

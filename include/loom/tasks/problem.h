@@ -1,0 +1,35 @@
+#pragma once
+// Problem: one verifiable prompt. A prompt (OpenAI-style messages ending with
+// a user turn), the answer its verifier checks responses against, and,
+// where one exists, a reference assistant turn (reasoning + answer) for SFT.
+// Plain value type; cheap to copy for the short prompts loom's tasks use.
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "loom/tasks/verifier.h"
+
+namespace loom::tasks {
+
+// Which part of a dataset: training prompts, or the held-out evaluation set.
+// The two are disjoint by prompt content.
+enum class Split { kTrain, kEval };
+
+struct Problem {
+  std::string id;           // "<dataset>/<train|eval>/<index>"
+  std::string dataset;      // the dataset's name
+  nlohmann::json messages;  // the prompt: array of {role, content}
+  std::string answer;       // what the verifier expects
+  VerifierKind verifier = VerifierKind::kExact;
+  // The SFT target: {"role": "assistant", "reasoning_content": ..., "content": ...};
+  // absent for JSONL lines without a trailing assistant message.
+  std::optional<nlohmann::json> reference;
+  int difficulty = 0;  // generators only; 0 for files
+
+  // The reward of a response (its final content, reasoning stripped): 1 or 0.
+  double Score(const std::string& response) const { return Verify(verifier, answer, response); }
+};
+
+}  // namespace loom::tasks

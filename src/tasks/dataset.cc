@@ -1,0 +1,160 @@
+#include "loom/tasks/dataset.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/status/status.h"
+#include "loom/tasks/generator.h"
+#include "loom/tasks/jsonl.h"
+#include "tasks/random.h"
+
+namespace loom::tasks {
+namespace {
+
+// Attempts at finding a problem on the wanted side of the split before
+// concluding the problem space has (almost) none there.
+constexpr int kMaxDraws = 10000;
+
+std::string SplitName(Split split) { return split == Split::kTrain ? "train" : "eval"; }
+
+class GeneratedDataset : public Dataset {
+ public:
+  GeneratedDataset(const config::DatasetSection& spec, uint64_t run_seed,
+                   std::unique_ptr<TaskGenerator> generator)
+      : Dataset(spec.name),
+        spec_(spec),
+        generator_(std::move(generator)),
+        seed_(Mix64(run_seed ^ HashText(spec.name))) {}
+
+  absl::Status BuildEval() {
+    if (spec_.eval_fraction <= 0) return absl::OkStatus();  // nothing held out
+    for (int i = 0; i < spec_.eval_size; ++i) {
+      auto problem = Draw(Split::kEval, i);
+      if (!problem.ok()) return problem.status();
+      eval_.push_back(std::move(*problem));
+    }
+    return absl::OkStatus();
+  }
+
+  Problem Train(uint64_t index) const override {
+    auto problem = Draw(Split::kTrain, index);
+    // eval_fraction <= 0.5, so a training problem is found long before kMaxDraws.
+    return problem.ok() ? *problem : Problem{};
+  }
+
+ private:
+  absl::StatusOr<Problem> Draw(Split split, uint64_t index) const {
+    const uint64_t stream = Mix64(seed_ ^ (split == Split::kTrain ? 0x7472ULL : 0x6576ULL));
+    for (int attempt = 0; attempt < kMaxDraws; ++attempt) {
+      Rng rng(Mix64(stream + index * 0x9e3779b97f4a7c15ULL) ^ static_cast<uint64_t>(attempt));
+      const int difficulty =
+          static_cast<int>(rng.Uniform(spec_.min_difficulty, spec_.max_difficulty));
+      Problem problem = generator_->Generate(rng.Next(), difficulty);
+      if (IsHeldOut(problem.messages, spec_.eval_fraction) != (split == Split::kEval)) continue;
+      problem.dataset = name_;
+      problem.id = name_ + "/" + SplitName(split) + "/" + std::to_string(index);
+      if (!spec_.system_prompt.empty()) {
+        const nlohmann::json system = {{"role", "system"}, {"content", spec_.system_prompt}};
+        problem.messages.insert(problem.messages.begin(), system);
+      }
+      return problem;
+    }
+    return absl::InvalidArgumentError(
+        "dataset '" + name_ + "': no " + SplitName(split) + " problem in " +
+        std::to_string(kMaxDraws) + " draws; the problem space is too small for eval_fraction " +
+        std::to_string(spec_.eval_fraction) + " (raise the difficulty or change eval_fraction)");
+  }
+
+  config::DatasetSection spec_;
+  std::unique_ptr<TaskGenerator> generator_;
+  uint64_t seed_;
+};
+
+class JsonlDataset : public Dataset {
+ public:
+  JsonlDataset(const config::DatasetSection& spec, uint64_t run_seed, std::vector<Problem> train,
+               std::vector<Problem> eval)
+      : Dataset(spec.name), train_(std::move(train)), seed_(Mix64(run_seed ^ HashText(spec.name))) {
+    eval_ = std::move(eval);
+  }
+
+  Problem Train(uint64_t index) const override {
+    const uint64_t n = train_.size();
+    const uint64_t epoch = index / n;
+    Problem problem = train_[Permuted(epoch, index % n)];
+    problem.id = name_ + "/train/" + std::to_string(index);
+    return problem;
+  }
+
+ private:
+  // Position `i` of epoch `epoch`'s shuffle (Fisher-Yates from a per-epoch seed).
+  uint64_t Permuted(uint64_t epoch, uint64_t i) const {
+    std::vector<uint64_t> order(train_.size());
+    std::iota(order.begin(), order.end(), 0);
+    Rng rng(Mix64(seed_ + epoch));
+    for (size_t k = order.size(); k > 1; --k) {
+      std::swap(order[k - 1], order[rng.Uniform(0, static_cast<int64_t>(k) - 1)]);
+    }
+    return order[i];
+  }
+
+  std::vector<Problem> train_;
+  uint64_t seed_;
+};
+
+absl::StatusOr<std::unique_ptr<Dataset>> LoadJsonl(const config::DatasetSection& spec,
+                                                   uint64_t run_seed) {
+  auto lines = ReadJsonlProblems(spec.path, spec.name);
+  if (!lines.ok()) return lines.status();
+  std::vector<Problem> train, eval;
+  if (!spec.eval_path.empty()) {
+    auto held_out = ReadJsonlProblems(spec.eval_path, spec.name);
+    if (!held_out.ok()) return held_out.status();
+    train = std::move(*lines);
+    eval = std::move(*held_out);
+  } else {
+    for (auto& problem : *lines) {
+      (IsHeldOut(problem.messages, spec.eval_fraction) ? eval : train)
+          .push_back(std::move(problem));
+    }
+  }
+  if (train.empty()) {
+    return absl::InvalidArgumentError("dataset '" + spec.name + "': every line of " + spec.path +
+                                      " is held out; lower eval_fraction");
+  }
+  if (spec.eval_size > 0 && eval.size() > static_cast<size_t>(spec.eval_size)) {
+    eval.resize(spec.eval_size);
+  }
+  for (size_t i = 0; i < eval.size(); ++i) eval[i].id = spec.name + "/eval/" + std::to_string(i);
+  return std::make_unique<JsonlDataset>(spec, run_seed, std::move(train), std::move(eval));
+}
+
+}  // namespace
+
+bool IsHeldOut(const nlohmann::json& prompt, double fraction) {
+  const uint64_t bucket = Mix64(HashText(prompt.dump())) % 1000000;
+  return static_cast<double>(bucket) < fraction * 1e6;
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> LoadDataset(const config::DatasetSection& spec,
+                                                     uint64_t run_seed) {
+  if (spec.kind == "jsonl") return LoadJsonl(spec, run_seed);
+  auto generator = MakeGenerator(spec.kind);
+  if (!generator.ok()) return generator.status();
+  auto dataset = std::make_unique<GeneratedDataset>(spec, run_seed, std::move(*generator));
+  if (auto status = dataset->BuildEval(); !status.ok()) return status;
+  return std::unique_ptr<Dataset>(std::move(dataset));
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<Dataset>>> LoadDatasets(
+    const config::TasksSection& tasks, uint64_t run_seed) {
+  std::vector<std::unique_ptr<Dataset>> datasets;
+  for (const auto& spec : tasks.datasets) {
+    auto dataset = LoadDataset(spec, run_seed);
+    if (!dataset.ok()) return dataset.status();
+    datasets.push_back(std::move(*dataset));
+  }
+  return datasets;
+}
+
+}  // namespace loom::tasks

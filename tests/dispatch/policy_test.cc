@@ -1,0 +1,223 @@
+// Dispatch rules, driven step by step: when each policy sends the next
+// prompt, how a prompt is split into effort subgroups, warm-up dropping and
+// option errors.
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "dispatch/fake_engine.h"
+#include "loom/dispatch/dispatcher.h"
+
+namespace loom::dispatch {
+namespace {
+
+// Efforts 25 and 100 with 2 samples each: groups of 4; room for 3 prompts.
+DispatchOptions Options(const std::string& policy) {
+  DispatchOptions o;
+  o.policy = policy;
+  o.max_inflight = 12;
+  o.batch_samples = 8;
+  o.max_staleness = 100;
+  o.efforts = {{25, 2}, {100, 2}};
+  o.datasets = {{"arith", 1.0, 0}};
+  o.seed = 3;
+  return o;
+}
+
+std::unique_ptr<Dispatcher> Make(const DispatchOptions& options) {
+  auto dispatcher = Dispatcher::Create(options);
+  EXPECT_TRUE(dispatcher.ok()) << dispatcher.status();
+  return std::move(*dispatcher);
+}
+
+// Sample ids of prompt p (admission order), in subgroup order.
+std::vector<uint64_t> SamplesOf(const FakeEngine& engine, size_t p) {
+  std::vector<uint64_t> ids;
+  for (const auto& subgroup : engine.admitted()[p].subgroups) {
+    for (const auto& ticket : subgroup.samples) ids.push_back(ticket.sample_id);
+  }
+  return ids;
+}
+
+FakeEngine Engine() {
+  return FakeEngine([](uint64_t) { return 1000; });
+}
+
+TEST(PolicyTest, SampleLevelDispatchesExactlyWhenFinishesReachGroupSize) {
+  auto engine = Engine();
+  auto d = Make(Options("sample"));
+  EXPECT_EQ(d->Refill(engine), 3);
+  EXPECT_EQ(d->inflight(), 12);
+  // Finishes from different prompts: the 4th one (= group size) frees a prompt.
+  const std::vector<uint64_t> order = {SamplesOf(engine, 0)[0], SamplesOf(engine, 1)[3],
+                                       SamplesOf(engine, 2)[1], SamplesOf(engine, 0)[2],
+                                       SamplesOf(engine, 1)[0], SamplesOf(engine, 2)[2],
+                                       SamplesOf(engine, 2)[3], SamplesOf(engine, 1)[1]};
+  for (size_t i = 0; i < order.size(); ++i) {
+    EXPECT_EQ(d->OnSampleFinished(order[i]), Disposition::kKeep);
+    EXPECT_EQ(d->Refill(engine), (i % 4 == 3) ? 1 : 0) << "after finish " << i + 1;
+  }
+  EXPECT_EQ(d->inflight(), 12);  // held constant
+}
+
+TEST(PolicyTest, PromptLevelWaitsForAWholeGroup) {
+  auto engine = Engine();
+  auto d = Make(Options("prompt"));
+  d->Refill(engine);
+  for (size_t p = 0; p < 3; ++p) d->OnSampleFinished(SamplesOf(engine, p)[0]);
+  d->OnSampleFinished(SamplesOf(engine, 1)[1]);
+  EXPECT_EQ(d->Refill(engine), 0);  // 4 finished, but no group complete
+  d->OnSampleFinished(SamplesOf(engine, 0)[1]);
+  d->OnSampleFinished(SamplesOf(engine, 0)[2]);
+  EXPECT_EQ(d->Refill(engine), 0);
+  d->OnSampleFinished(SamplesOf(engine, 0)[3]);
+  EXPECT_EQ(d->Refill(engine), 1);
+  EXPECT_EQ(d->inflight(), 12 - 7 + 4);  // finished slots of partial groups stay idle
+}
+
+TEST(PolicyTest, BatchLevelRefillsAfterBatchSamplesFinish) {
+  auto engine = Engine();
+  auto d = Make(Options("batch"));
+  d->Refill(engine);
+  std::vector<uint64_t> all;
+  for (size_t p = 0; p < 3; ++p) {
+    for (uint64_t id : SamplesOf(engine, p)) all.push_back(id);
+  }
+  for (int i = 0; i < 7; ++i) {
+    d->OnSampleFinished(all[i]);
+    EXPECT_EQ(d->Refill(engine), 0);
+  }
+  d->OnSampleFinished(all[7]);
+  EXPECT_EQ(d->Refill(engine), 2);
+}
+
+TEST(PolicyTest, SyncGeneratesOneBatchAndTrainsOnlyWhenIdle) {
+  auto engine = Engine();
+  auto d = Make(Options("sync"));
+  EXPECT_EQ(d->Refill(engine), 2);  // batch_samples 8 = 2 groups
+  auto ids0 = SamplesOf(engine, 0), ids1 = SamplesOf(engine, 1);
+  for (uint64_t id : ids0) d->OnSampleFinished(id);
+  for (int i = 0; i < 3; ++i) d->OnSampleFinished(ids1[i]);
+  EXPECT_FALSE(d->TakeBatch(0).has_value());  // one sample still generating
+  EXPECT_EQ(d->Refill(engine), 0);
+  d->OnSampleFinished(ids1[3]);
+  EXPECT_EQ(d->Refill(engine), 0);  // finished but not trained on yet
+  auto batch = d->TakeBatch(0);
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_EQ(batch->size(), 4u);  // 2 prompts x 2 efforts
+  engine.BumpVersion();
+  EXPECT_EQ(d->Refill(engine), 2);
+  EXPECT_EQ(engine.admitted().back().version, 1);
+}
+
+TEST(PolicyTest, EachPromptGoesOutAsOneSubgroupPerEffort) {
+  auto engine = Engine();
+  auto options = Options("sample");
+  options.efforts = {{25, 1}, {50, 2}, {100, 3}};
+  auto d = Make(options);
+  EXPECT_EQ(d->Refill(engine), 2);
+  std::set<uint64_t> ids, seeds;
+  for (size_t p = 0; p < 2; ++p) {
+    const PromptGroup& group = engine.admitted()[p];
+    EXPECT_EQ(group.problem_index, p);
+    ASSERT_EQ(group.subgroups.size(), 3u);
+    for (size_t s = 0; s < 3; ++s) {
+      EXPECT_EQ(group.subgroups[s].effort, options.efforts[s].effort);
+      EXPECT_EQ(group.subgroups[s].samples.size(), static_cast<size_t>(options.efforts[s].samples));
+      for (const auto& t : group.subgroups[s].samples) {
+        EXPECT_EQ(t.effort, group.subgroups[s].effort);
+        EXPECT_EQ(t.subgroup_id, group.subgroups[s].id);
+        ids.insert(t.sample_id);
+        seeds.insert(t.seed);
+      }
+    }
+  }
+  EXPECT_EQ(ids.size(), 12u);
+  EXPECT_EQ(seeds.size(), 12u);
+}
+
+TEST(PolicyTest, SubgroupIsReadyWhenAllItsSamplesFinished) {
+  auto engine = Engine();
+  auto options = Options("sample");
+  options.batch_samples = 2;
+  auto d = Make(options);
+  d->Refill(engine);
+  auto ids = SamplesOf(engine, 0);  // subgroups: {ids[0], ids[1]} effort 25, {ids[2], ids[3]}
+  d->OnSampleFinished(ids[0]);
+  d->OnSampleFinished(ids[2]);
+  EXPECT_EQ(d->ready_samples(), 0);
+  EXPECT_FALSE(d->TakeBatch(0).has_value());
+  d->OnSampleFinished(ids[3]);
+  auto batch = d->TakeBatch(0);
+  ASSERT_TRUE(batch.has_value());
+  ASSERT_EQ(batch->size(), 1u);
+  EXPECT_EQ((*batch)[0].effort, 100);
+  EXPECT_EQ((*batch)[0].sample_ids, (std::vector<uint64_t>{ids[2], ids[3]}));
+  EXPECT_EQ((*batch)[0].prompt_id, engine.admitted()[0].prompt_id);
+}
+
+TEST(PolicyTest, WarmupDropsTheGroupsOfTheFirstFinishes) {
+  auto engine = Engine();
+  auto options = Options("sample");
+  options.warmup_drop_samples = 2;
+  options.batch_samples = 2;
+  auto d = Make(options);
+  d->Refill(engine);
+  auto p0 = SamplesOf(engine, 0), p1 = SamplesOf(engine, 1), p2 = SamplesOf(engine, 2);
+  EXPECT_EQ(d->OnSampleFinished(p0[0]), Disposition::kDrop);  // finish 1: prompt 0 dropped
+  EXPECT_EQ(d->OnSampleFinished(p0[1]), Disposition::kDrop);  // finish 2: same prompt
+  EXPECT_EQ(d->OnSampleFinished(p1[0]), Disposition::kKeep);  // warm-up over
+  EXPECT_EQ(d->OnSampleFinished(p0[2]), Disposition::kDrop);  // prompt 0 stays dropped
+  EXPECT_EQ(d->OnSampleFinished(p0[3]), Disposition::kDrop);
+  EXPECT_FALSE(d->TakeBatch(0).has_value());  // prompt 0's subgroups never become ready
+  d->OnSampleFinished(p1[1]);
+  auto batch = d->TakeBatch(0);
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_EQ((*batch)[0].prompt_id, engine.admitted()[1].prompt_id);
+  EXPECT_EQ(d->TakeStats().samples_dropped, 4);
+  (void)p2;
+}
+
+TEST(PolicyTest, ImpossibleOptionsAreClearErrors) {
+  auto options = Options("sample");
+  options.max_inflight = 3;
+  EXPECT_NE(Dispatcher::Create(options).status().message().find("exceeds async.max_inflight"),
+            std::string::npos);
+  options = Options("sample");
+  options.datasets[0].max_inflight = 2;
+  EXPECT_NE(Dispatcher::Create(options).status().message().find("could never be dispatched"),
+            std::string::npos);
+  options = Options("sample");
+  options.datasets[0].weight = 0;
+  EXPECT_NE(Dispatcher::Create(options).status().message().find("weight > 0"), std::string::npos);
+  options = Options("sync");
+  options.batch_samples = 13;
+  EXPECT_NE(Dispatcher::Create(options).status().message().find("sync"), std::string::npos);
+  EXPECT_FALSE(Dispatcher::Create(Options("eager")).ok());
+}
+
+TEST(PolicyTest, OptionsFromConfig) {
+  config::AsyncSection async;
+  async.dispatch = "prompt";
+  async.max_inflight = 40;
+  config::EffortSection effort;
+  effort.levels = {25, 50, 100};
+  effort.samples_per_level = {4};
+  config::TasksSection tasks;
+  tasks.datasets.resize(2);
+  tasks.datasets[0].name = "a";
+  tasks.datasets[1].name = "b";
+  tasks.datasets[1].max_inflight = 24;
+  auto options = DispatchOptions::FromConfig(async, effort, tasks, 9);
+  EXPECT_EQ(options.policy, "prompt");
+  ASSERT_EQ(options.efforts.size(), 3u);
+  EXPECT_EQ(options.efforts[2].effort, 100);
+  EXPECT_EQ(options.efforts[2].samples, 4);
+  EXPECT_EQ(options.datasets[1].max_inflight, 24);
+  auto d = Make(options);
+  EXPECT_EQ(d->group_size(), 12);
+}
+
+}  // namespace
+}  // namespace loom::dispatch

@@ -1,0 +1,145 @@
+// Datasets: deterministic access, disjoint train / held-out splits, JSONL
+// epochs, and config errors.
+
+#include "loom/tasks/dataset.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "testing/temp_dir.h"
+
+namespace loom::tasks {
+namespace {
+
+using loom::testing::TempDir;
+
+config::DatasetSection Spec(const std::string& kind) {
+  config::DatasetSection spec;
+  spec.name = kind + "_set";
+  spec.kind = kind;
+  spec.min_difficulty = 1;
+  spec.max_difficulty = 2;
+  spec.eval_size = 20;
+  spec.eval_fraction = 0.2;
+  return spec;
+}
+
+std::unique_ptr<Dataset> Load(const config::DatasetSection& spec, uint64_t seed = 1) {
+  auto dataset = LoadDataset(spec, seed);
+  EXPECT_TRUE(dataset.ok()) << dataset.status();
+  return dataset.ok() ? std::move(*dataset) : nullptr;
+}
+
+TEST(DatasetTest, GeneratedIsAPureFunctionOfSeedAndIndex) {
+  auto a = Load(Spec("arithmetic"), 5), b = Load(Spec("arithmetic"), 5);
+  auto c = Load(Spec("arithmetic"), 6);
+  EXPECT_EQ(a->Train(17).messages, b->Train(17).messages);
+  EXPECT_EQ(a->Train(17).id, "arithmetic_set/train/17");
+  int differing = 0;
+  for (uint64_t i = 0; i < 20; ++i) differing += a->Train(i).messages != c->Train(i).messages;
+  EXPECT_GT(differing, 10);
+}
+
+TEST(DatasetTest, HeldOutPromptsNeverAppearInTraining) {
+  for (const char* kind : {"arithmetic", "sort", "reverse"}) {
+    auto dataset = Load(Spec(kind));
+    ASSERT_EQ(dataset->Eval().size(), 20u) << kind;
+    std::set<std::string> held_out;
+    for (const auto& p : dataset->Eval()) {
+      EXPECT_TRUE(IsHeldOut(p.messages, 0.2));
+      held_out.insert(p.messages.dump());
+    }
+    for (uint64_t i = 0; i < 2000; ++i) {
+      ASSERT_FALSE(held_out.count(dataset->Train(i).messages.dump())) << kind << " " << i;
+    }
+  }
+}
+
+TEST(DatasetTest, DifficultyStaysInRange) {
+  auto spec = Spec("sort");
+  spec.min_difficulty = 2;
+  spec.max_difficulty = 3;
+  auto dataset = Load(spec);
+  std::set<int> seen;
+  for (uint64_t i = 0; i < 100; ++i) seen.insert(dataset->Train(i).difficulty);
+  EXPECT_EQ(seen, (std::set<int>{2, 3}));
+}
+
+TEST(DatasetTest, SystemPromptIsPrepended) {
+  auto spec = Spec("reverse");
+  spec.system_prompt = "Think step by step.";
+  auto dataset = Load(spec);
+  const Problem p = dataset->Train(0);
+  ASSERT_EQ(p.messages.size(), 2u);
+  EXPECT_EQ(p.messages[0]["role"], "system");
+  EXPECT_EQ(p.messages[0]["content"], "Think step by step.");
+}
+
+TEST(DatasetTest, TinyProblemSpaceWithoutHeldOutProblemsIsAClearError) {
+  auto spec = Spec("arithmetic");  // 1-digit sums: 200 distinct prompts
+  spec.max_difficulty = 1;
+  spec.eval_fraction = 1e-6;
+  auto dataset = LoadDataset(spec, 1);
+  ASSERT_FALSE(dataset.ok());
+  EXPECT_NE(dataset.status().message().find("dataset 'arithmetic_set': no eval problem"),
+            std::string::npos)
+      << dataset.status();
+}
+
+TEST(DatasetTest, NoEvalFractionMeansNoEvalSet) {
+  auto spec = Spec("arithmetic");
+  spec.eval_fraction = 0;
+  EXPECT_TRUE(Load(spec)->Eval().empty());
+}
+
+std::string Line(int i) {
+  return R"({"messages":[{"role":"user","content":"q)" + std::to_string(i) + R"("}],"answer":")" +
+         std::to_string(i) + "\"}\n";
+}
+
+TEST(DatasetTest, JsonlEpochsVisitEveryTrainingLineOnceInAShuffledOrder) {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 50; ++i) text += Line(i);
+  auto spec = Spec("jsonl");
+  spec.path = dir.Write("d.jsonl", text);
+  spec.eval_size = 0;
+  auto dataset = Load(spec);
+  const size_t train_lines = 50 - dataset->Eval().size();
+  std::multiset<std::string> epoch0, epoch1;
+  std::vector<std::string> order0, order1;
+  for (uint64_t i = 0; i < train_lines; ++i) {
+    order0.push_back(dataset->Train(i).answer);
+    order1.push_back(dataset->Train(i + train_lines).answer);
+  }
+  epoch0.insert(order0.begin(), order0.end());
+  epoch1.insert(order1.begin(), order1.end());
+  EXPECT_EQ(std::set<std::string>(order0.begin(), order0.end()).size(), train_lines);
+  EXPECT_EQ(epoch0, epoch1);
+  EXPECT_NE(order0, order1);
+  for (const auto& p : dataset->Eval()) EXPECT_FALSE(epoch0.count(p.answer));
+}
+
+TEST(DatasetTest, JsonlSeparateEvalFile) {
+  TempDir dir;
+  auto spec = Spec("jsonl");
+  spec.path = dir.Write("train.jsonl", Line(1) + Line(2));
+  spec.eval_path = dir.Write("eval.jsonl", Line(3));
+  auto dataset = Load(spec);
+  ASSERT_EQ(dataset->Eval().size(), 1u);
+  EXPECT_EQ(dataset->Eval()[0].answer, "3");
+  EXPECT_EQ(dataset->Eval()[0].id, "jsonl_set/eval/0");
+}
+
+TEST(DatasetTest, JsonlErrorsPropagateWithFileAndLine) {
+  TempDir dir;
+  auto spec = Spec("jsonl");
+  spec.path = dir.Write("bad.jsonl", Line(1) + "{oops\n");
+  auto dataset = LoadDataset(spec, 1);
+  ASSERT_FALSE(dataset.ok());
+  EXPECT_EQ(dataset.status().message(), spec.path + ":2: not valid JSON");
+}
+
+}  // namespace
+}  // namespace loom::tasks
