@@ -27,6 +27,8 @@ class BatchLevelPolicy : public DispatchPolicy {
     finished_ = 0;
     return view.batch_samples;
   }
+  int64_t State() const override { return finished_; }
+  void SetState(int64_t state) override { finished_ = state; }
 
  private:
   int64_t finished_ = 0;  // since the last refill

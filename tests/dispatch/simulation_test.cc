@@ -138,5 +138,75 @@ TEST(SimulationTest, TrainingWaitsForAStragglerRatherThanLetItGoStale) {
   EXPECT_EQ(engine.PolicyVersion(), 1);
 }
 
+// Runs `engine` and `d` for `steps` engine steps; returns a trace of what
+// was admitted and trained.
+std::vector<uint64_t> Drive(FakeEngine& engine, Dispatcher& d, int steps) {
+  std::vector<uint64_t> trace;
+  for (int step = 0; step < steps; ++step) {
+    d.Refill(engine);
+    for (uint64_t id : engine.Step()) d.OnSampleFinished(id);
+    while (auto batch = d.TakeBatch(engine.PolicyVersion())) {
+      for (const auto& subgroup : *batch) trace.push_back(subgroup.subgroup_id);
+      engine.BumpVersion();
+    }
+  }
+  for (const auto& group : engine.admitted())
+    trace.push_back(group.prompt_id * 1000 + group.dataset);
+  return trace;
+}
+
+TEST(SimulationTest, ExportedStateContinuesExactly) {
+  for (const char* policy : {"sample", "batch"}) {
+    auto options = Options(policy, 2);
+    options.warmup_drop_samples = 5;
+    FakeEngine engine(HeavyTailLength);
+    auto original = *Dispatcher::Create(options);
+    Drive(engine, *original, 150);
+    // Checkpoint mid-run (samples in flight, subgroups ready), then continue
+    // both the original and a restored copy on identical engines.
+    FakeEngine engine_copy = engine;
+    auto restored = *Dispatcher::Create(options);
+    const nlohmann::json state = original->ExportState();
+    ASSERT_TRUE(restored->ImportState(nlohmann::json::parse(state.dump())).ok());
+    EXPECT_EQ(restored->ExportState(), state);
+    EXPECT_EQ(Drive(engine, *original, 400), Drive(engine_copy, *restored, 400)) << policy;
+  }
+}
+
+TEST(SimulationTest, MalformedStateIsRejectedAndChangesNothing) {
+  auto options = Options("sample", 2);
+  FakeEngine engine(HeavyTailLength);
+  auto d = *Dispatcher::Create(options);
+  Drive(engine, *d, 20);
+  const nlohmann::json before = d->ExportState();
+  nlohmann::json broken = before;
+  broken["samples"][0][1] = 999999;  // unknown prompt
+  EXPECT_TRUE(absl::IsDataLoss(d->ImportState(broken)));
+  EXPECT_TRUE(absl::IsDataLoss(d->ImportState(nlohmann::json{{"policy", "sample"}})));
+  EXPECT_TRUE(absl::IsDataLoss(d->ImportState(nlohmann::json::array())));
+  broken = before;
+  broken["policy"] = "sync";
+  EXPECT_TRUE(absl::IsDataLoss(d->ImportState(broken)));
+  EXPECT_EQ(d->ExportState(), before);
+}
+
+TEST(SimulationTest, QuotasCanChangeWhileRunning) {
+  auto options = Options("sample", 1000);
+  FakeEngine engine([](uint64_t) { return 3; });
+  auto d = *Dispatcher::Create(options);
+  Drive(engine, *d, 50);
+  std::vector<DatasetQuota> quotas = options.datasets;
+  quotas[0].weight = 0;  // stop sampling "short"
+  ASSERT_TRUE(d->SetQuotas(quotas).ok());
+  const size_t before = engine.admitted().size();
+  Drive(engine, *d, 50);
+  for (size_t i = before; i < engine.admitted().size(); ++i) {
+    EXPECT_EQ(engine.admitted()[i].dataset, 1);
+  }
+  quotas[1].weight = 0;
+  EXPECT_FALSE(d->SetQuotas(quotas).ok());  // no dataset left
+  EXPECT_FALSE(d->SetQuotas({quotas[0]}).ok());
+}
+
 }  // namespace
 }  // namespace loom::dispatch

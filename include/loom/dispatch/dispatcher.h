@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
 
@@ -80,6 +81,19 @@ class Dispatcher {
 
   // Concurrency statistics since the last call.
   DispatchStats TakeStats();
+
+  // Replaces the dataset weights and caps (a live reconfiguration); the
+  // datasets themselves (count and order) must stay the same. Samples in
+  // flight are unaffected; new dispatches follow the new quotas.
+  absl::Status SetQuotas(const std::vector<DatasetQuota>& quotas);
+
+  // Everything needed to continue exactly where this dispatcher is (cursors,
+  // in-flight and ready bookkeeping, budget, random state), for checkpoints.
+  nlohmann::json ExportState() const;
+
+  // Restores ExportState() output into a dispatcher created with the same
+  // options. DATA_LOSS for a malformed or mismatched state (nothing changed).
+  absl::Status ImportState(const nlohmann::json& state);
 
  private:
   struct InflightSample {

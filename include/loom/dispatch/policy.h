@@ -53,6 +53,10 @@ class DispatchPolicy {
 
   // True when training may only happen with nothing in flight.
   virtual bool TrainsOnlyWhenIdle() const { return false; }
+
+  // The policy's own counter, for checkpoints (0 for stateless policies).
+  virtual int64_t State() const { return 0; }
+  virtual void SetState(int64_t state) { (void)state; }
 };
 
 // "sample" | "prompt" | "batch" | "sync"; anything else is INVALID_ARGUMENT.
