@@ -38,6 +38,14 @@ absl::Status ReadString(const OrderedJson& m, size_t i, const char* key, std::st
   return absl::OkStatus();
 }
 
+// Python truthiness of a JSON value.
+bool IsTruthy(const OrderedJson& v) {
+  if (v.is_null()) return false;
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number()) return v.get<double>() != 0.0;
+  return !v.empty() && !(v.is_string() && v.get<std::string>().empty());
+}
+
 absl::StatusOr<ToolCall> ParseToolCall(const OrderedJson& call, size_t i, size_t k) {
   const std::string field = absl::StrCat("tool_calls[", k, "]");
   if (!call.is_object()) return Invalid(i, field, "must be an object");
@@ -97,7 +105,8 @@ absl::Status ParseOptionalFields(const OrderedJson& m, size_t i, Message* out) {
     }
     if (!tools.empty()) out->tools = tools;
   }
-  if (m.contains("response_format") && !m["response_format"].is_null()) {
+  // Like the reference's `if response_format:`, an empty value renders nothing.
+  if (m.contains("response_format") && IsTruthy(m["response_format"])) {
     out->response_format = m["response_format"];
   }
   if (m.contains("wo_eos") && !m["wo_eos"].is_null()) {

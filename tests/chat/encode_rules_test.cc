@@ -120,6 +120,12 @@ TEST(EncodeRulesTest, ResponseFormatBlockUsesPromptJson) {
                 U + "Q" + A + TO);
 }
 
+TEST(EncodeRulesTest, EmptyResponseFormatRendersNothing) {
+  EXPECT_EQ(Prompt(R"([{"role":"system","content":"S","response_format":{}},
+                       {"role":"user","content":"Q"}])"),
+            B + "S" + U + "Q" + A + TO);
+}
+
 TEST(EncodeRulesTest, DeveloperRendersAsUserWithItsTools) {
   const std::string prompt = Prompt(R"([{"role":"developer","content":"Dev",
       "tools":[{"type":"function","function":{"name":"f","description":"天气","parameters":{"z":1,"a":2}}}]}])");
