@@ -1,8 +1,10 @@
 #include "loom/tasks/dataset.h"
 
 #include <algorithm>
+#include <mutex>
 #include <numeric>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "loom/tasks/generator.h"
 #include "loom/tasks/jsonl.h"
@@ -87,19 +89,28 @@ class JsonlDataset : public Dataset {
   }
 
  private:
-  // Position `i` of epoch `epoch`'s shuffle (Fisher-Yates from a per-epoch seed).
+  // Position `i` of epoch `epoch`'s shuffle (Fisher-Yates from a per-epoch
+  // seed). The last epoch's order is cached: cursors move through one epoch
+  // at a time.
   uint64_t Permuted(uint64_t epoch, uint64_t i) const {
-    std::vector<uint64_t> order(train_.size());
-    std::iota(order.begin(), order.end(), 0);
-    Rng rng(Mix64(seed_ + epoch));
-    for (size_t k = order.size(); k > 1; --k) {
-      std::swap(order[k - 1], order[rng.Uniform(0, static_cast<int64_t>(k) - 1)]);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (order_.empty() || order_epoch_ != epoch) {
+      order_.resize(train_.size());
+      std::iota(order_.begin(), order_.end(), 0);
+      Rng rng(Mix64(seed_ + epoch));
+      for (size_t k = order_.size(); k > 1; --k) {
+        std::swap(order_[k - 1], order_[rng.Uniform(0, static_cast<int64_t>(k) - 1)]);
+      }
+      order_epoch_ = epoch;
     }
-    return order[i];
+    return order_[i];
   }
 
   std::vector<Problem> train_;
   uint64_t seed_;
+  mutable std::mutex mu_;
+  mutable std::vector<uint64_t> order_ ABSL_GUARDED_BY(mu_);
+  mutable uint64_t order_epoch_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 absl::StatusOr<std::unique_ptr<Dataset>> LoadJsonl(const config::DatasetSection& spec,

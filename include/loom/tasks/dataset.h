@@ -12,7 +12,7 @@
 //    seeded shuffle every epoch. The eval set is `eval_path` if given, else
 //    the lines whose prompt hashes into the held-out share.
 //
-// Immutable after Load; thread-safe.
+// Immutable after Load (but for a cache of the current epoch's order); thread-safe.
 
 #include <cstdint>
 #include <memory>

@@ -1,0 +1,116 @@
+// The tasks / effort / grpo / async config sections: defaults, and every
+// malformed form reported with its key path and location.
+
+#include <gtest/gtest.h>
+
+#include "loom/config/async_section.h"
+#include "loom/config/binder.h"
+#include "loom/config/grpo_section.h"
+#include "loom/config/tasks_section.h"
+#include "loom/config/tree.h"
+
+namespace loom::config {
+namespace {
+
+struct Sections {
+  TasksSection tasks;
+  EffortSection effort;
+  GrpoSection grpo;
+  AsyncSection async;
+  template <class V>
+  void Visit(V& v) {
+    v.Section("tasks", tasks, Doc(""));
+    v.Section("effort", effort, Doc(""));
+    v.Section("grpo", grpo, Doc(""));
+    v.Section("async", async, Doc(""));
+  }
+};
+
+std::string Errors(const std::string& yaml, Sections* out = nullptr) {
+  std::vector<ConfigError> errors;
+  ConfigTree tree = ConfigTree::FromString(yaml, "t.yaml", errors);
+  Sections sections;
+  for (auto& e : Bind(tree, sections)) errors.push_back(std::move(e));
+  if (out) *out = sections;
+  std::string text;
+  for (const auto& e : errors) text += e.ToString() + "\n";
+  return text;
+}
+
+TEST(SectionsTest, GoodConfigBinds) {
+  Sections s;
+  EXPECT_EQ(Errors("tasks:\n"
+                   "  datasets:\n"
+                   "    - {name: a, kind: sort, max_inflight: 16, weight: 2}\n"
+                   "    - {name: b, kind: jsonl, path: b.jsonl}\n"
+                   "effort: {levels: [25, 50, 100], samples_per_level: [2, 2, 4]}\n"
+                   "grpo: {clip_high: 0.28, length_reward: {k0: 0.5}}\n"
+                   "async: {dispatch: prompt, max_staleness: 0}\n",
+                   &s),
+            "");
+  EXPECT_EQ(s.tasks.datasets.size(), 2u);
+  EXPECT_EQ(s.tasks.datasets[0].max_inflight, 16);
+  EXPECT_EQ(s.effort.GroupSize(), 8);
+  EXPECT_EQ(s.effort.SamplesAt(2), 4);
+  EXPECT_DOUBLE_EQ(s.grpo.length_reward.k0, 0.5);
+  EXPECT_EQ(s.async.dispatch, "prompt");
+}
+
+TEST(SectionsTest, DefaultsNeedNoKeys) {
+  Sections s;
+  EXPECT_EQ(Errors("{}\n", &s), "");
+  EXPECT_EQ(s.async.dispatch, "sample");
+  EXPECT_EQ(s.effort.GroupSize(), 8);
+}
+
+TEST(SectionsTest, DatasetErrorsNameTheEntry) {
+  const std::string errors = Errors(
+      "tasks:\n"
+      "  datasets:\n"
+      "    - {name: a, kind: chess}\n"
+      "    - {name: a, min_difficulty: 4, max_difficulty: 2}\n"
+      "    - {name: c, kind: jsonl}\n"
+      "    - {kind: sort, eval_fraction: 0.9}\n");
+  EXPECT_NE(errors.find("tasks.datasets[0].kind"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("tasks.datasets[1].min_difficulty: must be <= max_difficulty (2)"),
+            std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("tasks.datasets[2].path: is required for kind jsonl"), std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("tasks.datasets[3].name"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("tasks.datasets[3].eval_fraction"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("t.yaml:"), std::string::npos) << errors;
+}
+
+TEST(SectionsTest, DuplicateDatasetNames) {
+  const std::string errors =
+      Errors("tasks:\n  datasets:\n    - {name: a}\n    - {name: a, kind: sort}\n");
+  EXPECT_NE(errors.find("tasks.datasets[1].name: duplicate dataset name 'a'"), std::string::npos)
+      << errors;
+}
+
+TEST(SectionsTest, EffortErrors) {
+  EXPECT_NE(Errors("effort: {levels: []}\n").find("effort.levels: needs at least one effort"),
+            std::string::npos);
+  EXPECT_NE(Errors("effort: {levels: [0, 50]}\n").find("effort 0 is outside 1..100"),
+            std::string::npos);
+  EXPECT_NE(Errors("effort: {levels: [50, 50]}\n").find("duplicate effort 50"), std::string::npos);
+  EXPECT_NE(Errors("effort: {levels: [25, 50, 75], samples_per_level: [1, 2]}\n")
+                .find("effort.samples_per_level: needs 1 or 3 entries"),
+            std::string::npos);
+  EXPECT_NE(Errors("effort: {samples_per_level: [0]}\n").find("every entry must be >= 1"),
+            std::string::npos);
+}
+
+TEST(SectionsTest, GrpoAndAsyncRanges) {
+  EXPECT_NE(Errors("grpo: {clip_low: 1.5}\n").find("grpo.clip_low"), std::string::npos);
+  EXPECT_NE(Errors("grpo: {length_reward: {l_norm: 0}}\n").find("grpo.length_reward.l_norm"),
+            std::string::npos);
+  EXPECT_NE(Errors("async: {dispatch: eager}\n").find("async.dispatch"), std::string::npos);
+  EXPECT_NE(Errors("async: {mask_lag: -2}\n").find("async.mask_lag"), std::string::npos);
+  EXPECT_NE(Errors("async: {max_inflight: 0}\n").find("async.max_inflight"), std::string::npos);
+  EXPECT_NE(Errors("async: {max_inflght: 8}\n").find("async.max_inflght"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::config
