@@ -26,7 +26,8 @@ struct AsyncSection {
                 .OneOf({"sample", "prompt", "batch", "sync"}));
     v.Field("max_inflight", max_inflight,
             Doc("Samples generated concurrently (the engine's working set). More hides long tails "
-                "better but costs KV memory and staleness.")
+                "better but costs KV memory and staleness; dispatch also pauses while in-flight "
+                "plus unconsumed samples reach (max_staleness + 1) * batch_samples.")
                 .Unit("samples")
                 .Min(1));
     v.Field("batch_samples", batch_samples,
