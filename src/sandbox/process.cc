@@ -104,26 +104,32 @@ class Pump {
     pipes.in[1] = pipes.out[0] = pipes.err[0] = -1;
     for (int fd : {in_, out_, err_}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     if (spec_.stdin_text.empty()) CloseFd(in_);
+    // Readable when the child exits, so poll wakes at once (Linux >= 5.3).
+    pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
   }
+  ~Pump() { CloseFd(pidfd_); }
 
   ProcessResult Run() {
     const Clock::time_point start = Clock::now();
     const Clock::time_point deadline =
         start + std::chrono::milliseconds(static_cast<int64_t>(spec_.timeout_s * 1000));
     Clock::time_point drain_until = Clock::time_point::max();
-    while (out_ >= 0 || err_ >= 0) {
+    // Until the child has exited and its output is drained (or the grace
+    // period after its exit or kill has passed).
+    while (true) {
       const Clock::time_point now = Clock::now();
-      if (now >= drain_until) break;
-      if (!timed_out_ && now >= deadline) {
-        timed_out_ = true;
-        killpg(pid_, SIGKILL);
-        drain_until = now + kDrainGrace;
-      }
       if (!exited_ && Reap(false)) {
         killpg(pid_, SIGKILL);  // leftovers of an exited command
         drain_until = std::min(drain_until, now + kDrainGrace);
       }
-      PollOnce(std::min({deadline, drain_until, now + std::chrono::milliseconds(50)}) - now);
+      if ((exited_ && out_ < 0 && err_ < 0) || now >= drain_until) break;
+      if (!timed_out_ && now >= deadline) {
+        timed_out_ = true;
+        killpg(pid_, SIGKILL);
+        drain_until = std::min(drain_until, now + kDrainGrace);
+      }
+      const Clock::time_point next_deadline = timed_out_ ? drain_until : deadline;
+      PollOnce(std::min({next_deadline, drain_until, now + std::chrono::milliseconds(20)}) - now);
     }
     CloseFd(in_);
     CloseFd(out_);
@@ -156,8 +162,9 @@ class Pump {
   }
 
   void PollOnce(Clock::duration wait) {
-    pollfd fds[3];
+    pollfd fds[4];
     int n = 0;
+    if (pidfd_ >= 0 && !exited_) fds[n++] = {pidfd_, POLLIN, 0};
     for (int fd : {out_, err_}) {
       if (fd >= 0) fds[n++] = {fd, POLLIN, 0};
     }
@@ -165,7 +172,7 @@ class Pump {
     int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(wait).count());
     if (poll(fds, n, ms < 1 ? 1 : ms) <= 0) return;
     for (int i = 0; i < n; ++i) {
-      if (fds[i].revents == 0) continue;
+      if (fds[i].revents == 0 || fds[i].fd == pidfd_) continue;
       if (fds[i].fd == in_) {
         WriteStdin();
       } else {
@@ -194,6 +201,7 @@ class Pump {
   const ProcessSpec& spec_;
   pid_t pid_;
   int in_, out_, err_;
+  int pidfd_ = -1;
   size_t written_ = 0;
   CappedBuffer out_buf_, err_buf_;
   bool timed_out_ = false;

@@ -51,6 +51,10 @@ grpc::Status SandboxService::Status(grpc::ServerContext* context, const v1::Stat
 
 grpc::Status SandboxService::Session(grpc::ServerContext* context, Stream* stream) {
   if (grpc::Status auth = CheckAuth(*context); !auth.ok()) return auth;
+  // Without a deadline a vanished client could hold a sandbox forever.
+  if (context->deadline() == std::chrono::system_clock::time_point::max()) {
+    return Invalid("a Session call needs a deadline");
+  }
   SlotLease lease(admission_);
   if (lease.slot() < 0) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include <spdlog/spdlog.h>
+
 #include "absl/strings/str_cat.h"
 #include "loom/sandbox/tools.h"
 #include "loom/sandbox/verify.h"
@@ -85,6 +87,8 @@ class Episode {
       result.set_error("not run: the answer was already submitted");
     } else {
       result = ExecuteTool(sandbox_, call, RemainingToolTime(false));
+      spdlog::info("task {} tool {} exit {} {}ms{}", task_.id(), call.name(), result.exit_code(),
+                   result.duration_ms(), result.timed_out() ? " timed-out" : "");
     }
     v1::Message tool;
     tool.set_role("tool");

@@ -51,6 +51,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   CleanLeftovers(base);
   SandboxConfig config = options.sandbox;
   config.root = absl::StrCat(base, "/w", getpid());
+  server->sandbox_dir_ = config.root;
   fs::create_directories(config.root, ec);
   fs::permissions(config.root, fs::perms::owner_all | fs::perms::group_exec |
                                    fs::perms::others_exec, ec);
@@ -73,9 +74,13 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
 
 WorkerServer::~WorkerServer() {
   Shutdown();
+  server_.reset();  // waits for the session handlers, which delete their sandboxes
+  RemoveSandboxDirectory();
+}
+
+void WorkerServer::RemoveSandboxDirectory() {
   std::error_code ec;
-  std::string base = options_.sandbox_root.empty() ? DefaultSandboxRoot() : options_.sandbox_root;
-  fs::remove_all(absl::StrCat(base, "/w", getpid()), ec);
+  if (!sandbox_dir_.empty()) fs::remove_all(sandbox_dir_, ec);
 }
 
 void WorkerServer::Wait() {

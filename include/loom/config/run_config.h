@@ -12,6 +12,7 @@
 #include "loom/config/grpo_section.h"
 #include "loom/config/model_section.h"
 #include "loom/config/run_section.h"
+#include "loom/config/sandbox_section.h"
 #include "loom/config/schema.h"
 #include "loom/config/tasks_section.h"
 
@@ -24,6 +25,7 @@ struct RunConfig {
   EffortSection effort;
   GrpoSection grpo;
   AsyncSection async;
+  SandboxSection sandbox;
 
   template <class V>
   void Visit(V& v) {
@@ -33,6 +35,8 @@ struct RunConfig {
     v.Section("effort", effort, Doc("Reasoning-effort levels and responses per level."));
     v.Section("grpo", grpo, Doc("The GRPO loss and the effort-conditioned length reward."));
     v.Section("async", async, Doc("Dispatch policy, concurrency and off-policy bounds."));
+    v.Section("sandbox", sandbox,
+              Doc("Sandbox workers for agent episodes: addresses or local workers, limits."));
   }
 };
 

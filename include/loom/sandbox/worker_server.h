@@ -43,7 +43,9 @@ class WorkerServer {
   int port() const { return port_; }
   const std::string& address() const { return address_; }
   void Wait();      // until Shutdown()
-  void Shutdown();  // stops accepting, cancels sessions, removes sandboxes
+  void Shutdown();  // stops accepting and cancels sessions (2 s grace)
+  // Deletes this worker's sandbox directory (for a fast exit after Shutdown).
+  void RemoveSandboxDirectory();
 
  private:
   WorkerServer() = default;
@@ -52,6 +54,7 @@ class WorkerServer {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;
+  std::string sandbox_dir_;  // <sandbox_root>/w<pid>
 };
 
 }  // namespace loom::sandbox

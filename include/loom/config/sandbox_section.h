@@ -1,0 +1,71 @@
+#pragma once
+// `sandbox:` — where agent episodes run: remote `loom worker`s (a list of
+// addresses or one dns:/// name), or N local workers the trainer starts on
+// 127.0.0.1 and stops on exit; plus auth, retries and scaffold limits.
+
+#include <string>
+#include <vector>
+
+#include "loom/config/schema.h"
+
+namespace loom::config {
+
+struct SandboxSection {
+  std::vector<std::string> workers;  // gRPC targets: host:port or dns:///name:port
+  int local = 0;                     // local workers to start; 0 = none
+  int local_max_sandboxes = 8;       // sandbox slots per local worker
+  std::string auth_token_file;       // "" = no auth
+  std::string tls_ca_file;           // "" = plaintext
+  int max_attempts = 5;              // placements tried per episode
+  double episode_timeout_s = 900;    // deadline of one whole episode session
+  int max_steps = 8;                 // assistant turns per episode
+  int max_time_s = 300;              // scaffold time limit per episode
+  int tool_timeout_s = 30;           // wall clock per tool call
+
+  template <class V>
+  void Visit(V& v) {
+    v.Field("workers", workers,
+            Doc("Sandbox worker addresses (host:port), or one dns:///name:port target whose "
+                "addresses are used round-robin (a Kubernetes headless service)."));
+    v.Field("local", local,
+            Doc("Start this many `loom worker` processes on 127.0.0.1 (stopped on exit) instead "
+                "of using `workers`.")
+                .Unit("workers")
+                .Range(0, 256));
+    v.Field("local_max_sandboxes", local_max_sandboxes,
+            Doc("Live sandboxes per local worker; more requests are refused and placed elsewhere.")
+                .Unit("sandboxes")
+                .Range(1, 4096));
+    v.Field("auth_token_file", auth_token_file,
+            Doc("File holding the bearer token workers require (also given to local workers)."));
+    v.Field("tls_ca_file", tls_ca_file,
+            Doc("PEM CA certificate: connect to workers with TLS. Empty: plaintext."));
+    v.Field("max_attempts", max_attempts,
+            Doc("Placements tried for one episode when workers refuse (at capacity) or are "
+                "unavailable, with exponential backoff between them.")
+                .Range(1, 100));
+    v.Field("episode_timeout_s", episode_timeout_s,
+            Doc("Deadline of one episode's session; past it the episode fails with a penalty.")
+                .Unit("s")
+                .Min(1));
+    v.Field("max_steps", max_steps,
+            Doc("Assistant turns per episode before it ends unsolved.").Unit("turns").Range(1, 1000));
+    v.Field("max_time_s", max_time_s,
+            Doc("Scaffold time limit per episode, tool calls included.").Unit("s").Min(1));
+    v.Field("tool_timeout_s", tool_timeout_s,
+            Doc("Wall-clock limit of one tool call; the sandbox's process tree is killed after it.")
+                .Unit("s")
+                .Min(1));
+  }
+
+  void Validate(ErrorSink& errors) const {
+    if (local > 0 && !workers.empty()) {
+      errors.Error("local", "use either `workers` or `local`, not both");
+    }
+    if (local > 0 && !tls_ca_file.empty()) {
+      errors.Error("tls_ca_file", "local workers serve plaintext on 127.0.0.1; drop tls_ca_file");
+    }
+  }
+};
+
+}  // namespace loom::config

@@ -1,0 +1,201 @@
+// Multi-turn episodes end to end: a scripted policy on the trainer side
+// answers the worker's generation requests with fixed assistant turns (as the
+// chat module parses DSV4 completions into), the worker runs the tools in a
+// real sandbox and verifies. Plus placement, retries and worker loss.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <nlohmann/json.hpp>
+
+#include "loom/rpc/worker_pool.h"
+#include "loom/sandbox/builtin_tasks.h"
+#include "worker_fixture.h"
+
+namespace loom {
+namespace {
+
+using testing_support::StartWorkers;
+
+v1::GenerateReply ToolTurn(const std::string& name, const nlohmann::json& args) {
+  v1::GenerateReply reply;
+  v1::Message* assistant = reply.mutable_assistant();
+  assistant->set_reasoning_content("I will use " + name + ".");
+  v1::ToolCall* call = assistant->add_tool_calls();
+  call->set_id("call_" + name);
+  call->set_name(name);
+  call->set_arguments_json(args.dump());
+  return reply;
+}
+
+// A policy that plays `turns` in order and records every request.
+struct ScriptedPolicy {
+  std::vector<v1::GenerateReply> turns;
+  std::vector<v1::GenerateRequest> requests;
+  absl::StatusOr<v1::GenerateReply> operator()(const v1::GenerateRequest& request) {
+    requests.push_back(request);
+    if (request.turn() >= static_cast<int>(turns.size())) return absl::InternalError("no turn");
+    return turns[request.turn()];
+  }
+  rpc::Policy AsPolicy() {
+    return [this](const v1::GenerateRequest& r) { return (*this)(r); };
+  }
+};
+
+rpc::PoolOptions Pool(const rpc::LocalWorkers& workers) {
+  rpc::PoolOptions options;
+  options.targets = workers.targets();
+  options.episode_timeout_s = 120;
+  return options;
+}
+
+TEST(EpisodeTest, ArithmeticWithThePythonTool) {
+  auto workers = StartWorkers(1, 2);
+  ASSERT_TRUE(workers);
+  rpc::WorkerPool pool(Pool(*workers));
+  v1::RunEpisode episode;
+  *episode.mutable_task() = sandbox::ArithmeticTask(7);
+  const std::string problem = episode.task().problem();
+  std::string a = problem.substr(8, problem.find(" *") - 8);
+  std::string b = problem.substr(problem.find("* ") + 2, problem.find('?') - problem.find("* ") - 2);
+  ScriptedPolicy policy;
+  policy.turns = {ToolTurn("python", {{"code", "print(" + a + " * " + b + ")"}})};
+  // The second turn submits whatever the tool printed.
+  rpc::Policy play = [&](const v1::GenerateRequest& r) -> absl::StatusOr<v1::GenerateReply> {
+    policy.requests.push_back(r);
+    if (r.turn() == 0) return policy.turns[0];
+    std::string printed = r.append(0).result().stdout();
+    return ToolTurn("submit", {{"answer", printed.substr(0, printed.size() - 1)}});
+  };
+  v1::Trajectory t = pool.RunEpisode(episode, play);
+  EXPECT_EQ(t.failure_reason(), "");
+  EXPECT_FALSE(t.penalty());
+  EXPECT_EQ(t.verdict().reward(), 1.0) << t.verdict().details();
+  EXPECT_EQ(t.steps(), 2);
+  // The first request carries the whole conversation: system (with tools) and the problem.
+  ASSERT_EQ(policy.requests[0].append_size(), 2);
+  EXPECT_EQ(policy.requests[0].append(0).role(), "system");
+  EXPECT_NE(policy.requests[0].append(0).tools_json().find("\"name\":\"python\""),
+            std::string::npos);
+  EXPECT_EQ(policy.requests[0].append(1).content(), problem);
+  // Later requests carry only the new tool results, in call order.
+  ASSERT_EQ(policy.requests[1].append_size(), 1);
+  EXPECT_EQ(policy.requests[1].append(0).role(), "tool");
+  EXPECT_EQ(policy.requests[1].append(0).tool_call_id(), "call_python");
+  // The trajectory records every message: system, user, assistant, tool, assistant, tool.
+  EXPECT_EQ(t.messages_size(), 6);
+}
+
+TEST(EpisodeTest, FixRepoRewardIsTheTestsPassing) {
+  auto workers = StartWorkers(1, 2);
+  ASSERT_TRUE(workers);
+  rpc::WorkerPool pool(Pool(*workers));
+  v1::RunEpisode episode;
+  *episode.mutable_task() = sandbox::FixRepoTask(3);
+  ScriptedPolicy unsolved;
+  unsolved.turns = {ToolTurn("bash", {{"command", "python3 -m unittest 2>&1 | tail -1"}}),
+                    ToolTurn("submit", {{"answer", "gave up"}})};
+  v1::Trajectory before = pool.RunEpisode(episode, unsolved.AsPolicy());
+  EXPECT_EQ(before.verdict().reward(), 0.0);
+  EXPECT_NE(unsolved.requests[1].append(0).content().find("FAILED"), std::string::npos);
+
+  ScriptedPolicy fixer;
+  fixer.turns = {
+      ToolTurn("write_file",
+               {{"path", "calc.py"},
+                {"content", "def clamp(value, low, high):\n    return max(low, min(value, high))\n"
+                            "\n\ndef scale(value, factor):\n    return value * factor\n"}}),
+      ToolTurn("submit", {{"answer", "clamp returned low above the range"}})};
+  v1::Trajectory after = pool.RunEpisode(episode, fixer.AsPolicy());
+  EXPECT_EQ(after.verdict().reward(), 1.0) << after.verdict().details();
+  EXPECT_EQ(after.answer(), "clamp returned low above the range");
+}
+
+TEST(EpisodeTest, UnparsableTurnBecomesAFormatErrorObservation) {
+  auto workers = StartWorkers(1, 1);
+  ASSERT_TRUE(workers);
+  rpc::WorkerPool pool(Pool(*workers));
+  v1::RunEpisode episode;
+  *episode.mutable_task() = sandbox::ArithmeticTask(1);
+  ScriptedPolicy policy;
+  v1::GenerateReply garbled;
+  garbled.set_parse_error("reasoning never closed with </think>");
+  v1::GenerateReply answer;
+  answer.mutable_assistant()->set_content("12");
+  policy.turns = {garbled, answer};
+  v1::Trajectory t = pool.RunEpisode(episode, policy.AsPolicy());
+  EXPECT_EQ(t.format_errors(), 1);
+  ASSERT_EQ(policy.requests[1].append_size(), 1);
+  EXPECT_EQ(policy.requests[1].append(0).role(), "user");
+  EXPECT_NE(policy.requests[1].append(0).content().find("Format error"), std::string::npos);
+  EXPECT_EQ(t.answer(), "12");  // a turn without tool calls is the final answer
+  EXPECT_EQ(t.verdict().reward(), 0.0);
+  EXPECT_FALSE(t.penalty());
+}
+
+TEST(EpisodeTest, StepLimitEndsTheEpisode) {
+  auto workers = StartWorkers(1, 1);
+  ASSERT_TRUE(workers);
+  rpc::WorkerPool pool(Pool(*workers));
+  v1::RunEpisode episode;
+  *episode.mutable_task() = sandbox::ArithmeticTask(2);
+  episode.mutable_options()->set_max_steps(3);
+  int turns = 0;
+  v1::Trajectory t = pool.RunEpisode(episode, [&](const v1::GenerateRequest&) {
+    ++turns;
+    return absl::StatusOr<v1::GenerateReply>(ToolTurn("bash", {{"command", "true"}}));
+  });
+  EXPECT_EQ(turns, 3);
+  EXPECT_EQ(t.failure_reason(), "step_limit");
+  EXPECT_FALSE(t.penalty());
+}
+
+TEST(EpisodeTest, WorkerKilledMidEpisodeFailsOnlyThatEpisode) {
+  auto workers = StartWorkers(1, 2);
+  ASSERT_TRUE(workers);
+  rpc::WorkerPool pool(Pool(*workers));
+  v1::RunEpisode episode;
+  *episode.mutable_task() = sandbox::ArithmeticTask(4);
+  v1::Trajectory t = pool.RunEpisode(episode, [&](const v1::GenerateRequest& r)
+                                                  -> absl::StatusOr<v1::GenerateReply> {
+    if (r.turn() == 1) workers->Kill(0);
+    return ToolTurn("bash", {{"command", "sleep 1"}});
+  });
+  EXPECT_TRUE(t.penalty());
+  EXPECT_EQ(t.failure_reason().rfind("worker_lost", 0), 0u) << t.failure_reason();
+  // The trainer side goes on: the next episode fails fast with a penalty, no hang.
+  v1::Trajectory next = pool.RunEpisode(episode, [](const v1::GenerateRequest&) {
+    return absl::StatusOr<v1::GenerateReply>(ToolTurn("submit", {{"answer", "1"}}));
+  });
+  EXPECT_TRUE(next.penalty());
+  EXPECT_EQ(next.failure_reason().rfind("no_sandbox", 0), 0u) << next.failure_reason();
+}
+
+TEST(EpisodeTest, PlacementSpreadsAndRetriesOnRefusal) {
+  auto workers = StartWorkers(2, 1);
+  ASSERT_TRUE(workers);
+  rpc::WorkerPool pool(Pool(*workers));
+  auto first = pool.OpenSession(v1::OpenSession());
+  auto second = pool.OpenSession(v1::OpenSession());
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NE((*first)->opened().worker(), (*second)->opened().worker());
+  auto third = pool.OpenSession(v1::OpenSession());  // both full: refused everywhere
+  EXPECT_TRUE(absl::IsResourceExhausted(third.status())) << third.status();
+  ASSERT_TRUE((*first)->Close().ok());
+  auto fourth = pool.OpenSession(v1::OpenSession());
+  ASSERT_TRUE(fourth.ok()) << fourth.status();
+  EXPECT_EQ((*fourth)->opened().worker(), (*first)->opened().worker());
+  // A dead worker is skipped for the live one.
+  (*second)->Close().IgnoreError();
+  (*fourth)->Close().IgnoreError();
+  workers->Kill(0);
+  for (int i = 0; i < 3; ++i) {
+    auto session = pool.OpenSession(v1::OpenSession());
+    ASSERT_TRUE(session.ok()) << session.status();
+    EXPECT_EQ((*session)->opened().worker(), workers->targets()[1]);
+  }
+}
+
+}  // namespace
+}  // namespace loom

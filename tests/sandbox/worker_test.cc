@@ -1,0 +1,208 @@
+// A real `loom worker` process on loopback: tool calls over gRPC, admission
+// control, load reports, auth, malformed requests, containment with the
+// worker still serving, and the `loom sandbox exec` CLI and its exit codes.
+
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "worker_fixture.h"
+
+namespace loom {
+namespace {
+
+using testing_support::BashCall;
+using testing_support::OpenOn;
+using testing_support::RunCommand;
+using testing_support::StartWorkers;
+
+std::string TokenFile(const std::string& token) {
+  std::string path = ::testing::TempDir() + "/loom_token_" + std::to_string(getpid());
+  std::ofstream(path) << token << "\n";
+  return path;
+}
+
+v1::StatusReply Status(const std::string& target, const std::string& token = "",
+                       grpc::Status* status_out = nullptr) {
+  auto stub = v1::SandboxWorker::NewStub(rpc::MakeChannel({target, token, ""}));
+  grpc::ClientContext context;
+  rpc::PrepareContext(context, token, testing_support::In(10));
+  v1::StatusReply reply;
+  grpc::Status status = stub->Status(&context, v1::StatusRequest(), &reply);
+  if (status_out != nullptr) *status_out = status;
+  return reply;
+}
+
+TEST(WorkerTest, RunsToolCallsInASession) {
+  auto workers = StartWorkers(1, 2);
+  ASSERT_TRUE(workers);
+  v1::Environment env;
+  (*env.mutable_files())["hello.txt"] = "hi there";
+  env.set_setup_command("echo setup > setup.txt");
+  auto session = OpenOn(workers->targets()[0], "", env);
+  ASSERT_TRUE(session.ok()) << session.status();
+  EXPECT_EQ((*session)->opened().setup().exit_code(), 0);
+  auto result = (*session)->Call(BashCall("cat hello.txt setup.txt; exit 7"));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->exit_code(), 7);
+  EXPECT_EQ(result->stdout(), "hi theresetup\n");
+  EXPECT_TRUE((*session)->Close().ok());
+}
+
+TEST(WorkerTest, RefusesOverCapacityAtOnceAndReportsLoad) {
+  auto workers = StartWorkers(1, 1);
+  ASSERT_TRUE(workers);
+  const std::string target = workers->targets()[0];
+  auto first = OpenOn(target);
+  ASSERT_TRUE(first.ok()) << first.status();
+  v1::StatusReply load = Status(target);
+  EXPECT_EQ(load.live_sandboxes(), 1);
+  EXPECT_EQ(load.capacity(), 1);
+  auto second = OpenOn(target);
+  EXPECT_TRUE(absl::IsResourceExhausted(second.status())) << second.status();
+  EXPECT_EQ(Status(target).refused(), 1);
+  ASSERT_TRUE((*first)->Close().ok());
+  auto third = OpenOn(target);
+  EXPECT_TRUE(third.ok()) << third.status();
+}
+
+TEST(WorkerTest, RequiresTheAuthToken) {
+  auto workers = StartWorkers(1, 2, TokenFile("s3cret"));
+  ASSERT_TRUE(workers);
+  const std::string target = workers->targets()[0];
+  EXPECT_TRUE(absl::IsUnauthenticated(OpenOn(target).status()));
+  EXPECT_TRUE(absl::IsUnauthenticated(OpenOn(target, "wrong").status()));
+  grpc::Status status;
+  Status(target, "", &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  auto session = OpenOn(target, "s3cret");
+  ASSERT_TRUE(session.ok()) << session.status();
+  EXPECT_EQ((*session)->Call(BashCall("echo ok"))->stdout(), "ok\n");
+}
+
+// Sends raw client messages and returns the stream's final status.
+grpc::Status SendRaw(const std::string& target, const std::vector<v1::ClientMessage>& messages,
+                     bool deadline = true) {
+  auto stub = v1::SandboxWorker::NewStub(rpc::MakeChannel({target, "", ""}));
+  grpc::ClientContext context;
+  if (deadline) context.set_deadline(testing_support::In(30));
+  auto stream = stub->Session(&context);
+  for (const auto& m : messages) stream->Write(m);
+  stream->WritesDone();
+  v1::WorkerMessage reply;
+  while (stream->Read(&reply)) {
+  }
+  return stream->Finish();
+}
+
+TEST(WorkerTest, MalformedRequestsGetInvalidArgument) {
+  auto workers = StartWorkers(1, 2);
+  ASSERT_TRUE(workers);
+  const std::string target = workers->targets()[0];
+  v1::ClientMessage call;
+  *call.mutable_tool_call() = BashCall("true");
+  EXPECT_EQ(SendRaw(target, {call}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ClientMessage bad_open;
+  (*bad_open.mutable_open()->mutable_environment()->mutable_files())["../x"] = "y";
+  EXPECT_EQ(SendRaw(target, {bad_open}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ClientMessage open;
+  open.mutable_open();
+  EXPECT_EQ(SendRaw(target, {open, open}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ClientMessage stray;
+  stray.mutable_generated()->set_turn(0);
+  EXPECT_EQ(SendRaw(target, {open, stray}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ClientMessage episode;
+  episode.mutable_run_episode()->mutable_task()->set_problem("no verification");
+  EXPECT_EQ(SendRaw(target, {open, episode}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(SendRaw(target, {v1::ClientMessage()}).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(SendRaw(target, {open}, /*deadline=*/false).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  // The worker still serves, with every slot free again.
+  EXPECT_EQ(Status(target).live_sandboxes(), 0);
+  EXPECT_TRUE(OpenOn(target).ok());
+}
+
+TEST(WorkerTest, KeepsServingAfterBombs) {
+  auto workers = StartWorkers(1, 2);
+  ASSERT_TRUE(workers);
+  auto session = OpenOn(workers->targets()[0]);
+  ASSERT_TRUE(session.ok());
+  v1::ToolCall fork_bomb = BashCall("bomb() { bomb | bomb & }; bomb; sleep 5");
+  fork_bomb.set_arguments_json(
+      R"({"command": "bomb() { bomb | bomb & }; bomb; sleep 5", "timeout_s": 3})");
+  EXPECT_TRUE((*session)->Call(fork_bomb).ok());
+  auto memory = (*session)->Call(BashCall("python3 -c 'x = bytearray(4 << 30)'"));
+  ASSERT_TRUE(memory.ok());
+  EXPECT_NE(memory->exit_code(), 0);
+  auto flood = (*session)->Call(BashCall("head -c 5000000 /dev/zero"));
+  ASSERT_TRUE(flood.ok());
+  EXPECT_TRUE(flood->truncated());
+  auto other = OpenOn(workers->targets()[0]);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ((*other)->Call(BashCall("echo fine"))->stdout(), "fine\n");
+}
+
+TEST(WorkerTest, SandboxExecCliPrintsJsonAndMapsExitCodes) {
+  auto workers = StartWorkers(1, 1, TokenFile("tok"));
+  ASSERT_TRUE(workers);
+  const std::string target = workers->targets()[0];
+  const std::string exec = std::string(LOOM_BINARY) + " sandbox exec --worker " + target;
+  const std::string token = " --auth-token-file " + TokenFile("tok");
+  std::string out;
+  EXPECT_EQ(RunCommand(exec + token + " -- echo 'a b' \"it's\"", &out), 0);
+  EXPECT_NE(out.find(R"("exit_code":0,"stdout":"a b it's\n")"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(exec + token + " -- false", &out), 0);
+  EXPECT_NE(out.find(R"("exit_code":1)"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(exec + " -- true 2>/dev/null", &out), 6);
+  auto hold = OpenOn(target, "tok");  // takes the only slot
+  ASSERT_TRUE(hold.ok());
+  EXPECT_EQ(RunCommand(exec + token + " -- true 2>/dev/null", &out), 4);
+  EXPECT_EQ(RunCommand(std::string(LOOM_BINARY) +
+                           " sandbox exec --worker 127.0.0.1:1 -- true 2>/dev/null", &out), 5);
+  EXPECT_EQ(RunCommand(exec + " 2>/dev/null", &out), 2);
+}
+
+TEST(WorkerTest, ListenOnPortZeroPrintsTheBoundAddress) {
+  std::string out;
+  // The worker exits on SIGTERM from timeout; its first line names the port.
+  RunCommand("timeout -s TERM 3 " + std::string(LOOM_BINARY) +
+                 " worker --listen 127.0.0.1:0 --max-sandboxes 1 | head -1",
+             &out);
+  EXPECT_EQ(out.rfind("loom worker listening on 127.0.0.1:", 0), 0u) << out;
+}
+
+TEST(WorkerTest, DnsTargetReachesTheWorker) {
+  auto workers = StartWorkers(1, 1);
+  ASSERT_TRUE(workers);
+  const std::string port = workers->targets()[0].substr(workers->targets()[0].rfind(':') + 1);
+  auto session = OpenOn("dns:///localhost:" + port);
+  ASSERT_TRUE(session.ok()) << session.status();
+  EXPECT_EQ((*session)->Call(BashCall("echo via-dns"))->stdout(), "via-dns\n");
+}
+
+TEST(WorkerTest, ServesTls) {
+  const std::string dir = ::testing::TempDir();
+  const std::string key = dir + "/loom_tls_key.pem", cert = dir + "/loom_tls_cert.pem";
+  std::string out;
+  ASSERT_EQ(RunCommand("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+                       "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " + key +
+                       " -out " + cert + " 2>/dev/null", &out),
+            0);
+  auto workers = StartWorkers(1, 1, "", {"--tls-cert", cert, "--tls-key", key});
+  ASSERT_TRUE(workers);
+  std::ifstream in(cert);
+  std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  v1::OpenSession open;
+  auto session = rpc::WorkerSession::Open(
+      rpc::MakeChannel({workers->targets()[0], "", pem}), "", open, testing_support::In(30));
+  ASSERT_TRUE(session.ok()) << session.status();
+  EXPECT_EQ((*session)->Call(BashCall("echo secure"))->stdout(), "secure\n");
+  ASSERT_TRUE((*session)->Close().ok());
+  EXPECT_TRUE(absl::IsUnavailable(OpenOn(workers->targets()[0]).status()));  // plaintext
+}
+
+}  // namespace
+}  // namespace loom
