@@ -1,5 +1,7 @@
 #include "loom/dispatch/policy.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 
 namespace loom::dispatch {
@@ -23,9 +25,11 @@ class BatchLevelPolicy : public DispatchPolicy {
  public:
   const char* name() const override { return "batch"; }
   int64_t OnSampleFinished(bool, const PolicyView& view) override {
-    if (++finished_ < view.batch_samples) return 0;
+    // A batch larger than the engine's working set refills what fits.
+    const int64_t refill = std::min(view.batch_samples, view.max_inflight);
+    if (++finished_ < refill) return 0;
     finished_ = 0;
-    return view.batch_samples;
+    return refill;
   }
   int64_t State() const override { return finished_; }
   void SetState(int64_t state) override { finished_ = state; }

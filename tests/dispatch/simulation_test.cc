@@ -87,6 +87,15 @@ TEST(SimulationTest, EveryPolicyKeepsCapsAndStalenessAndMakesProgress) {
   }
 }
 
+TEST(SimulationTest, BatchesLargerThanTheWorkingSetStillTrain) {
+  for (const char* policy : {"sample", "prompt", "batch"}) {
+    auto options = Options(policy, 0);
+    options.max_inflight = 16;
+    options.batch_samples = 40;
+    EXPECT_GE(Simulate(options, 3000).steps, 3) << policy;  // no stall
+  }
+}
+
 TEST(SimulationTest, StalenessBoundIsReachedNotJustRespected) {
   // With room to run ahead, async policies do train on older samples.
   EXPECT_EQ(Simulate(Options("sample", 3), 3000).max_lag, 3);

@@ -9,7 +9,8 @@
 //           the last dispatch reach the next group's size, it goes out,
 //           whichever groups they came from. In-flight stays near max.
 //   prompt  +group size when the last sample of a prompt finishes.
-//   batch   +batch_samples each time that many samples have finished.
+//   batch   +batch_samples each time that many samples have finished (at
+//           most max_inflight: a batch larger than the working set refills what fits).
 //   sync    one batch (rounded up to whole groups) when the engine is empty
 //           and every finished sample was trained on; the trainer only
 //           trains when nothing is in flight.
