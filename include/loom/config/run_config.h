@@ -11,6 +11,7 @@
 #include "loom/config/async_section.h"
 #include "loom/config/grpo_section.h"
 #include "loom/config/model_section.h"
+#include "loom/config/rollout_section.h"
 #include "loom/config/run_section.h"
 #include "loom/config/sandbox_section.h"
 #include "loom/config/schema.h"
@@ -21,6 +22,7 @@ namespace loom::config {
 struct RunConfig {
   RunSection run;
   ModelSection model;
+  RolloutSection rollout;
   TasksSection tasks;
   EffortSection effort;
   GrpoSection grpo;
@@ -31,6 +33,7 @@ struct RunConfig {
   void Visit(V& v) {
     v.Section("run", run, Doc("The run: its name, directory, seed and process-wide settings."));
     v.Section("model", model, Doc("The policy model the run starts from."));
+    v.Section("rollout", rollout, Doc("The generation engine: batching, KV pool, sampling."));
     v.Section("tasks", tasks, Doc("Datasets: built-in task generators and JSON-lines files."));
     v.Section("effort", effort, Doc("Reasoning-effort levels and responses per level."));
     v.Section("grpo", grpo, Doc("The GRPO loss and the effort-conditioned length reward."));

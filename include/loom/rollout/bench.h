@@ -1,0 +1,33 @@
+#pragma once
+// The measurements behind `loom bench rollout`: decode throughput by batch
+// size, interruption latency, resume-with-KV vs re-prefill after a weight
+// update, and KV memory efficiency, all on one small random model (or a model
+// directory) in this process. Timings are wall-clock; the ratios are what the
+// targets (TARGETS.md) are about.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace loom::rollout {
+
+struct RolloutBenchOptions {
+  std::string model_dir;                  // "" = a random llama (hidden 64, 2 layers, vocab 512)
+  std::vector<int64_t> batch_sizes = {1, 8, 64};
+  int64_t decode_tokens = 128;            // new tokens per sample in the throughput runs
+  int64_t interrupt_rounds = 100;
+  int64_t resume_samples = 64;
+  int64_t resume_prefix = 1024;           // tokens cached per sample at the weight update
+  uint64_t seed = 0;
+};
+
+// The defaults shrunk to finish within a minute on 2 CPU cores (the resume
+// measurement keeps 64 samples with 1024-token prefixes).
+RolloutBenchOptions QuickRolloutBench();
+
+// Runs every measurement; the result is one JSON object (see docs/PERFORMANCE.md).
+absl::StatusOr<std::string> RunRolloutBench(const RolloutBenchOptions& options);
+
+}  // namespace loom::rollout

@@ -1,0 +1,225 @@
+// The rollout benchmark (see bench.h). Each measurement is one function that
+// builds its own engine over the shared model.
+
+#include "loom/rollout/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "loom/model/transformer.h"
+#include "loom/rollout/engine.h"
+
+namespace loom::rollout {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+double Percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const size_t index = std::min(values.size() - 1, static_cast<size_t>(q * values.size()));
+  return values[index];
+}
+
+absl::StatusOr<std::unique_ptr<model::Transformer>> BenchModel(const RolloutBenchOptions& o) {
+  if (!o.model_dir.empty()) return model::Transformer::Load(o.model_dir, {});
+  auto config = model::DefaultModelConfig("llama");
+  if (!config.ok()) return config.status();
+  config->vocab_size = 512;
+  config->max_position_embeddings = 4096;
+  return model::Transformer::RandomInit(*config, o.seed, {});
+}
+
+SampleRequest BenchRequest(uint64_t id, int64_t prompt_length, int64_t max_new, int64_t vocab) {
+  SampleRequest r;
+  r.id = id;
+  std::mt19937_64 gen(id);
+  for (int64_t i = 0; i < prompt_length; ++i) r.prompt.push_back(gen() % vocab);
+  r.stop.max_new_tokens = max_new;
+  r.sampling.temperature = 0.0;
+  return r;
+}
+
+absl::StatusOr<std::unique_ptr<RolloutEngine>> BenchEngine(const model::Transformer& m,
+                                                           int64_t batch, int64_t tokens_each) {
+  EngineOptions options;
+  options.max_batch = batch;
+  options.step_token_budget = 4096;
+  options.pool_tokens = batch * (tokens_each + 32);
+  return RolloutEngine::Create(m, options);
+}
+
+// Decode tokens per second at `batch` samples: 16-token prompts, prefill untimed.
+absl::StatusOr<double> DecodeThroughput(const model::Transformer& m, int64_t batch,
+                                        int64_t new_tokens) {
+  auto engine = BenchEngine(m, batch, 16 + new_tokens);
+  if (!engine.ok()) return engine.status();
+  const int64_t vocab = m.config().vocab_size;
+  for (int64_t id = 0; id < batch; ++id) {
+    if (auto s = (*engine)->Add(BenchRequest(id, 16, new_tokens, vocab)); !s.ok()) return s;
+  }
+  if (auto first = (*engine)->Step(); !first.ok()) return first.status();  // prefill
+  int64_t decoded = 0;
+  const auto start = Clock::now();
+  while ((*engine)->num_running() > 0) {
+    auto stats = (*engine)->Step();
+    if (!stats.ok()) return stats.status();
+    decoded += stats->decode_tokens;
+  }
+  return decoded / Seconds(start);
+}
+
+// Interrupts requested from another thread at random moments of a decoding
+// batch of 32: steps between request and park, and milliseconds.
+absl::StatusOr<json> InterruptLatency(const model::Transformer& m, int64_t rounds) {
+  auto engine = BenchEngine(m, 32, 1024);
+  if (!engine.ok()) return engine.status();
+  RolloutEngine& e = **engine;
+  for (int64_t id = 0; id < 32; ++id) {
+    if (auto s = e.Add(BenchRequest(id, 16, 1000, m.config().vocab_size)); !s.ok()) return s;
+  }
+  std::vector<double> steps, ms;
+  std::mt19937 gen(1);
+  double step_seconds = 0.0;
+  for (int64_t round = 0; round < rounds && e.num_running() + e.num_waiting() > 0; ++round) {
+    const auto start = Clock::now();
+    auto first = e.Step();  // measures the step length this round
+    if (!first.ok()) return first.status();
+    step_seconds = Seconds(start);
+    const auto delay = std::chrono::duration<double>(step_seconds * (gen() % 2000) / 1000.0);
+    std::thread requester([&] {
+      std::this_thread::sleep_for(delay);
+      e.RequestInterrupt();
+    });
+    while (true) {
+      auto stats = e.Step();
+      if (!stats.ok()) {
+        requester.join();
+        return stats.status();
+      }
+      if (stats->parked) break;
+    }
+    requester.join();
+    steps.push_back(e.counters().last_interrupt_steps);
+    ms.push_back(e.counters().last_interrupt_ms);
+    if (auto s = e.Resume(e.policy_version()); !s.ok()) return s;
+  }
+  return json{{"interrupt_latency_steps_p99", Percentile(steps, 0.99)},
+              {"interrupt_latency_steps_max", Percentile(steps, 1.0)},
+              {"interrupt_latency_ms_p99", Percentile(ms, 0.99)},
+              {"interrupt_rounds", steps.size()},
+              {"decode_step_ms", step_seconds * 1e3}};
+}
+
+void PerturbInPlace(model::Transformer& m, uint64_t seed) {
+  at::NoGradGuard no_grad;
+  at::manual_seed(seed);
+  for (at::Tensor p : m.Parameters()) {
+    if (p.dim() > 1) p.add_(at::randn(p.sizes(), p.options()) * 0.01);
+  }
+}
+
+// Seconds until each of samples 0..n-1 has one more token.
+absl::StatusOr<double> TimeToNextToken(RolloutEngine& e, int64_t n) {
+  std::vector<int64_t> before(n);
+  for (int64_t id = 0; id < n; ++id) before[id] = e.Find(id)->length();
+  const auto start = Clock::now();
+  auto all_advanced = [&] {
+    for (int64_t id = 0; id < n; ++id) {
+      if (e.Find(id)->length() == before[id]) return false;
+    }
+    return true;
+  };
+  while (!all_advanced()) {
+    if (auto stats = e.Step(); !stats.ok()) return stats.status();
+  }
+  return Seconds(start);
+}
+
+// 64 samples with long prefixes, parked; the weights change; time to the next
+// token with the KV kept vs re-prefilled. Also the KV memory ratio there.
+absl::StatusOr<json> ResumeVsReprefill(model::Transformer& m, const RolloutBenchOptions& o) {
+  const int64_t n = o.resume_samples, prefix = o.resume_prefix;
+  auto engine = BenchEngine(m, n, prefix + 8);
+  if (!engine.ok()) return engine.status();
+  RolloutEngine& e = **engine;
+  for (int64_t id = 0; id < n; ++id) {
+    if (auto s = e.Add(BenchRequest(id, prefix, 6, m.config().vocab_size)); !s.ok()) return s;
+  }
+  while (e.num_waiting() > 0 || e.CachedTokensTotal() < n * prefix) {
+    if (auto s = e.Step(); !s.ok()) return s.status();
+  }
+  e.ParkAll();
+  const double theoretical = static_cast<double>(e.CachedTokensTotal()) * e.pool().BytesPerToken();
+  const double ratio = theoretical / static_cast<double>(e.pool().AllocatedBytes());
+  const int64_t prefix_tokens = e.CachedTokensTotal() / n;
+
+  PerturbInPlace(m, 1);
+  if (auto s = e.Resume(1, WeightUpdatePolicy::kKeep); !s.ok()) return s;
+  const int64_t prefill_before = e.counters().prefill_tokens;
+  auto keep = TimeToNextToken(e, n);
+  if (!keep.ok()) return keep.status();
+  const int64_t keep_prefill = e.counters().prefill_tokens - prefill_before;
+
+  e.ParkAll();
+  PerturbInPlace(m, 2);
+  if (auto s = e.Resume(2, WeightUpdatePolicy::kRecompute); !s.ok()) return s;
+  auto recompute = TimeToNextToken(e, n);
+  if (!recompute.ok()) return recompute.status();
+  return json{{"resume_samples", n},
+              {"resume_prefix_tokens", prefix_tokens},
+              {"resume_keep_s", *keep},
+              {"resume_keep_prefill_tokens", keep_prefill},
+              {"reprefill_s", *recompute},
+              {"resume_vs_reprefill_speedup", *recompute / *keep},
+              {"kv_bytes_per_token_ratio", ratio},
+              {"kv_block_size", e.pool().block_size()}};
+}
+
+}  // namespace
+
+RolloutBenchOptions QuickRolloutBench() {
+  RolloutBenchOptions o;
+  o.decode_tokens = 32;
+  o.interrupt_rounds = 30;
+  return o;
+}
+
+absl::StatusOr<std::string> RunRolloutBench(const RolloutBenchOptions& options) {
+  try {
+    auto m = BenchModel(options);
+    if (!m.ok()) return m.status();
+    json result = {{"bench", "rollout"},
+                   {"model_parameters", (*m)->NumParameters()},
+                   {"threads", at::get_num_threads()}};
+    json throughput = json::object();
+    for (int64_t batch : options.batch_sizes) {
+      auto tps = DecodeThroughput(**m, batch, options.decode_tokens);
+      if (!tps.ok()) return tps.status();
+      throughput[std::to_string(batch)] = *tps;
+    }
+    result["decode_tokens_per_s"] = throughput;
+    auto interrupt = InterruptLatency(**m, options.interrupt_rounds);
+    if (!interrupt.ok()) return interrupt.status();
+    result.update(*interrupt);
+    auto resume = ResumeVsReprefill(**m, options);
+    if (!resume.ok()) return resume.status();
+    result.update(*resume);
+    return result.dump();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("bench rollout: ", e.what_without_backtrace()));
+  }
+}
+
+}  // namespace loom::rollout
