@@ -101,7 +101,10 @@ absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(
 }
 
 void LocalWorkers::Kill(int i) {
-  if (pids_[i] > 0) kill(pids_[i], SIGKILL);
+  if (pids_[i] <= 0) return;
+  kill(pids_[i], SIGKILL);
+  waitpid(pids_[i], nullptr, 0);  // reap it: a zombie would still look alive
+  pids_[i] = -1;
 }
 
 void LocalWorkers::StopAll() {

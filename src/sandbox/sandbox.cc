@@ -67,6 +67,16 @@ absl::Status CopyEnvironmentDir(const std::string& from, const fs::path& work) {
   return absl::OkStatus();
 }
 
+// A process that exists and is not a zombie.
+bool IsAlive(int pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  size_t paren = line.rfind(')');
+  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
+}
+
 }  // namespace
 
 Sandbox::Sandbox(const SandboxConfig& config, int slot, std::string dir)
@@ -169,7 +179,7 @@ void CleanLeftovers(const std::string& root) {
     if (!absl::StartsWith(name, "w")) continue;
     int pid = 0;
     if (!absl::SimpleAtoi(name.substr(1), &pid) || pid <= 0) continue;
-    if (pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
+    if (pid == getpid() || IsAlive(pid)) continue;
     fs::remove_all(entry.path(), ec);
   }
 }

@@ -137,7 +137,10 @@ grpc::Status SandboxService::RunEpisode(Stream* stream, const Sandbox& sandbox,
     return answer.generated();
   };
   v1::WorkerMessage done;
-  *done.mutable_episode_done() = RunScaffold(sandbox, episode, generate);
+  ToolObserver record = [this](const v1::ToolResult& result) {
+    admission_.RecordLatency(static_cast<double>(result.duration_ms()));
+  };
+  *done.mutable_episode_done() = RunScaffold(sandbox, episode, generate, record);
   done.mutable_episode_done()->set_worker(name_);
   if (!protocol_error.ok()) return protocol_error;
   stream->Write(done);

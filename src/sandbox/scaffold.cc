@@ -21,11 +21,13 @@ double SecondsSince(Clock::time_point start) {
 // One episode's evolving state.
 class Episode {
  public:
-  Episode(const Sandbox& sandbox, const v1::RunEpisode& episode, const GenerateFn& generate)
+  Episode(const Sandbox& sandbox, const v1::RunEpisode& episode, const GenerateFn& generate,
+          const ToolObserver& on_tool)
       : sandbox_(sandbox),
         task_(episode.task()),
         options_(WithDefaults(episode.options())),
-        generate_(generate) {
+        generate_(generate),
+        on_tool_(on_tool) {
     trajectory_.set_task_id(task_.id());
   }
 
@@ -89,6 +91,7 @@ class Episode {
       result = ExecuteTool(sandbox_, call, RemainingToolTime(false));
       spdlog::info("task {} tool {} exit {} {}ms{}", task_.id(), call.name(), result.exit_code(),
                    result.duration_ms(), result.timed_out() ? " timed-out" : "");
+      if (on_tool_) on_tool_(result);
     }
     v1::Message tool;
     tool.set_role("tool");
@@ -140,6 +143,7 @@ class Episode {
   const v1::Task& task_;
   const v1::ScaffoldOptions options_;
   const GenerateFn& generate_;
+  const ToolObserver& on_tool_;
   const Clock::time_point start_ = Clock::now();
   v1::Trajectory trajectory_;
   std::vector<v1::Message> pending_;  // added since the last generate request
@@ -163,8 +167,8 @@ v1::ScaffoldOptions WithDefaults(const v1::ScaffoldOptions& options) {
 }
 
 v1::Trajectory RunScaffold(const Sandbox& sandbox, const v1::RunEpisode& episode,
-                           const GenerateFn& generate) {
-  return Episode(sandbox, episode, generate).Run();
+                           const GenerateFn& generate, const ToolObserver& on_tool) {
+  return Episode(sandbox, episode, generate, on_tool).Run();
 }
 
 }  // namespace loom::sandbox

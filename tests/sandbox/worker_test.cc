@@ -6,7 +6,9 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "worker_fixture.h"
 
@@ -204,5 +206,27 @@ TEST(WorkerTest, ServesTls) {
   EXPECT_TRUE(absl::IsUnavailable(OpenOn(workers->targets()[0]).status()));  // plaintext
 }
 
+TEST(WorkerTest, SandboxesDieWithTheWorkerAndLeftoversAreCleanedAtStart) {
+  const std::string root = ::testing::TempDir() + "/loom_sbx_root_" + std::to_string(getpid());
+  std::filesystem::remove_all(root);
+  auto workers = StartWorkers(1, 1, "", {"--sandbox-root", root});
+  ASSERT_TRUE(workers);
+  auto session = OpenOn(workers->targets()[0]);
+  ASSERT_TRUE(session.ok()) << session.status();
+  std::thread call([&] { (*session)->Call(BashCall("sleep 31.4159")).IgnoreError(); });
+  std::string out;
+  for (int i = 0; i < 100 && RunCommand("pgrep -f 'sleep 31[.]4159'", &out) != 0; ++i) usleep(50000);
+  ASSERT_EQ(RunCommand("pgrep -f 'sleep 31[.]4159'", &out), 0) << "the command never started";
+  const std::string dead_dir = root + "/w" + std::to_string(workers->pid(0));
+  workers->Kill(0);
+  call.join();
+  usleep(500000);
+  EXPECT_NE(RunCommand("pgrep -f 'sleep 31[.]4159'", &out), 0) << "a sandbox outlived its worker";
+  EXPECT_TRUE(std::filesystem::exists(dead_dir)) << dead_dir << ": " << (RunCommand("ls -la " + root, &out), out);
+  auto next = StartWorkers(1, 1, "", {"--sandbox-root", root});
+  ASSERT_TRUE(next);
+  EXPECT_FALSE(std::filesystem::exists(dead_dir)) << "leftovers of a dead worker were kept";
+  std::filesystem::remove_all(root);
+}
 }  // namespace
 }  // namespace loom

@@ -21,7 +21,7 @@ struct LocalWorkerOptions {
   int max_sandboxes = 8;       // per worker
   std::string auth_token_file;
   std::vector<std::string> extra_args;  // appended to `loom worker ...`
-  double startup_timeout_s = 20;
+  double startup_timeout_s = 60;  // loading LibTorch on a busy machine takes seconds
 };
 
 class LocalWorkers {
@@ -31,7 +31,8 @@ class LocalWorkers {
 
   const std::vector<std::string>& targets() const { return targets_; }  // "127.0.0.1:PORT"
   pid_t pid(int i) const { return pids_[i]; }
-  // Sends SIGKILL to worker i (tests of worker loss).
+  // Kills worker i with SIGKILL and reaps it (tests of worker loss);
+  // pid(i) is -1 afterwards.
   void Kill(int i);
 
  private:

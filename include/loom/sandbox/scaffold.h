@@ -28,7 +28,10 @@ const char* DefaultSystemPrompt();
 // Fills defaults (max_steps 8, max_time_s 300, tool_timeout_s 30).
 v1::ScaffoldOptions WithDefaults(const v1::ScaffoldOptions& options);
 
+// Called after every tool call the scaffold runs (the worker's load statistics).
+using ToolObserver = std::function<void(const v1::ToolResult&)>;
+
 v1::Trajectory RunScaffold(const Sandbox& sandbox, const v1::RunEpisode& episode,
-                           const GenerateFn& generate);
+                           const GenerateFn& generate, const ToolObserver& on_tool = nullptr);
 
 }  // namespace loom::sandbox
