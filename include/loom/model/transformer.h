@@ -40,6 +40,8 @@
 
 namespace loom::model {
 
+struct ModelWeights;  // the parameters; defined privately in src/model/weights.h
+
 struct LoadOptions {
   at::ScalarType dtype = at::kFloat;  // kFloat or kBFloat16
   at::Device device = at::kCPU;
@@ -95,12 +97,11 @@ class Transformer {
   ~Transformer();
 
  private:
-  struct Weights;
   Transformer(ModelConfig config, LoadOptions options);
 
   ModelConfig config_;
   LoadOptions options_;
-  std::unique_ptr<Weights> weights_;
+  std::unique_ptr<ModelWeights> weights_;
 };
 
 }  // namespace loom::model

@@ -1,0 +1,33 @@
+// InitModelDir: a fresh, complete model directory.
+
+#include "loom/model/init.h"
+
+#include "absl/strings/str_cat.h"
+#include "loom/config/files.h"
+#include "loom/model/transformer.h"
+#include "loom/tokenizer/tiny.h"
+
+namespace loom::model {
+
+absl::Status InitModelDir(const InitModelOptions& options) {
+  auto config = DefaultModelConfig(options.arch);
+  if (!config.ok()) return config.status();
+  config->vocab_size = tokenizer::TinyTokenizerVocabSize();
+  for (const std::string& assignment : options.overrides) {
+    if (auto status = ApplyConfigOverride(*config, assignment); !status.ok()) return status;
+  }
+  auto dtype = ParseDtype(options.dtype);
+  if (!dtype.ok()) return dtype.status();
+  if (config->vocab_size < tokenizer::TinyTokenizerVocabSize()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocab_size ", config->vocab_size, " is smaller than the tokenizer's ",
+        tokenizer::TinyTokenizerVocabSize()));
+  }
+  LoadOptions load;
+  load.dtype = *dtype;
+  auto model = Transformer::RandomInit(*config, options.seed, load);
+  if (auto status = model->Save(options.out_dir); !status.ok()) return status;
+  return WriteFileAtomic(options.out_dir + "/tokenizer.json", tokenizer::TinyTokenizerJson());
+}
+
+}  // namespace loom::model

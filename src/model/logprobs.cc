@@ -1,0 +1,74 @@
+// A custom autograd function for chunked target log-probs.
+
+#include "logprobs.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace loom::model {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct TargetLogprobFunction : public torch::autograd::Function<TargetLogprobFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden,
+                            const at::Tensor& weight, const at::Tensor& targets, int64_t chunk) {
+    const int64_t t = hidden.size(0);
+    at::Tensor out = at::zeros({t}, hidden.options().dtype(at::kFloat));
+    at::Tensor valid = targets.ge(0);
+    at::Tensor safe = targets.clamp_min(0);
+    for (int64_t begin = 0; begin < t; begin += chunk) {
+      const int64_t n = std::min(chunk, t - begin);
+      at::Tensor logits = at::matmul(hidden.narrow(0, begin, n), weight.t()).to(at::kFloat);
+      at::Tensor picked = logits.gather(1, safe.narrow(0, begin, n).unsqueeze(1)).squeeze(1);
+      at::Tensor lp = picked - at::logsumexp(logits, -1);
+      out.narrow(0, begin, n).copy_(lp.masked_fill(valid.narrow(0, begin, n).logical_not(), 0));
+    }
+    ctx->save_for_backward({hidden, weight, targets});
+    ctx->saved_data["chunk"] = chunk;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor &hidden = saved[0], &weight = saved[1], &targets = saved[2];
+    const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const int64_t t = hidden.size(0);
+    at::Tensor grad = grad_outputs[0].to(at::kFloat).masked_fill(targets.lt(0), 0);
+    at::Tensor safe = targets.clamp_min(0);
+    at::Tensor grad_hidden = at::empty_like(hidden);
+    at::Tensor grad_weight = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
+    for (int64_t begin = 0; begin < t; begin += chunk) {
+      const int64_t n = std::min(chunk, t - begin);
+      at::Tensor h = hidden.narrow(0, begin, n);
+      at::Tensor g = grad.narrow(0, begin, n).unsqueeze(1);  // [n, 1]
+      at::Tensor probs = at::softmax(at::matmul(h, weight.t()).to(at::kFloat), -1);
+      // d lp / d logits = onehot(target) - softmax.
+      at::Tensor grad_logits = (probs * -g).scatter_add_(1, safe.narrow(0, begin, n).unsqueeze(1), g);
+      at::Tensor gl = grad_logits.to(hidden.scalar_type());
+      grad_hidden.narrow(0, begin, n).copy_(at::matmul(gl, weight));
+      grad_weight.add_(at::matmul(gl.t(), h).to(at::kFloat));
+    }
+    return {grad_hidden, grad_weight.to(weight.scalar_type()), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor ChunkedTargetLogprobs(const at::Tensor& hidden, const at::Tensor& weight,
+                                 const at::Tensor& targets, int64_t chunk_rows) {
+  return TargetLogprobFunction::apply(hidden, weight, targets, std::max<int64_t>(1, chunk_rows));
+}
+
+at::Tensor FullLogprobs(const at::Tensor& hidden, const at::Tensor& weight, int64_t chunk_rows) {
+  std::vector<at::Tensor> parts;
+  const int64_t n = hidden.size(0), chunk = std::max<int64_t>(1, chunk_rows);
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    at::Tensor h = hidden.narrow(0, begin, std::min(chunk, n - begin));
+    parts.push_back(at::log_softmax(at::matmul(h, weight.t()).to(at::kFloat), -1));
+  }
+  if (parts.empty()) return at::zeros({0, weight.size(0)}, hidden.options().dtype(at::kFloat));
+  return at::cat(parts);
+}
+
+}  // namespace loom::model

@@ -1,0 +1,115 @@
+// Transformer::Score: the training / scoring forward over a packed batch.
+
+#include "absl/strings/str_cat.h"
+#include "forward.h"
+#include "logprobs.h"
+#include "loom/model/transformer.h"
+
+namespace loom::model {
+namespace {
+
+absl::Status CheckIds(const at::Tensor& ids, int64_t lo, int64_t hi, const char* what) {
+  if (ids.numel() == 0) return absl::OkStatus();
+  int64_t min = ids.min().item<int64_t>(), max = ids.max().item<int64_t>();
+  if (min < lo || max >= hi) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " out of range [", lo, ", ", hi,
+                                                   "): found ", min < lo ? min : max));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateBatch(const PackedBatch& b, const ModelConfig& c) {
+  if (!b.tokens.defined() || b.tokens.dim() != 1 || b.tokens.scalar_type() != at::kLong) {
+    return absl::InvalidArgumentError("tokens must be a [T] int64 tensor");
+  }
+  const int64_t t = b.tokens.size(0);
+  int64_t sum = 0;
+  for (int64_t n : b.lengths) {
+    if (n <= 0) return absl::InvalidArgumentError("every sequence length must be > 0");
+    sum += n;
+  }
+  if (sum != t) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence lengths sum to ", sum, " but there are ", t, " tokens"));
+  }
+  auto is_rows = [&](const at::Tensor& x) { return x.dim() == 1 && x.size(0) == t; };
+  if (b.targets.defined() && !is_rows(b.targets)) {
+    return absl::InvalidArgumentError("targets must be [T]");
+  }
+  if (b.positions.defined() && !is_rows(b.positions)) {
+    return absl::InvalidArgumentError("positions must be [T]");
+  }
+  if (auto s = CheckIds(b.tokens, 0, c.vocab_size, "token id"); !s.ok()) return s;
+  if (b.targets.defined()) {
+    if (auto s = CheckIds(b.targets, -1, c.vocab_size, "target id"); !s.ok()) return s;
+  }
+  if (b.replay_routing.defined()) {
+    std::vector<int64_t> want = {t, c.NumMoeLayers(), c.num_experts_per_tok};
+    if (b.replay_routing.sizes().vec() != want || c.NumMoeLayers() == 0) {
+      return absl::InvalidArgumentError("replay_routing must be [T, n_moe_layers, k]");
+    }
+    if (auto s = CheckIds(b.replay_routing.to(at::kLong), 0, c.num_experts, "replayed expert id");
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+at::Tensor DefaultPositions(const std::vector<int64_t>& lengths) {
+  std::vector<at::Tensor> parts;
+  for (int64_t n : lengths) parts.push_back(at::arange(n, at::kLong));
+  return parts.empty() ? at::zeros({0}, at::kLong) : at::cat(parts);
+}
+
+}  // namespace
+
+absl::StatusOr<ScoreResult> Transformer::Score(const PackedBatch& batch,
+                                               const ScoreOptions& options) const {
+  if (auto status = ValidateBatch(batch, config_); !status.ok()) return status;
+  try {
+    const at::Device device = options_.device;
+    PaddedLayout layout = MakeLayout(batch.lengths,
+                                     std::vector<int64_t>(batch.lengths.size(), 0), device);
+    StackInput input;
+    input.tokens = batch.tokens.to(device);
+    input.positions = (batch.positions.defined() ? batch.positions
+                                                 : DefaultPositions(batch.lengths)).to(device);
+    input.layout = &layout;
+    input.kv = [&layout](int64_t, const at::Tensor& k, const at::Tensor& v) {
+      return std::make_pair(Pad(k, layout), Pad(v, layout));
+    };
+    if (batch.replay_routing.defined()) input.replay = batch.replay_routing.to(device);
+    ScoreResult result;
+    at::Tensor hidden = RunStack(config_, *weights_, input, &result.routing);
+    at::Tensor targets = batch.targets.defined()
+                             ? batch.targets.to(device)
+                             : at::full({batch.tokens.size(0)}, -1, input.tokens.options());
+    result.logprobs = ChunkedTargetLogprobs(hidden, weights_->lm_head, targets,
+                                            options.chunk_tokens);
+    if (options.full_vocab_rows.defined()) {
+      at::Tensor rows = hidden.index_select(0, options.full_vocab_rows.to(device));
+      result.full_logprobs = FullLogprobs(rows, weights_->lm_head, options.chunk_tokens);
+    }
+    return result;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("Score: ", e.what_without_backtrace()));
+  }
+}
+
+PackedBatch TeacherForcingBatch(const std::vector<std::vector<int64_t>>& sequences) {
+  PackedBatch batch;
+  std::vector<int64_t> tokens, targets;
+  for (const auto& seq : sequences) {
+    batch.lengths.push_back(static_cast<int64_t>(seq.size()));
+    for (size_t i = 0; i < seq.size(); ++i) {
+      tokens.push_back(seq[i]);
+      targets.push_back(i + 1 < seq.size() ? seq[i + 1] : -1);
+    }
+  }
+  batch.tokens = at::tensor(tokens, at::kLong);
+  batch.targets = at::tensor(targets, at::kLong);
+  return batch;
+}
+
+}  // namespace loom::model
