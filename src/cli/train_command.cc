@@ -10,6 +10,7 @@
 #include "loom/config/logging.h"
 #include "loom/config/run_config.h"
 #include "loom/train/run_dir.h"
+#include "loom/train/runner.h"
 
 namespace loom::cli {
 namespace {
@@ -44,8 +45,11 @@ int RunTrain(const TrainOptions& options, const Context& context) {
   if (config->run.threads > 0) at::set_num_threads(config->run.threads);
   spdlog::info("run '{}' in {} ({} intra-op threads)", config->run.name, run_dir->path(),
                at::get_num_threads());
-  spdlog::info("no training stages are implemented in this build yet; the run directory holds "
-               "the resolved config");
+  if (absl::Status s = train::RunTraining(*config, *run_dir); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return kExitFailure;
+  }
+  spdlog::info("run '{}' finished", config->run.name);
   return kExitOk;
 }
 

@@ -18,7 +18,8 @@ TEST(TrainCliTest, CreatesRunDirectoryWithResolvedConfig) {
   TempDir dir;
   const std::string run_dir = dir / "run";
   auto result = RunLoom("train --config configs/quickstart.yaml --run-dir " + run_dir +
-                        " --set run.seed=42 --set model.path=" + (dir / "model"));
+                        " --set run.seed=42 --set 'train.stages=[]' --set model.path=" +
+                        (dir / "model"));
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const std::string saved = ReadAll(run_dir + "/config.yaml");
   EXPECT_NE(saved.find("seed: 42"), std::string::npos) << saved;

@@ -16,6 +16,7 @@
 #include "loom/config/sandbox_section.h"
 #include "loom/config/schema.h"
 #include "loom/config/tasks_section.h"
+#include "loom/config/train_section.h"
 
 namespace loom::config {
 
@@ -28,6 +29,7 @@ struct RunConfig {
   GrpoSection grpo;
   AsyncSection async;
   SandboxSection sandbox;
+  TrainSection train;
 
   template <class V>
   void Visit(V& v) {
@@ -40,6 +42,7 @@ struct RunConfig {
     v.Section("async", async, Doc("Dispatch policy, concurrency and off-policy bounds."));
     v.Section("sandbox", sandbox,
               Doc("Sandbox workers for agent episodes: addresses or local workers, limits."));
+    v.Section("train", train, Doc("The stages to run and their optimizers."));
   }
 };
 

@@ -1,0 +1,28 @@
+#pragma once
+// TrainContext: what every stage of one `loom train` run shares. Built once by
+// the train command; stages borrow it. Only the run loop thread touches it.
+
+#include <memory>
+#include <vector>
+
+#include "loom/config/run_config.h"
+#include "loom/metrics/metrics_writer.h"
+#include "loom/model/transformer.h"
+#include "loom/tasks/dataset.h"
+#include "loom/tokenizer/tokenizer.h"
+#include "loom/train/run_dir.h"
+
+namespace loom::train {
+
+struct TrainContext {
+  const config::RunConfig& config;
+  const RunDir& run_dir;
+  model::Transformer& model;  // the policy; trained in place
+  const tokenizer::Tokenizer& tokenizer;
+  const std::vector<std::unique_ptr<tasks::Dataset>>& datasets;
+  metrics::MetricsWriter& metrics;
+  int64_t eos_id = 0;          // the chat format's end-of-sentence token
+  int64_t policy_version = 0;  // bumped by every optimizer step of every stage
+};
+
+}  // namespace loom::train

@@ -1,0 +1,42 @@
+#pragma once
+// Turning task problems into token sequences and model output back into
+// rewards: the DeepSeek-V4 chat format in thinking mode, with loom's numeric
+// reasoning-effort line. Stateless; thread-safe.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "loom/tasks/problem.h"
+#include "loom/tokenizer/tokenizer.h"
+
+namespace loom::train {
+
+// The prompt of `problem` at reasoning effort `effort` (1..100), ending with
+// the assistant prefix `<｜Assistant｜><think>`.
+absl::StatusOr<std::vector<int64_t>> EncodeProblemPrompt(const tasks::Problem& problem, int effort,
+                                                         const tokenizer::Tokenizer& tokenizer);
+
+// A supervised example: the prompt followed by the problem's reference
+// answer (reasoning, `</think>`, content, EOS). loss_mask is 1 on the
+// reference's tokens only.
+struct SftExample {
+  std::vector<int64_t> tokens;     // [T]
+  std::vector<uint8_t> loss_mask;  // [T]
+};
+// FAILED_PRECONDITION when the problem has no reference.
+absl::StatusOr<SftExample> EncodeSftExample(const tasks::Problem& problem, int effort,
+                                            const tokenizer::Tokenizer& tokenizer);
+
+// What a completion (the generated tokens after the prompt) earned.
+struct Judgement {
+  double reward = 0;       // the verifier's reward; 0 for a malformed completion
+  bool parsed = false;     // the completion was a well-formed assistant message
+  std::string content;     // its final answer (empty when malformed)
+  std::string parse_error; // why it was malformed
+};
+Judgement JudgeCompletion(const tasks::Problem& problem, const std::vector<int64_t>& completion,
+                          const tokenizer::Tokenizer& tokenizer);
+
+}  // namespace loom::train

@@ -1,0 +1,16 @@
+#pragma once
+// RunTraining: everything `loom train` does after the config is valid —
+// create the model if the config describes one and it is absent, load it
+// with its tokenizer and the datasets, then run the configured stages in
+// order (each from the previous one's weights), saving each stage's final
+// weights in the Hugging Face layout under RUN_DIR/stages/<stage>/.
+
+#include "absl/status/status.h"
+#include "loom/config/run_config.h"
+#include "loom/train/run_dir.h"
+
+namespace loom::train {
+
+absl::Status RunTraining(const config::RunConfig& config, const RunDir& run_dir);
+
+}  // namespace loom::train

@@ -1,0 +1,58 @@
+// `loom bench dispatch [--quick] [--json]`: sample-level dispatch vs sync on a long tail.
+
+#include <ATen/Parallel.h>
+
+#include <iostream>
+#include <memory>
+
+#include "cli/command.h"
+#include "loom/train/dispatch_bench.h"
+
+namespace loom::cli {
+namespace {
+
+struct Options {
+  bool quick = false;
+  bool json = false;
+  int threads = 0;
+  train::DispatchBenchOptions bench;
+};
+
+int RunBench(Options& options) {
+  if (options.threads > 0) at::set_num_threads(options.threads);
+  if (options.quick) options.bench.train_steps = 4;
+  options.bench.quick = options.quick;
+  auto result = train::RunDispatchBench(options.bench);
+  if (!result.ok()) {
+    std::cerr << "bench dispatch: " << result.status().message() << "\n";
+    return kExitFailure;
+  }
+  if (!options.json) {
+    for (const auto& [mode, r] : (*result)["modes"].items()) {
+      std::cout << mode << ": " << r["samples_per_s"].get<double>() << " samples/s, in-flight cv "
+                << r["inflight_cv"].get<double>() << "\n";
+    }
+  }
+  std::cout << result->dump() << "\n";
+  return kExitOk;
+}
+
+void SetupBenchDispatch(CLI::App& app, Context& context) {
+  CLI::App* bench = GroupCommand(app, "bench", "Run benchmarks (JSON results)");
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = bench->add_subcommand(
+      "dispatch", "Dispatch policies (sync, batch, prompt, sample) on a long-tail workload");
+  cmd->add_flag("--quick", options->quick, "Fewer training steps (ends within a minute)");
+  cmd->add_flag("--json", options->json, "Print only the JSON result line");
+  cmd->add_option("--threads", options->threads, "Intra-op threads (default: LibTorch's)");
+  cmd->add_option("--train-steps", options->bench.train_steps, "Training steps per mode");
+  cmd->add_option("--max-inflight", options->bench.max_inflight, "Samples in flight");
+  cmd->add_option("--batch-samples", options->bench.batch_samples, "Samples per training step");
+  cmd->callback([options, &context] { context.exit_code = RunBench(*options); });
+}
+
+}  // namespace
+
+LOOM_REGISTER_COMMAND("bench_dispatch", SetupBenchDispatch);
+
+}  // namespace loom::cli

@@ -1,0 +1,88 @@
+#include "loom/train/encoding.h"
+
+#include "loom/chat/encoder.h"
+#include "loom/chat/message.h"
+#include "loom/chat/parser.h"
+
+namespace loom::train {
+namespace {
+
+chat::EncodeOptions ThinkingWithEffort(int effort) {
+  chat::EncodeOptions options;
+  options.thinking_mode = chat::ThinkingMode::kThinking;
+  options.reasoning_effort.kind = chat::ReasoningEffort::Kind::kNumeric;
+  options.reasoning_effort.b = effort;
+  return options;
+}
+
+std::vector<int64_t> Widen(const std::vector<int32_t>& ids) {
+  return std::vector<int64_t>(ids.begin(), ids.end());
+}
+
+absl::StatusOr<std::vector<chat::Message>> Messages(const nlohmann::json& messages,
+                                                    const std::string& problem_id) {
+  auto parsed = chat::MessagesFromJson(chat::OrderedJson::parse(messages.dump()));
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError("problem " + problem_id + ": " +
+                                      std::string(parsed.status().message()));
+  }
+  return parsed;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int64_t>> EncodeProblemPrompt(const tasks::Problem& problem, int effort,
+                                                         const tokenizer::Tokenizer& tokenizer) {
+  auto messages = Messages(problem.messages, problem.id);
+  if (!messages.ok()) return messages.status();
+  auto ids = chat::EncodeIds(*messages, ThinkingWithEffort(effort), tokenizer);
+  if (!ids.ok()) return ids.status();
+  return Widen(*ids);
+}
+
+absl::StatusOr<SftExample> EncodeSftExample(const tasks::Problem& problem, int effort,
+                                            const tokenizer::Tokenizer& tokenizer) {
+  if (!problem.reference) {
+    return absl::FailedPreconditionError("problem " + problem.id + " has no reference answer");
+  }
+  auto prompt = EncodeProblemPrompt(problem, effort, tokenizer);
+  if (!prompt.ok()) return prompt.status();
+  nlohmann::json conversation = problem.messages;
+  conversation.push_back(*problem.reference);
+  auto messages = Messages(conversation, problem.id);
+  if (!messages.ok()) return messages.status();
+  auto ids = chat::EncodeIds(*messages, ThinkingWithEffort(effort), tokenizer);
+  if (!ids.ok()) return ids.status();
+  SftExample example;
+  example.tokens = Widen(*ids);
+  if (example.tokens.size() <= prompt->size() ||
+      !std::equal(prompt->begin(), prompt->end(), example.tokens.begin())) {
+    return absl::InternalError("problem " + problem.id +
+                               ": the prompt is not a prefix of the encoded conversation");
+  }
+  example.loss_mask.assign(example.tokens.size(), 0);
+  std::fill(example.loss_mask.begin() + static_cast<int64_t>(prompt->size()),
+            example.loss_mask.end(), 1);
+  return example;
+}
+
+Judgement JudgeCompletion(const tasks::Problem& problem, const std::vector<int64_t>& completion,
+                          const tokenizer::Tokenizer& tokenizer) {
+  Judgement judgement;
+  auto text = tokenizer.Decode(std::vector<int32_t>(completion.begin(), completion.end()));
+  if (!text.ok()) {
+    judgement.parse_error = std::string(text.status().message());
+    return judgement;
+  }
+  auto message = chat::ParseCompletion(*text, chat::ThinkingMode::kThinking);
+  if (!message.ok()) {
+    judgement.parse_error = std::string(message.status().message());
+    return judgement;
+  }
+  judgement.parsed = true;
+  judgement.content = message->content;
+  judgement.reward = problem.Score(message->content);
+  return judgement;
+}
+
+}  // namespace loom::train

@@ -1,0 +1,166 @@
+#include "loom/train/grpo_stage.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+
+#include <spdlog/spdlog.h>
+
+#include "loom/algo/advantages.h"
+#include "loom/algo/length_reward.h"
+#include "loom/algo/policy_loss.h"
+#include "loom/config/check.h"
+#include "loom/dispatch/dispatcher.h"
+#include "loom/metrics/progress.h"
+#include "loom/rollout/engine.h"
+#include "loom/tokenizer/dsv4_tokens.h"
+#include "loom/train/adamw.h"
+#include "loom/train/batching.h"
+#include "loom/train/encoding.h"
+#include "loom/train/evaluator.h"
+#include "loom/train/grpo_step.h"
+
+namespace loom::train {
+namespace {
+
+double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
+
+// The real engine as the dispatcher sees it: admitting a prompt group encodes
+// its problem once per effort and adds every sample.
+class EnginePort : public dispatch::RolloutPort {
+ public:
+  EnginePort(const TrainContext& context, rollout::RolloutEngine& engine,
+             std::map<uint64_t, SampleInfo>& samples)
+      : context_(context), engine_(engine), samples_(samples) {}
+
+  int64_t PolicyVersion() const override { return engine_.policy_version(); }
+
+  void Admit(const dispatch::PromptGroup& group) override {
+    const auto& dataset = *context_.datasets[group.dataset];
+    auto problem = std::make_shared<tasks::Problem>(dataset.Train(group.problem_index));
+    const config::RolloutSection& rollout = context_.config.rollout;
+    for (const dispatch::Subgroup& subgroup : group.subgroups) {
+      auto prompt = EncodeProblemPrompt(*problem, subgroup.effort, context_.tokenizer);
+      for (const dispatch::SampleTicket& ticket : subgroup.samples) {
+        samples_[ticket.sample_id] = SampleInfo{problem, subgroup.id, subgroup.effort, group.dataset};
+        if (!prompt.ok()) {
+          failures_.push_back({ticket.sample_id, prompt.status()});
+          continue;
+        }
+        rollout::SampleRequest request;
+        request.id = ticket.sample_id;
+        request.prompt = *prompt;
+        request.sampling = {rollout.temperature, rollout.top_p, rollout.top_k};
+        request.stop.max_new_tokens = rollout.max_new_tokens;
+        request.stop.eos_token_ids = {context_.eos_id};
+        if (absl::Status s = engine_.Add(request); !s.ok()) failures_.push_back({ticket.sample_id, s});
+      }
+    }
+  }
+
+  // Samples that could not start (reported to the dispatcher as finished).
+  std::vector<std::pair<uint64_t, absl::Status>> TakeFailures() { return std::move(failures_); }
+
+ private:
+  const TrainContext& context_;
+  rollout::RolloutEngine& engine_;
+  std::map<uint64_t, SampleInfo>& samples_;
+  std::vector<std::pair<uint64_t, absl::Status>> failures_;
+};
+
+}  // namespace
+
+absl::Status RunGrpoStage(TrainContext& context) {
+  const config::RunConfig& config = context.config;
+  const config::GrpoStageSection& stage = config.train.grpo;
+  AdamW optimizer(context.model.NamedParameters(),
+                  {stage.beta1, stage.beta2, 1e-8, stage.weight_decay});
+  rollout::EngineOptions engine_options =
+      rollout::EngineOptionsFromConfig(config.rollout, static_cast<uint64_t>(config.run.seed));
+  engine_options.initial_version = context.policy_version;
+  auto engine = rollout::RolloutEngine::Create(context.model, engine_options);
+  if (!engine.ok()) return engine.status();
+  auto dispatcher = dispatch::Dispatcher::Create(dispatch::DispatchOptions::FromConfig(
+      config.async, config.effort, config.tasks, static_cast<uint64_t>(config.run.seed)));
+  if (!dispatcher.ok()) return dispatcher.status();
+  auto think_end = context.tokenizer.TokenToId(tokenizer::dsv4::kThinkClose);
+  GrpoStep trainer(context, optimizer,
+                   algo::EffortLengthReward(config.grpo.length_reward, config.effort.levels),
+                   think_end ? *think_end : -1);
+
+  std::map<uint64_t, SampleInfo> sample_info;
+  std::map<uint64_t, rollout::SampleState> finished;
+  EnginePort port(context, **engine, sample_info);
+  metrics::ProgressLine progress(stdout, {static_cast<bool>(::isatty(1)), 0.2, 30.0});
+  const int64_t eval_every = config.tasks.eval_every;
+  RolloutTotals rollout_totals;
+  double rollout_start = Seconds();
+
+  for (int64_t step = 0; step < stage.steps;) {
+    const int admitted = (*dispatcher)->Refill(port);
+    for (auto& [id, status] : port.TakeFailures()) {
+      spdlog::warn("sample {} could not start: {}", id, std::string(status.message()));
+      (*dispatcher)->OnSampleFinished(id);
+      sample_info.erase(id);
+    }
+    if ((*engine)->num_samples() > 0) {
+      auto stats = (*engine)->Step();
+      if (!stats.ok()) return stats.status();
+      rollout_totals.decode_tokens += stats->decode_tokens;
+      rollout_totals.prefill_tokens += stats->prefill_tokens;
+    }
+    for (rollout::SampleState& sample : (*engine)->TakeFinished()) {
+      const uint64_t id = sample.id;
+      if ((*dispatcher)->OnSampleFinished(id) == dispatch::Disposition::kKeep) {
+        finished.emplace(id, std::move(sample));
+      } else {
+        sample_info.erase(id);
+      }
+    }
+    auto batch = (*dispatcher)->TakeBatch(context.policy_version);
+    if (!batch) {
+      if ((*engine)->num_samples() == 0 && admitted == 0) {
+        return absl::InternalError("GRPO loop stalled: nothing in flight, nothing to dispatch, "
+                                   "no batch ready (check async.* and effort.* settings)");
+      }
+      continue;
+    }
+    rollout_totals.seconds += Seconds() - rollout_start;
+    (*engine)->ParkAll();
+    if (config.rollout.offload_parked) (*engine)->OffloadParked();
+
+    std::vector<TrainingSample> samples;
+    for (const dispatch::ReadySubgroup& subgroup : *batch) {
+      for (uint64_t id : subgroup.sample_ids) {
+        auto state = finished.find(id);
+        auto info = sample_info.find(id);
+        LOOM_CHECK(state != finished.end() && info != sample_info.end(), "sample " << id);
+        samples.push_back({std::move(state->second), info->second});
+        finished.erase(state);
+        sample_info.erase(info);
+      }
+    }
+    auto record = trainer.Train(samples, step, (*dispatcher)->TakeStats(), rollout_totals);
+    if (!record.ok()) return record.status();
+    rollout_totals = {};
+    ++step;
+    if (absl::Status s = (*engine)->Resume(context.policy_version); !s.ok()) return s;
+    if (absl::Status s = context.metrics.Write(*record); !s.ok()) return s;
+
+    char text[200];
+    std::snprintf(text, sizeof text, "grpo step %lld | reward %.3f | in flight %lld",
+                  static_cast<long long>(step), (*record)["reward_mean"].get<double>(),
+                  static_cast<long long>((*dispatcher)->inflight()));
+    progress.Update(text, step, stage.steps);
+    if (step == stage.steps || (eval_every > 0 && step % eval_every == 0)) {
+      progress.Finish();
+      if (absl::Status s = LogEvaluation(context, "grpo", step); !s.ok()) return s;
+    }
+    rollout_start = Seconds();
+  }
+  progress.Finish();
+  return absl::OkStatus();
+}
+
+}  // namespace loom::train

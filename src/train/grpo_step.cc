@@ -1,0 +1,193 @@
+#include "loom/train/grpo_step.h"
+
+#include <algorithm>
+#include <map>
+
+#include "loom/algo/advantages.h"
+#include "loom/algo/policy_loss.h"
+#include "loom/config/check.h"
+#include "loom/metrics/progress.h"
+#include "loom/train/batching.h"
+#include "loom/train/encoding.h"
+
+namespace loom::train {
+namespace {
+
+// Running mean keyed by name, for "by dataset" / "by effort" metrics.
+class MeanBy {
+ public:
+  void Add(const std::string& key, double value) {
+    auto& [sum, count] = sums_[key];
+    sum += value;
+    ++count;
+  }
+  nlohmann::json Json() const {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [key, sum_count] : sums_) out[key] = sum_count.first / sum_count.second;
+    return out;
+  }
+
+ private:
+  std::map<std::string, std::pair<double, int64_t>> sums_;
+};
+
+struct Rewards {
+  std::vector<float> total, task, length;
+  std::vector<int64_t> response_tokens;
+  int64_t parsed = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>& samples,
+                                               int64_t step, const dispatch::DispatchStats& dispatch,
+                                               const RolloutTotals& rollout) {
+  const double start = metrics::ProgressLine::SteadySeconds();
+  const config::RunConfig& config = context_.config;
+  const int64_t version = context_.policy_version;
+  const size_t n = samples.size();
+  LOOM_CHECK(n > 0, "empty GRPO batch");
+
+  // Rewards: the verifier's plus the effort-conditioned length reward.
+  Rewards rewards;
+  MeanBy reward_by_dataset, reward_by_effort, length_by_dataset, length_by_effort;
+  std::vector<int64_t> subgroup_ids;
+  int64_t lag_sum = 0, lag_max = 0;
+  for (const TrainingSample& sample : samples) {
+    const auto& tokens = sample.state.tokens;
+    std::vector<int64_t> completion(tokens.begin() + sample.state.prompt_length, tokens.end());
+    Judgement judgement = JudgeCompletion(*sample.info.problem, completion, context_.tokenizer);
+    const int64_t reasoning = algo::ReasoningLength(completion, think_end_id_);
+    const double r_len = length_reward_.Reward(sample.info.effort, reasoning);
+    rewards.task.push_back(static_cast<float>(judgement.reward));
+    rewards.length.push_back(static_cast<float>(r_len));
+    rewards.total.push_back(static_cast<float>(judgement.reward + r_len));
+    rewards.response_tokens.push_back(static_cast<int64_t>(completion.size()));
+    rewards.parsed += judgement.parsed;
+    subgroup_ids.push_back(static_cast<int64_t>(sample.info.subgroup_id));
+    const std::string& dataset = sample.info.problem->dataset;
+    const std::string effort = std::to_string(sample.info.effort);
+    reward_by_dataset.Add(dataset, rewards.total.back());
+    reward_by_effort.Add(effort, rewards.total.back());
+    length_by_dataset.Add(dataset, static_cast<double>(completion.size()));
+    length_by_effort.Add(effort, static_cast<double>(completion.size()));
+    int64_t oldest = version;
+    for (size_t t = sample.state.prompt_length; t < tokens.size(); ++t) {
+      if (sample.state.loss_mask[t]) oldest = std::min(oldest, sample.state.versions[t]);
+    }
+    lag_sum += version - oldest;
+    lag_max = std::max(lag_max, version - oldest);
+  }
+  at::Tensor advantages = algo::SubgroupAdvantages(
+      at::tensor(rewards.total, at::kFloat), at::tensor(subgroup_ids, at::kLong),
+      config.grpo.scale_by_std);
+
+  // One token-level mean over the whole batch: count the weighted tokens first.
+  std::vector<int64_t> lengths;
+  double weighted_tokens = 0;
+  for (const TrainingSample& sample : samples) {
+    const auto& state = sample.state;
+    lengths.push_back(state.length());
+    for (int64_t t = 1; t < state.length(); ++t) {
+      const bool fresh = config.async.mask_lag < 0 || version - state.versions[t] <= config.async.mask_lag;
+      weighted_tokens += (state.loss_mask[t] && fresh) ? 1 : 0;
+    }
+  }
+
+  double loss_sum = 0, clip_weighted = 0, masked_weighted = 0, loss_tokens = 0, ratio_weighted = 0;
+  int64_t trained_tokens = 0;
+  for (const auto& group : SplitByTokens(lengths, config.train.micro_batch_tokens)) {
+    std::vector<const std::vector<int64_t>*> tokens, versions;
+    std::vector<const std::vector<uint8_t>*> masks;
+    std::vector<const std::vector<float>*> behaviour;
+    std::vector<at::Tensor> routing;
+    std::vector<int64_t> group_lengths;
+    std::vector<int64_t> group_index;
+    for (size_t i : group) {
+      const auto& state = samples[i].state;
+      tokens.push_back(&state.tokens);
+      versions.push_back(&state.versions);
+      masks.push_back(&state.loss_mask);
+      behaviour.push_back(&state.logprobs);
+      if (state.moe_layers > 0) routing.push_back(state.RoutingTensor());
+      group_lengths.push_back(state.length());
+      group_index.push_back(static_cast<int64_t>(i));
+      trained_tokens += state.length();
+    }
+    ShiftedBatch shifted = TeacherForcing(tokens, masks);
+    if (!routing.empty()) shifted.batch.replay_routing = at::cat(routing, 0);
+    auto scored = context_.model.Score(shifted.batch);
+    if (!scored.ok()) return scored.status();
+    algo::PolicyLossInputs inputs;
+    inputs.logprobs = scored->logprobs;
+    inputs.behaviour_logprobs = ShiftedValues(behaviour);
+    inputs.advantages = algo::ExpandToTokens(advantages.index_select(0, at::tensor(group_index)),
+                                             group_lengths);
+    inputs.loss_mask = shifted.target_weight;
+    inputs.versions = ShiftedValues(versions);
+    algo::PolicyLossOptions options;
+    options.clip_low = config.grpo.clip_low;
+    options.clip_high = config.grpo.clip_high;
+    options.policy_version = version;
+    options.mask_lag = config.async.mask_lag;
+    options.normalizer = std::max(weighted_tokens, 1.0);
+    algo::PolicyLossResult loss = algo::PolicyLoss(inputs, options);
+    loss.loss.backward();
+    loss_sum += loss.loss.item<double>();
+    clip_weighted += loss.clip_fraction * static_cast<double>(loss.weighted_tokens);
+    ratio_weighted += loss.mean_ratio * static_cast<double>(loss.weighted_tokens);
+    masked_weighted += loss.masked_fraction * static_cast<double>(loss.loss_tokens);
+    loss_tokens += static_cast<double>(loss.loss_tokens);
+  }
+  const config::GrpoStageSection& stage = config.train.grpo;
+  const double grad_norm = optimizer_.ClipGradNorm(stage.grad_clip);
+  const double lr = WarmupCosineLr(stage.lr, step, stage.steps, stage.warmup_steps, stage.min_lr_ratio);
+  optimizer_.Step(lr);
+  optimizer_.ZeroGrad();
+  ++context_.policy_version;
+  const double train_seconds = metrics::ProgressLine::SteadySeconds() - start;
+
+  auto mean = [](const std::vector<float>& v) {
+    double s = 0;
+    for (float x : v) s += x;
+    return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+  };
+  double response_mean = 0;
+  for (int64_t len : rewards.response_tokens) response_mean += static_cast<double>(len);
+  response_mean /= static_cast<double>(n);
+  const double weighted = std::max(weighted_tokens, 1.0);
+  return nlohmann::json{
+      {"stage", "grpo"},
+      {"step", step + 1},
+      {"version", context_.policy_version},
+      {"loss", loss_sum},
+      {"lr", lr},
+      {"grad_norm", grad_norm},
+      {"samples", n},
+      {"reward_mean", mean(rewards.total)},
+      {"reward_task_mean", mean(rewards.task)},
+      {"reward_length_mean", mean(rewards.length)},
+      {"reward_by_dataset", reward_by_dataset.Json()},
+      {"reward_by_effort", reward_by_effort.Json()},
+      {"response_length_mean", response_mean},
+      {"response_length_by_dataset", length_by_dataset.Json()},
+      {"response_length_by_effort", length_by_effort.Json()},
+      {"parse_rate", static_cast<double>(rewards.parsed) / static_cast<double>(n)},
+      {"inflight_mean", dispatch.inflight_mean},
+      {"inflight_min", dispatch.inflight_min},
+      {"inflight_max", dispatch.inflight_max},
+      {"staleness_mean", static_cast<double>(lag_sum) / static_cast<double>(n)},
+      {"staleness_max", lag_max},
+      {"masked_token_fraction", loss_tokens > 0 ? masked_weighted / loss_tokens : 0.0},
+      {"clip_fraction", clip_weighted / weighted},
+      {"ratio_mean", ratio_weighted / weighted},
+      {"rollout_tokens_per_s",
+       rollout.seconds > 0 ? static_cast<double>(rollout.decode_tokens + rollout.prefill_tokens) /
+                                 rollout.seconds
+                           : 0.0},
+      {"train_tokens_per_s", static_cast<double>(trained_tokens) / std::max(train_seconds, 1e-9)},
+      {"time_rollout_s", rollout.seconds},
+      {"time_train_s", train_seconds}};
+}
+
+}  // namespace loom::train

@@ -1,0 +1,91 @@
+#include "loom/train/runner.h"
+
+#include <filesystem>
+
+#include <c10/util/Exception.h>
+#include <spdlog/spdlog.h>
+
+#include "loom/model/init.h"
+#include "loom/model/transformer.h"
+#include "loom/tokenizer/dsv4_tokens.h"
+#include "loom/train/context.h"
+#include "loom/train/grpo_stage.h"
+#include "loom/train/sft_stage.h"
+
+namespace loom::train {
+namespace fs = std::filesystem;
+namespace {
+
+absl::Status EnsureModel(const config::ModelSection& model, int64_t seed) {
+  if (fs::exists(model.path + "/config.json")) return absl::OkStatus();
+  if (model.arch.empty()) {
+    return absl::NotFoundError("model.path: " + model.path +
+                               " holds no model (config.json) and model.arch is empty, so none "
+                               "can be created");
+  }
+  model::InitModelOptions options;
+  options.arch = model.arch;
+  options.out_dir = model.path;
+  options.seed = static_cast<uint64_t>(seed);
+  options.dtype = model.dtype;
+  for (const auto& [key, value] : model.init) options.overrides.push_back(key + "=" + value);
+  spdlog::info("creating a new {} model in {}", model.arch, model.path);
+  return model::InitModelDir(options);
+}
+
+absl::StatusOr<at::Device> PickDevice(const std::string& name) {
+  const bool cuda = at::hasCUDA();
+  if (name == "cuda" && !cuda) {
+    return absl::FailedPreconditionError("model.device is cuda but LibTorch sees no CUDA device");
+  }
+  return (name == "cuda" || (name == "auto" && cuda)) ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+}
+
+absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir) {
+  if (absl::Status s = EnsureModel(config.model, config.run.seed); !s.ok()) return s;
+  auto dtype = model::ParseDtype(config.model.dtype);
+  if (!dtype.ok()) return dtype.status();
+  auto device = PickDevice(config.model.device);
+  if (!device.ok()) return device.status();
+  auto model = model::Transformer::Load(config.model.path, {*dtype, *device, true});
+  if (!model.ok()) return model.status();
+  auto tokenizer = tokenizer::Tokenizer::FromFile(config.model.path + "/tokenizer.json");
+  if (!tokenizer.ok()) return tokenizer.status();
+  auto eos = (*tokenizer)->TokenToId(tokenizer::dsv4::kEos);
+  if (!eos) return absl::InvalidArgumentError("tokenizer.json has no " + std::string(tokenizer::dsv4::kEos));
+  auto datasets = tasks::LoadDatasets(config.tasks, static_cast<uint64_t>(config.run.seed));
+  if (!datasets.ok()) return datasets.status();
+  if (datasets->empty() && !config.train.stages.empty()) {
+    return absl::InvalidArgumentError("tasks.datasets is empty: the stages have nothing to train on");
+  }
+  auto metrics = metrics::MetricsWriter::Open(run_dir.metrics_path());
+  if (!metrics.ok()) return metrics.status();
+  spdlog::info("model {} ({:.2f}M parameters, {}), stages: {}", config.model.path,
+               static_cast<double>((*model)->NumParameters()) / 1e6, config.model.dtype,
+               config.train.stages.size());
+
+  TrainContext context{config, run_dir, **model, **tokenizer, *datasets, *metrics, *eos, 0};
+  for (const std::string& stage : config.train.stages) {
+    spdlog::info("stage {} begins", stage);
+    absl::Status status = stage == "sft" ? RunSftStage(context) : RunGrpoStage(context);
+    if (!status.ok()) return status;
+    const std::string out = run_dir.path() + "/stages/" + stage;
+    if (absl::Status s = (*model)->Save(out); !s.ok()) return s;
+    fs::copy_file(config.model.path + "/tokenizer.json", out + "/tokenizer.json",
+                  fs::copy_options::overwrite_existing);
+    spdlog::info("stage {} done; weights in {}", stage, out);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunTraining(const config::RunConfig& config, const RunDir& run_dir) {
+  try {
+    return RunStages(config, run_dir);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(std::string("LibTorch: ") + e.what_without_backtrace());
+  }
+}
+
+}  // namespace loom::train

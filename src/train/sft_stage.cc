@@ -1,0 +1,124 @@
+#include "loom/train/sft_stage.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+
+#include <spdlog/spdlog.h>
+
+#include "loom/algo/sft_loss.h"
+#include "loom/metrics/progress.h"
+#include "loom/train/adamw.h"
+#include "loom/train/batching.h"
+#include "loom/train/encoding.h"
+#include "loom/train/evaluator.h"
+
+namespace loom::train {
+namespace {
+
+double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
+
+// Picks datasets by weight and walks each one's training problems in order;
+// the SFT data cursor is (rng state, per-dataset index).
+class SftSampler {
+ public:
+  explicit SftSampler(const TrainContext& context)
+      : context_(context),
+        rng_(static_cast<uint64_t>(context.config.run.seed) * 7919 + 17),
+        next_index_(context.datasets.size(), 0) {
+    for (const auto& d : context.config.tasks.datasets) weights_.push_back(d.weight);
+  }
+
+  absl::StatusOr<SftExample> Next() {
+    std::discrete_distribution<size_t> pick(weights_.begin(), weights_.end());
+    const size_t d = pick(rng_);
+    const auto& levels = context_.config.effort.levels;
+    const int effort = levels[std::uniform_int_distribution<size_t>(0, levels.size() - 1)(rng_)];
+    tasks::Problem problem = context_.datasets[d]->Train(next_index_[d]++);
+    return EncodeSftExample(problem, effort, context_.tokenizer);
+  }
+
+ private:
+  const TrainContext& context_;
+  std::mt19937_64 rng_;
+  std::vector<double> weights_;
+  std::vector<uint64_t> next_index_;
+};
+
+}  // namespace
+
+absl::Status RunSftStage(TrainContext& context) {
+  const config::SftStageSection& sft = context.config.train.sft;
+  AdamW optimizer(context.model.NamedParameters(),
+                  {sft.beta1, sft.beta2, 1e-8, sft.weight_decay});
+  SftSampler sampler(context);
+  metrics::ProgressLine progress(stdout, {static_cast<bool>(::isatty(1)), 0.2, 30.0});
+  const int64_t eval_every = context.config.tasks.eval_every;
+  if (absl::Status s = LogEvaluation(context, "sft", 0); !s.ok()) return s;
+
+  for (int64_t step = 0; step < sft.steps; ++step) {
+    const double start = Seconds();
+    std::vector<SftExample> examples;
+    for (int i = 0; i < sft.batch_sequences; ++i) {
+      auto example = sampler.Next();
+      if (!example.ok()) return example.status();
+      examples.push_back(*std::move(example));
+    }
+    std::vector<int64_t> lengths;
+    int64_t loss_tokens = 0, tokens = 0;
+    for (const auto& e : examples) {
+      lengths.push_back(static_cast<int64_t>(e.tokens.size()));
+      tokens += lengths.back();
+      for (size_t t = 1; t < e.loss_mask.size(); ++t) loss_tokens += e.loss_mask[t];
+    }
+    double loss_sum = 0;
+    for (const auto& group : SplitByTokens(lengths, context.config.train.micro_batch_tokens)) {
+      std::vector<const std::vector<int64_t>*> seqs;
+      std::vector<const std::vector<uint8_t>*> masks;
+      for (size_t i : group) {
+        seqs.push_back(&examples[i].tokens);
+        masks.push_back(&examples[i].loss_mask);
+      }
+      ShiftedBatch shifted = TeacherForcing(seqs, masks);
+      auto scored = context.model.Score(shifted.batch);
+      if (!scored.ok()) return scored.status();
+      algo::SftLossResult loss = algo::SftLoss(scored->logprobs, shifted.target_weight,
+                                               static_cast<double>(loss_tokens));
+      loss.loss.backward();
+      loss_sum += loss.loss.item<double>();
+    }
+    const double grad_norm = optimizer.ClipGradNorm(sft.grad_clip);
+    const double lr =
+        WarmupCosineLr(sft.lr, step, sft.steps, sft.warmup_steps, sft.min_lr_ratio);
+    optimizer.Step(lr);
+    optimizer.ZeroGrad();
+    ++context.policy_version;
+    const double seconds = Seconds() - start;
+
+    nlohmann::json record = {{"stage", "sft"},
+                             {"step", step + 1},
+                             {"version", context.policy_version},
+                             {"loss", loss_sum},
+                             {"lr", lr},
+                             {"grad_norm", grad_norm},
+                             {"tokens", tokens},
+                             {"loss_tokens", loss_tokens},
+                             {"train_tokens_per_s", tokens / std::max(seconds, 1e-9)},
+                             {"step_seconds", seconds}};
+    if (absl::Status s = context.metrics.Write(record); !s.ok()) return s;
+    char text[160];
+    std::snprintf(text, sizeof text, "sft step %lld | loss %.4f | %.0f tok/s",
+                  static_cast<long long>(step + 1), loss_sum, tokens / std::max(seconds, 1e-9));
+    progress.Update(text, step + 1, sft.steps);
+    const bool last = step + 1 == sft.steps;
+    if (last || (eval_every > 0 && (step + 1) % eval_every == 0)) {
+      progress.Finish();
+      if (absl::Status s = LogEvaluation(context, "sft", step + 1); !s.ok()) return s;
+    }
+  }
+  progress.Finish();
+  return absl::OkStatus();
+}
+
+}  // namespace loom::train
