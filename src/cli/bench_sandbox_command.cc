@@ -64,8 +64,8 @@ std::vector<double> MeasureSessions(rpc::WorkerPool& pool, int n, bool run_true,
   for (int i = 0; i < n; ++i) {
     Clock::time_point start = Clock::now();
     auto session = pool.OpenSession(v1::OpenSession());
-    bool ok = session.ok() && (!run_true || (*session)->Call(call).ok()) &&
-              (*session)->Close().ok();
+    bool ok =
+        session.ok() && (!run_true || (*session)->Call(call).ok()) && (*session)->Close().ok();
     if (!ok) ++*errors;
     ms.push_back(Ms(Clock::now() - start));
   }
@@ -84,8 +84,8 @@ double MeasureEpisodes(rpc::WorkerPool& pool, int concurrency, int total, int* e
   for (int t = 0; t < concurrency; ++t) {
     threads.emplace_back([&] {
       while (next++ < total) {
-        v1::Trajectory trajectory = pool.RunEpisode(
-            episode, [](const v1::GenerateRequest& r) { return ScriptedTurn(r); });
+        v1::Trajectory trajectory =
+            pool.RunEpisode(episode, [](const v1::GenerateRequest& r) { return ScriptedTurn(r); });
         if (trajectory.penalty() || trajectory.verdict().reward() != 1.0) ++failed;
       }
     });
@@ -119,16 +119,15 @@ int RunBench(const BenchFlags& flags, const Context& context) {
   std::vector<double> latency = MeasureSessions(pool, flags.sessions, true, &errors);
   double eps16 = MeasureEpisodes(pool, 16, flags.episodes, &errors);
   double eps64 = MeasureEpisodes(pool, 64, flags.episodes, &errors);
-  nlohmann::ordered_json result = {
-      {"bench", "sandbox"},
-      {"sessions", flags.sessions},
-      {"session_open_true_close_ms_p50", Percentile(latency, 0.5)},
-      {"session_open_true_close_ms_p99", Percentile(latency, 0.99)},
-      {"session_open_close_ms_p50", Percentile(open_close, 0.5)},
-      {"episodes", flags.episodes},
-      {"episodes_per_s_16", eps16},
-      {"episodes_per_s_64", eps64},
-      {"errors", errors}};
+  nlohmann::ordered_json result = {{"bench", "sandbox"},
+                                   {"sessions", flags.sessions},
+                                   {"session_open_true_close_ms_p50", Percentile(latency, 0.5)},
+                                   {"session_open_true_close_ms_p99", Percentile(latency, 0.99)},
+                                   {"session_open_close_ms_p50", Percentile(open_close, 0.5)},
+                                   {"episodes", flags.episodes},
+                                   {"episodes_per_s_16", eps16},
+                                   {"episodes_per_s_64", eps64},
+                                   {"errors", errors}};
   if (!flags.json) {
     std::cout << "open->true->close p50 " << result["session_open_true_close_ms_p50"] << " ms, p99 "
               << result["session_open_true_close_ms_p99"] << " ms; episodes/s at 16: " << eps16

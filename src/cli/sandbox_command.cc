@@ -37,12 +37,17 @@ std::string ShellQuote(const std::string& arg) {
 
 int ExitCodeFor(const absl::Status& status) {
   switch (status.code()) {
-    case absl::StatusCode::kResourceExhausted: return kExitCapacity;
+    case absl::StatusCode::kResourceExhausted:
+      return kExitCapacity;
     case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded: return kExitUnavailable;
-    case absl::StatusCode::kUnauthenticated: return kExitUnauthenticated;
-    case absl::StatusCode::kInvalidArgument: return kExitUsage;
-    default: return kExitFailure;
+    case absl::StatusCode::kDeadlineExceeded:
+      return kExitUnavailable;
+    case absl::StatusCode::kUnauthenticated:
+      return kExitUnauthenticated;
+    case absl::StatusCode::kInvalidArgument:
+      return kExitUsage;
+    default:
+      return kExitFailure;
   }
 }
 
@@ -68,7 +73,8 @@ int RunExec(const ExecFlags& flags) {
     channel.tls_ca_pem = *pem;
   }
   std::string command;
-  for (const std::string& arg : flags.command) command += (command.empty() ? "" : " ") + ShellQuote(arg);
+  for (const std::string& arg : flags.command)
+    command += (command.empty() ? "" : " ") + ShellQuote(arg);
   auto deadline = std::chrono::system_clock::now() +
                   std::chrono::milliseconds(static_cast<int64_t>((flags.timeout_s + 30) * 1000));
   auto session = rpc::WorkerSession::Open(rpc::MakeChannel(channel), channel.auth_token,

@@ -5,13 +5,12 @@
 // can be used by scripts and tests.
 
 #include <signal.h>
+#include <spdlog/spdlog.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
-
-#include <spdlog/spdlog.h>
 
 #include "cli/command.h"
 #include "loom/config/files.h"

@@ -62,9 +62,14 @@ absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(
   workers->dir_ = tmpl;
   const std::string binary = options.binary.empty() ? SelfExe() : options.binary;
   for (int i = 0; i < options.count; ++i) {
-    std::vector<std::string> args = {binary, "worker", "--listen", "127.0.0.1:0",
-                                     "--max-sandboxes", absl::StrCat(options.max_sandboxes),
-                                     "--port-file", absl::StrCat(tmpl, "/w", i, ".port")};
+    std::vector<std::string> args = {binary,
+                                     "worker",
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--max-sandboxes",
+                                     absl::StrCat(options.max_sandboxes),
+                                     "--port-file",
+                                     absl::StrCat(tmpl, "/w", i, ".port")};
     if (!options.auth_token_file.empty()) {
       args.insert(args.end(), {"--auth-token-file", options.auth_token_file});
     }
@@ -74,14 +79,14 @@ absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(
     workers->pids_.push_back(pid);
   }
   const Clock::time_point deadline =
-      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options.startup_timeout_s * 1000));
+      Clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(options.startup_timeout_s * 1000));
   for (int i = 0; i < options.count; ++i) {
     const std::string port_file = absl::StrCat(tmpl, "/w", i, ".port");
     while (true) {
       absl::StatusOr<std::string> port = ReadFile(port_file);
       if (port.ok() && !port->empty()) {
-        workers->targets_.push_back(
-            absl::StrCat("127.0.0.1:", absl::StripAsciiWhitespace(*port)));
+        workers->targets_.push_back(absl::StrCat("127.0.0.1:", absl::StripAsciiWhitespace(*port)));
         break;
       }
       int status = 0;

@@ -15,8 +15,7 @@ using SystemClock = std::chrono::system_clock;
 using Clock = std::chrono::steady_clock;
 
 SystemClock::time_point In(double seconds) {
-  return SystemClock::now() +
-         std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
+  return SystemClock::now() + std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
 }
 
 bool Retryable(const absl::Status& status) {
@@ -102,7 +101,8 @@ WorkerPool::Worker* WorkerPool::Pick() {
 
 void WorkerPool::MarkDown(Worker& worker, double backoff_s) {
   std::lock_guard<std::mutex> lock(mu_);
-  worker.down_until = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(backoff_s * 1e6));
+  worker.down_until =
+      Clock::now() + std::chrono::microseconds(static_cast<int64_t>(backoff_s * 1e6));
   worker.reported_at = Clock::time_point{};  // ask again next time
 }
 
@@ -137,8 +137,7 @@ v1::Trajectory WorkerPool::RunEpisode(const v1::RunEpisode& episode, const Polic
   without_env.mutable_task()->clear_environment();
   absl::StatusOr<v1::Trajectory> trajectory = (*session)->RunEpisode(without_env, policy);
   if (!trajectory.ok()) {
-    return PenaltyTrajectory(episode,
-                             absl::StrCat("worker_lost: ", trajectory.status().message()));
+    return PenaltyTrajectory(episode, absl::StrCat("worker_lost: ", trajectory.status().message()));
   }
   (*session)->Close().IgnoreError();
   return *std::move(trajectory);
@@ -151,8 +150,8 @@ std::vector<WorkerLoad> WorkerPool::Loads() {
     PrepareContext(context, options_.auth_token, In(options_.status_timeout_s));
     v1::StatusReply reply;
     grpc::Status status = worker->stub->Status(&context, v1::StatusRequest(), &reply);
-    loads.push_back({worker->target, reply.live_sandboxes(), reply.capacity(), reply.p50_ms(),
-                     status.ok()});
+    loads.push_back(
+        {worker->target, reply.live_sandboxes(), reply.capacity(), reply.p50_ms(), status.ok()});
   }
   return loads;
 }

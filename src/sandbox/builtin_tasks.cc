@@ -57,8 +57,8 @@ v1::Task ArithmeticTask(uint64_t seed) {
   } while (product > 0);
   v1::Task task;
   task.set_id(absl::StrCat("arithmetic-", seed));
-  task.set_problem(absl::StrCat("What is ", a, " * ", b,
-                                "? Submit the exact integer with no separators."));
+  task.set_problem(
+      absl::StrCat("What is ", a, " * ", b, "? Submit the exact integer with no separators."));
   task.mutable_verification()->set_exact_answer(answer);
   return task;
 }

@@ -74,7 +74,8 @@ struct CappedBuffer {
     dropped += n - keep;
   }
   void Finish() {
-    if (dropped > 0) absl::StrAppend(&text, "\n[loom: output truncated, ", dropped, " bytes dropped]\n");
+    if (dropped > 0)
+      absl::StrAppend(&text, "\n[loom: output truncated, ", dropped, " bytes dropped]\n");
   }
 };
 

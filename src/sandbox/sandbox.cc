@@ -23,8 +23,8 @@ constexpr const char* kSystemDirs[] = {"/usr", "/bin", "/lib", "/lib64", "/sbin"
 
 absl::Status CheckRelativePath(const std::string& path) {
   if (path.empty() || path[0] == '/') {
-    return absl::InvalidArgumentError(absl::StrCat("environment file '", path,
-                                                   "': must be a relative path"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment file '", path, "': must be a relative path"));
   }
   for (absl::string_view part : absl::StrSplit(path, '/')) {
     if (part == "..") {
@@ -122,7 +122,8 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& co
 
 std::vector<std::string> Sandbox::BwrapArgs() const {
   std::vector<std::string> args = {config_.bwrap, "--unshare-all", "--die-with-parent",
-                                   "--cap-drop", "ALL", "--hostname", "sandbox"};
+                                   "--cap-drop",  "ALL",           "--hostname",
+                                   "sandbox"};
   for (const char* dir : kSystemDirs) {
     std::error_code ec;
     if (fs::is_symlink(dir, ec)) {
@@ -132,8 +133,7 @@ std::vector<std::string> Sandbox::BwrapArgs() const {
     }
   }
   args.insert(args.end(), {"--proc", "/proc", "--dev", "/dev", "--bind", dir_ + "/work",
-                           "/workspace", "--bind", dir_ + "/tmp", "/tmp", "--chdir",
-                           "/workspace"});
+                           "/workspace", "--bind", dir_ + "/tmp", "/tmp", "--chdir", "/workspace"});
   return args;
 }
 
@@ -144,8 +144,8 @@ absl::StatusOr<ProcessResult> Sandbox::Bash(const std::string& command, double t
   spec.argv = BwrapArgs();
   spec.argv.insert(spec.argv.end(), {"--", "/bin/bash", "-c", command, "sandbox"});
   spec.argv.insert(spec.argv.end(), args.begin(), args.end());
-  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/workspace", "TMPDIR=/tmp",
-              "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1"};
+  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/workspace", "TMPDIR=/tmp", "LANG=C.UTF-8",
+              "PYTHONDONTWRITEBYTECODE=1"};
   spec.stdin_text = stdin_text;
   spec.limits = config_.limits;
   spec.uid = uid_;
@@ -157,17 +157,17 @@ absl::StatusOr<ProcessResult> Sandbox::Bash(const std::string& command, double t
 
 absl::Status CheckBubblewrap(const SandboxConfig& config) {
   if (access(config.bwrap.c_str(), X_OK) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("bubblewrap not found at ", config.bwrap, " (install the bubblewrap package)"));
+    return absl::FailedPreconditionError(absl::StrCat("bubblewrap not found at ", config.bwrap,
+                                                      " (install the bubblewrap package)"));
   }
   auto sandbox = Sandbox::Create(config, 0, "bwrap-check", v1::Environment());
   if (!sandbox.ok()) return sandbox.status();
   auto result = (*sandbox)->Bash("true", 10);
   if (!result.ok()) return result.status();
   if (result->exit_code != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "bubblewrap cannot create a sandbox here (user namespaces disabled?): ",
-        result->stderr_text));
+    return absl::FailedPreconditionError(
+        absl::StrCat("bubblewrap cannot create a sandbox here (user namespaces disabled?): ",
+                     result->stderr_text));
   }
   return absl::OkStatus();
 }

@@ -18,8 +18,7 @@ grpc::Status Invalid(const std::string& message) {
 }
 
 grpc::Status ToGrpc(const absl::Status& status) {
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
 }  // namespace
@@ -122,8 +121,8 @@ grpc::Status SandboxService::RunEpisode(Stream* stream, const Sandbox& sandbox,
     return ToGrpc(s);
   }
   grpc::Status protocol_error = grpc::Status::OK;
-  GenerateFn generate = [&](const v1::GenerateRequest& request)
-      -> absl::StatusOr<v1::GenerateReply> {
+  GenerateFn generate =
+      [&](const v1::GenerateRequest& request) -> absl::StatusOr<v1::GenerateReply> {
     v1::WorkerMessage ask;
     *ask.mutable_generate() = request;
     v1::ClientMessage answer;

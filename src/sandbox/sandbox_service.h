@@ -19,9 +19,9 @@ class SandboxService final : public v1::SandboxWorker::Service {
         auth_token_(std::move(auth_token)),
         name_(std::move(name)) {}
 
-  grpc::Status Session(grpc::ServerContext* context,
-                       grpc::ServerReaderWriter<v1::WorkerMessage, v1::ClientMessage>* stream)
-      override;
+  grpc::Status Session(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::WorkerMessage, v1::ClientMessage>* stream) override;
   grpc::Status Status(grpc::ServerContext* context, const v1::StatusRequest* request,
                       v1::StatusReply* reply) override;
 

@@ -1,9 +1,9 @@
 #include "loom/sandbox/scaffold.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <chrono>
-
-#include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "loom/sandbox/tools.h"

@@ -11,11 +11,38 @@ namespace {
 using nlohmann::json;
 
 constexpr char kSchemas[] = R"([
-{"type": "function", "function": {"name": "bash", "description": "Run a bash command in /workspace and return its exit code, stdout and stderr.", "parameters": {"type": "object", "properties": {"command": {"type": "string", "description": "The command."}, "timeout_s": {"type": "number", "description": "Wall-clock limit in seconds."}}, "required": ["command"]}}},
-{"type": "function", "function": {"name": "python", "description": "Run a Python 3 program and return its output.", "parameters": {"type": "object", "properties": {"code": {"type": "string", "description": "The program."}}, "required": ["code"]}}},
-{"type": "function", "function": {"name": "read_file", "description": "Return the content of a file.", "parameters": {"type": "object", "properties": {"path": {"type": "string", "description": "Path, relative to /workspace or absolute."}}, "required": ["path"]}}},
-{"type": "function", "function": {"name": "write_file", "description": "Create or overwrite a file.", "parameters": {"type": "object", "properties": {"path": {"type": "string", "description": "Path, relative to /workspace or absolute."}, "content": {"type": "string", "description": "The new content."}}, "required": ["path", "content"]}}},
-{"type": "function", "function": {"name": "submit", "description": "Submit the final answer and end the episode.", "parameters": {"type": "object", "properties": {"answer": {"type": "string", "description": "The answer."}}, "required": ["answer"]}}}
+{"type": "function", "function": {
+  "name": "bash",
+  "description": "Run a bash command in /workspace and return its exit code, stdout and stderr.",
+  "parameters": {"type": "object", "properties": {
+    "command": {"type": "string", "description": "The command."},
+    "timeout_s": {"type": "number", "description": "Wall-clock limit in seconds."}
+  }, "required": ["command"]}}},
+{"type": "function", "function": {
+  "name": "python",
+  "description": "Run a Python 3 program and return its output.",
+  "parameters": {"type": "object", "properties": {
+    "code": {"type": "string", "description": "The program."}
+  }, "required": ["code"]}}},
+{"type": "function", "function": {
+  "name": "read_file",
+  "description": "Return the content of a file.",
+  "parameters": {"type": "object", "properties": {
+    "path": {"type": "string", "description": "Path, relative to /workspace or absolute."}
+  }, "required": ["path"]}}},
+{"type": "function", "function": {
+  "name": "write_file",
+  "description": "Create or overwrite a file.",
+  "parameters": {"type": "object", "properties": {
+    "path": {"type": "string", "description": "Path, relative to /workspace or absolute."},
+    "content": {"type": "string", "description": "The new content."}
+  }, "required": ["path", "content"]}}},
+{"type": "function", "function": {
+  "name": "submit",
+  "description": "Submit the final answer and end the episode.",
+  "parameters": {"type": "object", "properties": {
+    "answer": {"type": "string", "description": "The answer."}
+  }, "required": ["answer"]}}}
 ])";
 
 v1::ToolResult NotRun(const v1::ToolCall& call, std::string error) {
@@ -28,8 +55,7 @@ v1::ToolResult NotRun(const v1::ToolCall& call, std::string error) {
 }
 
 // The string argument `key`, or an error naming the tool and key.
-absl::StatusOr<std::string> StringArg(const json& args, const v1::ToolCall& call,
-                                      const char* key) {
+absl::StatusOr<std::string> StringArg(const json& args, const v1::ToolCall& call, const char* key) {
   auto it = args.find(key);
   if (it == args.end() || !it->is_string()) {
     return absl::InvalidArgumentError(
@@ -94,8 +120,7 @@ const std::string& ToolSchemasJson() {
   return schemas;
 }
 
-v1::ToolResult ExecuteTool(const Sandbox& sandbox, const v1::ToolCall& call,
-                           double max_timeout_s) {
+v1::ToolResult ExecuteTool(const Sandbox& sandbox, const v1::ToolCall& call, double max_timeout_s) {
   json args = json::parse(call.arguments_json().empty() ? "{}" : call.arguments_json(), nullptr,
                           /*allow_exceptions=*/false);
   if (!args.is_object()) {

@@ -75,15 +75,14 @@ absl::Status ValidateVerification(const v1::Verification& verification) {
       try {
         std::regex check(verification.output_regex().regex(), std::regex::ECMAScript);
       } catch (const std::regex_error& e) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "task verification: bad regex '", verification.output_regex().regex(), "': ",
-            e.what()));
+        return absl::InvalidArgumentError(absl::StrCat("task verification: bad regex '",
+                                                       verification.output_regex().regex(),
+                                                       "': ", e.what()));
       }
       return absl::OkStatus();
     case v1::Verification::kTests:
       if (verification.tests().command().find("{test}") == std::string::npos) {
-        return absl::InvalidArgumentError(
-            "task verification: tests.command must contain {test}");
+        return absl::InvalidArgumentError("task verification: tests.command must contain {test}");
       }
       if (verification.tests().fail_to_pass().empty() &&
           verification.tests().pass_to_pass().empty()) {

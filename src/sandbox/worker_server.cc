@@ -42,8 +42,8 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   }
   std::unique_ptr<WorkerServer> server(new WorkerServer());
   server->options_ = options;
-  const std::string base = options.sandbox_root.empty() ? DefaultSandboxRoot()
-                                                        : options.sandbox_root;
+  const std::string base =
+      options.sandbox_root.empty() ? DefaultSandboxRoot() : options.sandbox_root;
   std::error_code ec;
   fs::create_directories(base, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", base, ": ", ec.message()));
@@ -53,12 +53,12 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   config.root = absl::StrCat(base, "/w", getpid());
   server->sandbox_dir_ = config.root;
   fs::create_directories(config.root, ec);
-  fs::permissions(config.root, fs::perms::owner_all | fs::perms::group_exec |
-                                   fs::perms::others_exec, ec);
+  fs::permissions(config.root,
+                  fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec, ec);
   if (absl::Status s = CheckBubblewrap(config); !s.ok()) return s;
 
-  server->service_ = std::make_unique<SandboxService>(config, options.max_sandboxes,
-                                                      options.auth_token, "");
+  server->service_ =
+      std::make_unique<SandboxService>(config, options.max_sandboxes, options.auth_token, "");
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, Credentials(options), &server->port_);
   builder.RegisterService(server->service_.get());

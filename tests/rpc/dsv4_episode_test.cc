@@ -38,9 +38,8 @@ class Dsv4ScriptedPolicy {
     absl::StatusOr<std::string> prompt = chat::EncodePrompt(conversation_, chat::EncodeOptions());
     if (!prompt.ok()) return prompt.status();
     prompts_.push_back(*prompt);
-    v1::GenerateReply reply = rpc::ReplyFromCompletion(completions_.at(request.turn()),
-                                                       chat::ThinkingMode::kThinking,
-                                                       request.turn());
+    v1::GenerateReply reply = rpc::ReplyFromCompletion(
+        completions_.at(request.turn()), chat::ThinkingMode::kThinking, request.turn());
     if (reply.has_assistant()) {
       absl::StatusOr<chat::Message> assistant = rpc::ToChatMessage(reply.assistant());
       if (!assistant.ok()) return assistant.status();
@@ -72,8 +71,8 @@ TEST(Dsv4EpisodeTest, ToolCallsAndFormatErrorsRoundTrip) {
       "I forgot to close my reasoning",
       ToolCallCompletion("Submit it.", "submit", "answer", "9449772114007"),
   });
-  v1::Trajectory t = pool.RunEpisode(
-      episode, [&](const v1::GenerateRequest& r) { return policy(r); });
+  v1::Trajectory t =
+      pool.RunEpisode(episode, [&](const v1::GenerateRequest& r) { return policy(r); });
   EXPECT_FALSE(t.penalty()) << t.failure_reason();
   EXPECT_EQ(t.verdict().reward(), 1.0) << t.verdict().details();
   EXPECT_EQ(t.format_errors(), 1);

@@ -47,7 +47,8 @@ TEST_F(ContainmentTest, HostLoopbackIsUnreachable) {
   int fd = -1;
   int port = ListenOnLoopback(&fd);
   Make();
-  ProcessResult r = Run("exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(port) + " && echo connected");
+  ProcessResult r =
+      Run("exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(port) + " && echo connected");
   close(fd);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(r.stdout_text.find("connected"), std::string::npos);
@@ -55,7 +56,8 @@ TEST_F(ContainmentTest, HostLoopbackIsUnreachable) {
 
 TEST_F(ContainmentTest, HostHomeAndProjectAreInvisible) {
   Make();
-  ProcessResult r = Run(std::string("test -e ") + LOOM_SOURCE_DIR + "/CMakeLists.txt || echo no-project; "
+  ProcessResult r = Run(std::string("test -e ") + LOOM_SOURCE_DIR +
+                        "/CMakeLists.txt || echo no-project; "
                         "ls /root >/dev/null 2>&1 || echo no-home; ls /");
   EXPECT_NE(r.stdout_text.find("no-project"), std::string::npos) << r.stdout_text;
   EXPECT_NE(r.stdout_text.find("no-home"), std::string::npos) << r.stdout_text;
@@ -63,9 +65,10 @@ TEST_F(ContainmentTest, HostHomeAndProjectAreInvisible) {
 
 TEST_F(ContainmentTest, SystemIsReadOnlyAndWorkspaceWritable) {
   Make();
-  ProcessResult r = Run("touch /usr/loom_probe 2>/dev/null || echo usr-ro; "
-                        "touch /etc/loom_probe 2>/dev/null || echo etc-ro; "
-                        "echo hi > /workspace/f && echo hi > /tmp/t && echo writable");
+  ProcessResult r =
+      Run("touch /usr/loom_probe 2>/dev/null || echo usr-ro; "
+          "touch /etc/loom_probe 2>/dev/null || echo etc-ro; "
+          "echo hi > /workspace/f && echo hi > /tmp/t && echo writable");
   EXPECT_NE(r.stdout_text.find("usr-ro"), std::string::npos);
   EXPECT_NE(r.stdout_text.find("etc-ro"), std::string::npos);
   EXPECT_NE(r.stdout_text.find("writable"), std::string::npos) << r.stderr_text;
@@ -133,21 +136,28 @@ TEST_F(ContainmentTest, EnvironmentPathsMustStayInside) {
 
 TEST_F(ContainmentTest, ToolsRunInsideTheSandbox) {
   const Sandbox& box = Make();
-  v1::ToolResult py = ExecuteTool(box, Call("python", R"j({"code": "print(123456789 * 987654321)"})j"), 20);
+  v1::ToolResult py =
+      ExecuteTool(box, Call("python", R"j({"code": "print(123456789 * 987654321)"})j"), 20);
   EXPECT_EQ(py.stdout(), "121932631112635269\n");
-  v1::ToolResult w = ExecuteTool(box, Call("write_file", R"({"path": "d/x.txt", "content": "abc"})"), 20);
+  v1::ToolResult w =
+      ExecuteTool(box, Call("write_file", R"({"path": "d/x.txt", "content": "abc"})"), 20);
   EXPECT_EQ(w.exit_code(), 0) << w.stderr();
   v1::ToolResult r = ExecuteTool(box, Call("read_file", R"({"path": "d/x.txt"})"), 20);
   EXPECT_EQ(r.stdout(), "abc");
-  v1::ToolResult b = ExecuteTool(box, Call("bash", R"({"command": "sleep 5", "timeout_s": 0.3})"), 20);
+  v1::ToolResult b =
+      ExecuteTool(box, Call("bash", R"({"command": "sleep 5", "timeout_s": 0.3})"), 20);
   EXPECT_TRUE(b.timed_out());
 }
 
 TEST_F(ContainmentTest, MalformedToolCallsAreReportedNotRun) {
   const Sandbox& box = Make();
-  for (const auto& [name, args] : std::vector<std::pair<std::string, std::string>>{
-           {"bash", "not json"}, {"bash", "[1]"}, {"bash", R"({"command": 3})"},
-           {"python", "{}"}, {"rm_rf", "{}"}, {"submit", "{}"}}) {
+  for (const auto& [name, args] :
+       std::vector<std::pair<std::string, std::string>>{{"bash", "not json"},
+                                                        {"bash", "[1]"},
+                                                        {"bash", R"({"command": 3})"},
+                                                        {"python", "{}"},
+                                                        {"rm_rf", "{}"},
+                                                        {"submit", "{}"}}) {
     v1::ToolResult result = ExecuteTool(box, Call(name, args), 20);
     EXPECT_EQ(result.exit_code(), -1) << name << " " << args;
     EXPECT_FALSE(result.error().empty());

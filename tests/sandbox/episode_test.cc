@@ -57,7 +57,8 @@ TEST(EpisodeTest, ArithmeticWithThePythonTool) {
   *episode.mutable_task() = sandbox::ArithmeticTask(7);
   const std::string problem = episode.task().problem();
   std::string a = problem.substr(8, problem.find(" *") - 8);
-  std::string b = problem.substr(problem.find("* ") + 2, problem.find('?') - problem.find("* ") - 2);
+  std::string b =
+      problem.substr(problem.find("* ") + 2, problem.find('?') - problem.find("* ") - 2);
   ScriptedPolicy policy;
   policy.turns = {ToolTurn("python", {{"code", "print(" + a + " * " + b + ")"}})};
   // The second turn submits whatever the tool printed.
@@ -100,12 +101,12 @@ TEST(EpisodeTest, FixRepoRewardIsTheTestsPassing) {
   EXPECT_NE(unsolved.requests[1].append(0).content().find("FAILED"), std::string::npos);
 
   ScriptedPolicy fixer;
-  fixer.turns = {
-      ToolTurn("write_file",
-               {{"path", "calc.py"},
-                {"content", "def clamp(value, low, high):\n    return max(low, min(value, high))\n"
+  fixer.turns = {ToolTurn("write_file",
+                          {{"path", "calc.py"},
+                           {"content",
+                            "def clamp(value, low, high):\n    return max(low, min(value, high))\n"
                             "\n\ndef scale(value, factor):\n    return value * factor\n"}}),
-      ToolTurn("submit", {{"answer", "clamp returned low above the range"}})};
+                 ToolTurn("submit", {{"answer", "clamp returned low above the range"}})};
   v1::Trajectory after = pool.RunEpisode(episode, fixer.AsPolicy());
   EXPECT_EQ(after.verdict().reward(), 1.0) << after.verdict().details();
   EXPECT_EQ(after.answer(), "clamp returned low above the range");
@@ -156,11 +157,11 @@ TEST(EpisodeTest, WorkerKilledMidEpisodeFailsOnlyThatEpisode) {
   rpc::WorkerPool pool(Pool(*workers));
   v1::RunEpisode episode;
   *episode.mutable_task() = sandbox::ArithmeticTask(4);
-  v1::Trajectory t = pool.RunEpisode(episode, [&](const v1::GenerateRequest& r)
-                                                  -> absl::StatusOr<v1::GenerateReply> {
-    if (r.turn() == 1) workers->Kill(0);
-    return ToolTurn("bash", {{"command", "sleep 1"}});
-  });
+  v1::Trajectory t = pool.RunEpisode(
+      episode, [&](const v1::GenerateRequest& r) -> absl::StatusOr<v1::GenerateReply> {
+        if (r.turn() == 1) workers->Kill(0);
+        return ToolTurn("bash", {{"command", "sleep 1"}});
+      });
   EXPECT_TRUE(t.penalty());
   EXPECT_EQ(t.failure_reason().rfind("worker_lost", 0), 0u) << t.failure_reason();
   // The trainer side goes on: the next episode fails fast with a penalty, no hang.

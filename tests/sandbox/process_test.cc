@@ -55,8 +55,8 @@ TEST(ProcessTest, CapsOutputWithAMarker) {
 }
 
 TEST(ProcessTest, TimeoutKillsTheWholeTree) {
-  const std::string marker = testing::TempDir() + "/loom_process_marker_" +
-                             std::to_string(getpid());
+  const std::string marker =
+      testing::TempDir() + "/loom_process_marker_" + std::to_string(getpid());
   std::filesystem::remove(marker);
   // A grandchild that would create the marker after the timeout.
   ProcessSpec spec = Bash("(sleep 2; touch " + marker + ") & sleep 60");
@@ -76,9 +76,7 @@ TEST(ProcessTest, MissingProgramExits127) {
   EXPECT_EQ(result->exit_code, 127);
 }
 
-TEST(ProcessTest, EmptyArgvIsAnError) {
-  EXPECT_FALSE(RunProcess(ProcessSpec()).ok());
-}
+TEST(ProcessTest, EmptyArgvIsAnError) { EXPECT_FALSE(RunProcess(ProcessSpec()).ok()); }
 
 }  // namespace
 }  // namespace loom::sandbox

@@ -2,8 +2,8 @@
 // control, load reports, auth, malformed requests, containment with the
 // worker still serving, and the `loom sandbox exec` CLI and its exit codes.
 
-#include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -162,8 +162,10 @@ TEST(WorkerTest, SandboxExecCliPrintsJsonAndMapsExitCodes) {
   auto hold = OpenOn(target, "tok");  // takes the only slot
   ASSERT_TRUE(hold.ok());
   EXPECT_EQ(RunCommand(exec + token + " -- true 2>/dev/null", &out), 4);
-  EXPECT_EQ(RunCommand(std::string(LOOM_BINARY) +
-                           " sandbox exec --worker 127.0.0.1:1 -- true 2>/dev/null", &out), 5);
+  EXPECT_EQ(RunCommand(
+                std::string(LOOM_BINARY) + " sandbox exec --worker 127.0.0.1:1 -- true 2>/dev/null",
+                &out),
+            5);
   EXPECT_EQ(RunCommand(exec + " 2>/dev/null", &out), 2);
 }
 
@@ -190,16 +192,17 @@ TEST(WorkerTest, ServesTls) {
   const std::string key = dir + "/loom_tls_key.pem", cert = dir + "/loom_tls_cert.pem";
   std::string out;
   ASSERT_EQ(RunCommand("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
-                       "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " + key +
-                       " -out " + cert + " 2>/dev/null", &out),
+                       "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " +
+                           key + " -out " + cert + " 2>/dev/null",
+                       &out),
             0);
   auto workers = StartWorkers(1, 1, "", {"--tls-cert", cert, "--tls-key", key});
   ASSERT_TRUE(workers);
   std::ifstream in(cert);
   std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   v1::OpenSession open;
-  auto session = rpc::WorkerSession::Open(
-      rpc::MakeChannel({workers->targets()[0], "", pem}), "", open, testing_support::In(30));
+  auto session = rpc::WorkerSession::Open(rpc::MakeChannel({workers->targets()[0], "", pem}), "",
+                                          open, testing_support::In(30));
   ASSERT_TRUE(session.ok()) << session.status();
   EXPECT_EQ((*session)->Call(BashCall("echo secure"))->stdout(), "secure\n");
   ASSERT_TRUE((*session)->Close().ok());
@@ -215,14 +218,16 @@ TEST(WorkerTest, SandboxesDieWithTheWorkerAndLeftoversAreCleanedAtStart) {
   ASSERT_TRUE(session.ok()) << session.status();
   std::thread call([&] { (*session)->Call(BashCall("sleep 31.4159")).IgnoreError(); });
   std::string out;
-  for (int i = 0; i < 100 && RunCommand("pgrep -f 'sleep 31[.]4159'", &out) != 0; ++i) usleep(50000);
+  for (int i = 0; i < 100 && RunCommand("pgrep -f 'sleep 31[.]4159'", &out) != 0; ++i)
+    usleep(50000);
   ASSERT_EQ(RunCommand("pgrep -f 'sleep 31[.]4159'", &out), 0) << "the command never started";
   const std::string dead_dir = root + "/w" + std::to_string(workers->pid(0));
   workers->Kill(0);
   call.join();
   usleep(500000);
   EXPECT_NE(RunCommand("pgrep -f 'sleep 31[.]4159'", &out), 0) << "a sandbox outlived its worker";
-  EXPECT_TRUE(std::filesystem::exists(dead_dir)) << dead_dir << ": " << (RunCommand("ls -la " + root, &out), out);
+  EXPECT_TRUE(std::filesystem::exists(dead_dir))
+      << dead_dir << ": " << (RunCommand("ls -la " + root, &out), out);
   auto next = StartWorkers(1, 1, "", {"--sandbox-root", root});
   ASSERT_TRUE(next);
   EXPECT_FALSE(std::filesystem::exists(dead_dir)) << "leftovers of a dead worker were kept";

@@ -49,7 +49,9 @@ struct SandboxSection {
                 .Unit("s")
                 .Min(1));
     v.Field("max_steps", max_steps,
-            Doc("Assistant turns per episode before it ends unsolved.").Unit("turns").Range(1, 1000));
+            Doc("Assistant turns per episode before it ends unsolved.")
+                .Unit("turns")
+                .Range(1, 1000));
     v.Field("max_time_s", max_time_s,
             Doc("Scaffold time limit per episode, tool calls included.").Unit("s").Min(1));
     v.Field("tool_timeout_s", tool_timeout_s,

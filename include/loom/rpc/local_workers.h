@@ -16,12 +16,12 @@
 namespace loom::rpc {
 
 struct LocalWorkerOptions {
-  std::string binary;          // the loom binary; "" = this executable
+  std::string binary;  // the loom binary; "" = this executable
   int count = 1;
-  int max_sandboxes = 8;       // per worker
+  int max_sandboxes = 8;  // per worker
   std::string auth_token_file;
   std::vector<std::string> extra_args;  // appended to `loom worker ...`
-  double startup_timeout_s = 60;  // loading LibTorch on a busy machine takes seconds
+  double startup_timeout_s = 60;        // loading LibTorch on a busy machine takes seconds
 };
 
 class LocalWorkers {

@@ -18,11 +18,11 @@ namespace loom::sandbox {
 
 // setrlimit values applied in the child before exec; 0 leaves a limit as is.
 struct ResourceLimits {
-  int64_t cpu_seconds = 0;      // RLIMIT_CPU
-  int64_t address_space = 0;    // RLIMIT_AS, bytes
-  int64_t file_size = 0;        // RLIMIT_FSIZE, bytes
-  int64_t processes = 0;        // RLIMIT_NPROC, per uid
-  int64_t open_files = 0;       // RLIMIT_NOFILE
+  int64_t cpu_seconds = 0;    // RLIMIT_CPU
+  int64_t address_space = 0;  // RLIMIT_AS, bytes
+  int64_t file_size = 0;      // RLIMIT_FSIZE, bytes
+  int64_t processes = 0;      // RLIMIT_NPROC, per uid
+  int64_t open_files = 0;     // RLIMIT_NOFILE
 };
 
 struct ProcessSpec {
@@ -30,14 +30,14 @@ struct ProcessSpec {
   std::vector<std::string> env;   // the child's whole environment, "K=V"
   std::string stdin_text;         // written to the child's stdin, then closed
   ResourceLimits limits;
-  int uid = -1;                   // switch to this uid/gid before exec (-1: keep)
+  int uid = -1;  // switch to this uid/gid before exec (-1: keep)
   int gid = -1;
   double timeout_s = 30;          // wall clock; the process group is killed after it
   size_t output_cap = 64 * 1024;  // bytes kept per stream
 };
 
 struct ProcessResult {
-  int exit_code = -1;      // exit status, or 128 + signal when killed by one
+  int exit_code = -1;  // exit status, or 128 + signal when killed by one
   std::string stdout_text;
   std::string stderr_text;
   bool timed_out = false;

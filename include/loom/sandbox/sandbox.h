@@ -23,12 +23,12 @@
 namespace loom::sandbox {
 
 struct SandboxConfig {
-  std::string root;                 // worker-private directory holding session dirs
+  std::string root;  // worker-private directory holding session dirs
   std::string bwrap = "/usr/bin/bwrap";
   ResourceLimits limits{/*cpu_seconds=*/60, /*address_space=*/2LL << 30,
                         /*file_size=*/256LL << 20, /*processes=*/128, /*open_files=*/256};
-  size_t output_cap = 64 * 1024;    // bytes per stream and command
-  int uid_base = 200000;            // root only: sandbox slot s runs as uid_base + s
+  size_t output_cap = 64 * 1024;      // bytes per stream and command
+  int uid_base = 200000;              // root only: sandbox slot s runs as uid_base + s
   int64_t max_file_bytes = 16 << 20;  // largest file an Environment may carry
 };
 

@@ -18,8 +18,7 @@ const std::string& ToolSchemasJson();
 // Runs one call. Bad arguments or an unknown tool give exit_code -1 and
 // `error`; a command's own failure is its exit code. `max_timeout_s` caps
 // the timeout a bash call may ask for. submit only echoes its answer.
-v1::ToolResult ExecuteTool(const Sandbox& sandbox, const v1::ToolCall& call,
-                           double max_timeout_s);
+v1::ToolResult ExecuteTool(const Sandbox& sandbox, const v1::ToolCall& call, double max_timeout_s);
 
 // The text of the tool message the model sees for `result`.
 std::string RenderToolResult(const v1::ToolResult& result);

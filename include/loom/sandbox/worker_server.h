@@ -25,11 +25,11 @@ namespace loom::sandbox {
 struct WorkerOptions {
   std::string listen = "127.0.0.1:0";  // host:port; port 0 picks a free one
   int max_sandboxes = 4;
-  std::string auth_token;              // "" = no authentication
-  std::string tls_cert_pem;            // both set: serve TLS
+  std::string auth_token;    // "" = no authentication
+  std::string tls_cert_pem;  // both set: serve TLS
   std::string tls_key_pem;
-  std::string sandbox_root;            // "" = $TMPDIR (or /tmp) + /loom-sandboxes
-  SandboxConfig sandbox;               // limits; `root` is filled in by Start()
+  std::string sandbox_root;  // "" = $TMPDIR (or /tmp) + /loom-sandboxes
+  SandboxConfig sandbox;     // limits; `root` is filled in by Start()
 };
 
 class SandboxService;
