@@ -4,10 +4,12 @@
 // real sandbox and verifies. Plus placement, retries and worker loss.
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <atomic>
 #include <nlohmann/json.hpp>
 
+#include "loom/rpc/sandbox_clients.h"
 #include "loom/rpc/worker_pool.h"
 #include "loom/sandbox/builtin_tasks.h"
 #include "worker_fixture.h"
@@ -196,6 +198,29 @@ TEST(EpisodeTest, PlacementSpreadsAndRetriesOnRefusal) {
     ASSERT_TRUE(session.ok()) << session.status();
     EXPECT_EQ((*session)->opened().worker(), workers->targets()[1]);
   }
+}
+
+TEST(EpisodeTest, ConfigLocalWorkersRunEpisodesAndStopOnExit) {
+  config::SandboxSection section;
+  EXPECT_TRUE(absl::IsFailedPrecondition(rpc::StartSandboxClients(section).status()));
+  section.local = 2;
+  section.local_max_sandboxes = 1;
+  section.max_steps = 2;
+  auto clients = rpc::StartSandboxClients(section, LOOM_BINARY);
+  ASSERT_TRUE(clients.ok()) << clients.status();
+  ASSERT_EQ(clients->local->targets().size(), 2u);
+  const pid_t first = clients->local->pid(0);
+  v1::RunEpisode episode;
+  *episode.mutable_task() = sandbox::ArithmeticTask(5);
+  *episode.mutable_options() = rpc::ScaffoldOptionsFrom(section);
+  v1::Trajectory t = clients->pool->RunEpisode(episode, [](const v1::GenerateRequest&) {
+    return absl::StatusOr<v1::GenerateReply>(ToolTurn("bash", {{"command", "true"}}));
+  });
+  EXPECT_EQ(t.failure_reason(), "step_limit");  // max_steps from the config
+  EXPECT_EQ(t.steps(), 2);
+  clients->pool.reset();
+  clients->local.reset();
+  EXPECT_NE(kill(first, 0), 0) << "a local worker outlived its owner";
 }
 
 }  // namespace
