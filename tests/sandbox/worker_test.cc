@@ -233,5 +233,31 @@ TEST(WorkerTest, SandboxesDieWithTheWorkerAndLeftoversAreCleanedAtStart) {
   EXPECT_FALSE(std::filesystem::exists(dead_dir)) << "leftovers of a dead worker were kept";
   std::filesystem::remove_all(root);
 }
+TEST(WorkerTest, MalformedCommandLinesAndFilesAreClearErrors) {
+  const std::string loom = LOOM_BINARY;
+  const std::string dir = ::testing::TempDir();
+  const std::string empty = dir + "/loom_empty_token", junk = dir + "/loom_junk.pem";
+  std::ofstream(empty) << "  \n";
+  std::ofstream(junk) << "not a certificate\n";
+  std::string out;
+  const std::string worker = "timeout 20 " + loom + " worker --listen 127.0.0.1:0 ";
+  EXPECT_EQ(RunCommand(worker + "--auth-token-file /nonexistent/token 2>&1", &out), 2);
+  EXPECT_NE(out.find("/nonexistent/token"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(worker + "--auth-token-file " + empty + " 2>&1", &out), 2);
+  EXPECT_NE(out.find("empty"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(worker + "--tls-cert " + junk + " 2>&1", &out), 2);
+  EXPECT_EQ(RunCommand(worker + "--max-sandboxes 0 2>&1", &out), 2);
+  EXPECT_EQ(RunCommand(worker + "--tls-cert " + junk + " --tls-key " + junk + " 2>&1", &out), 1);
+  EXPECT_EQ(out.find("terminate"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand("timeout 20 " + loom + " worker --listen not-an-address 2>&1", &out), 1);
+  EXPECT_NE(out.find("cannot listen"), std::string::npos) << out;
+  EXPECT_EQ(RunCommand(loom + " sandbox exec --worker 127.0.0.1:1 --auth-token-file " +
+                           "/nonexistent/token -- true 2>&1",
+                       &out),
+            2);
+  EXPECT_EQ(
+      RunCommand(loom + " sandbox exec --worker 127.0.0.1:1 --timeout-s -3 -- true 2>&1", &out), 2);
+}
+
 }  // namespace
 }  // namespace loom
