@@ -102,6 +102,8 @@ void SetupWorker(CLI::App& app, Context& context) {
   cmd->add_option("--tls-cert", flags->tls_cert_file, "PEM certificate (serve TLS)");
   cmd->add_option("--tls-key", flags->tls_key_file, "PEM private key of --tls-cert");
   cmd->add_option("--port-file", flags->port_file, "Write the bound port here once listening");
+  cmd->add_option("--task-root", o.sandbox.task_root,
+                  "Directory whose subdirectories tasks may name as their environment `dir`");
   cmd->add_option("--sandbox-root", o.sandbox_root,
                   "Directory for sandbox work dirs (default $TMPDIR/loom-sandboxes)");
   cmd->add_option("--memory-mb", flags->memory_mb, "Address-space limit per command (MiB)")

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
@@ -56,14 +57,26 @@ void ChownTree(const fs::path& root, int uid) {
   }
 }
 
-absl::Status CopyEnvironmentDir(const std::string& from, const fs::path& work) {
+absl::Status CopyEnvironmentDir(const std::string& task_root, const std::string& dir,
+                                const fs::path& work) {
+  if (task_root.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "environment dir '", dir, "': this worker serves no task directories (--task-root)"));
+  }
   std::error_code ec;
+  const fs::path root = fs::weakly_canonical(task_root, ec);
+  const fs::path from = fs::weakly_canonical(root / dir, ec);
+  auto [end, unused] = std::mismatch(root.begin(), root.end(), from.begin(), from.end());
+  if (ec || end != root.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment dir '", dir, "' is outside the worker's task root"));
+  }
   if (!fs::is_directory(from, ec)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("environment dir '", from, "' is not a directory on this worker"));
+        absl::StrCat("environment dir '", dir, "' is not a directory on this worker"));
   }
   fs::copy(from, work, fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
-  if (ec) return absl::InternalError(absl::StrCat("copying ", from, ": ", ec.message()));
+  if (ec) return absl::InternalError(absl::StrCat("copying ", from.string(), ": ", ec.message()));
   return absl::OkStatus();
 }
 
@@ -106,7 +119,8 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& co
   fs::create_directories(fs::path(sandbox->dir_) / "tmp", ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", sandbox->dir_));
   if (!environment.dir().empty()) {
-    if (absl::Status s = CopyEnvironmentDir(environment.dir(), work); !s.ok()) return s;
+    absl::Status s = CopyEnvironmentDir(config.task_root, environment.dir(), work);
+    if (!s.ok()) return s;
   }
   for (const auto& [path, content] : environment.files()) {
     if (absl::Status s = WriteEnvironmentFile(work, path, content); !s.ok()) return s;

@@ -130,8 +130,19 @@ TEST_F(ContainmentTest, EnvironmentPathsMustStayInside) {
     EXPECT_TRUE(absl::IsInvalidArgument(created.status())) << bad;
   }
   v1::Environment env;
-  env.set_dir("/nonexistent/loom/dir");
-  EXPECT_TRUE(absl::IsInvalidArgument(Sandbox::Create(config_, 0, "bad", env).status()));
+  env.set_dir("repo");
+  EXPECT_TRUE(absl::IsInvalidArgument(Sandbox::Create(config_, 0, "bad", env).status()))
+      << "a worker without --task-root serves no directories";
+  config_.task_root = config_.root + "/tasks";
+  std::filesystem::create_directories(config_.task_root + "/repo/src");
+  std::ofstream(config_.task_root + "/repo/src/m.py") << "x = 1\n";
+  for (const char* bad : {"missing", "../..", "/etc", "repo/../../.."}) {
+    env.set_dir(bad);
+    EXPECT_TRUE(absl::IsInvalidArgument(Sandbox::Create(config_, 0, "bad", env).status())) << bad;
+  }
+  env.set_dir("repo");
+  Make(env);
+  EXPECT_EQ(Run("cat src/m.py").stdout_text, "x = 1\n");
 }
 
 TEST_F(ContainmentTest, ToolsRunInsideTheSandbox) {

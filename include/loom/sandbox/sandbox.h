@@ -30,13 +30,17 @@ struct SandboxConfig {
   size_t output_cap = 64 * 1024;      // bytes per stream and command
   int uid_base = 200000;              // root only: sandbox slot s runs as uid_base + s
   int64_t max_file_bytes = 16 << 20;  // largest file an Environment may carry
+  // Environment `dir`s are resolved under this directory and may not leave
+  // it; "" = this worker serves no task directories.
+  std::string task_root;
 };
 
 class Sandbox {
  public:
   // Creates the session directory `root/<name>`, copies the environment's
-  // directory and files into work/. INVALID_ARGUMENT for paths that leave the
-  // work dir or a missing `dir`; INTERNAL for filesystem failures.
+  // directory (relative to `task_root`) and files into work/.
+  // INVALID_ARGUMENT for paths that leave the work dir or the task root, or a
+  // missing `dir`; INTERNAL for filesystem failures.
   static absl::StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxConfig& config, int slot,
                                                          const std::string& name,
                                                          const v1::Environment& environment);
