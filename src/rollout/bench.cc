@@ -36,7 +36,14 @@ absl::StatusOr<std::unique_ptr<model::Transformer>> BenchModel(const RolloutBenc
   if (!o.model_dir.empty()) return model::Transformer::Load(o.model_dir, {});
   auto config = model::DefaultModelConfig("llama");
   if (!config.ok()) return config.status();
+  // Small enough that re-prefilling 64 x 1024 tokens twice fits the quick run on 2 cores.
   config->vocab_size = 512;
+  config->hidden_size = 32;
+  config->intermediate_size = 64;
+  config->num_hidden_layers = 1;
+  config->num_attention_heads = 2;
+  config->num_key_value_heads = 1;
+  config->head_dim = 16;
   config->max_position_embeddings = 4096;
   return model::Transformer::RandomInit(*config, o.seed, {});
 }
@@ -151,13 +158,23 @@ absl::StatusOr<double> TimeToNextToken(RolloutEngine& e, int64_t n) {
 // token with the KV kept vs re-prefilled. Also the KV memory ratio there.
 absl::StatusOr<json> ResumeVsReprefill(model::Transformer& m, const RolloutBenchOptions& o) {
   const int64_t n = o.resume_samples, prefix = o.resume_prefix;
-  auto engine = BenchEngine(m, n, prefix + 8);
+  // Early samples keep decoding while later ones prefill: room for 128 tokens.
+  auto engine = BenchEngine(m, n, prefix + 128);
   if (!engine.ok()) return engine.status();
   RolloutEngine& e = **engine;
   for (int64_t id = 0; id < n; ++id) {
-    if (auto s = e.Add(BenchRequest(id, prefix, 6, m.config().vocab_size)); !s.ok()) return s;
+    if (auto s = e.Add(BenchRequest(id, prefix, 128, m.config().vocab_size)); !s.ok()) return s;
   }
-  while (e.num_waiting() > 0 || e.CachedTokensTotal() < n * prefix) {
+  auto all_decoding = [&] {
+    for (int64_t id = 0; id < n; ++id) {
+      if (e.Find(id)->length() <= prefix || e.CachedTokens(id) != e.Find(id)->length() - 1) {
+        return false;
+      }
+    }
+    return true;
+  };
+  while (!all_decoding()) {
+    if (e.num_running() + e.num_waiting() == 0) return absl::InternalError("samples finished early");
     if (auto s = e.Step(); !s.ok()) return s.status();
   }
   e.ParkAll();
@@ -204,18 +221,24 @@ absl::StatusOr<std::string> RunRolloutBench(const RolloutBenchOptions& options) 
                    {"model_parameters", (*m)->NumParameters()},
                    {"threads", at::get_num_threads()}};
     json throughput = json::object();
+    auto phase = Clock::now();
     for (int64_t batch : options.batch_sizes) {
       auto tps = DecodeThroughput(**m, batch, options.decode_tokens);
       if (!tps.ok()) return tps.status();
       throughput[std::to_string(batch)] = *tps;
     }
     result["decode_tokens_per_s"] = throughput;
+    result["phase_seconds"]["decode"] = Seconds(phase);
+    phase = Clock::now();
     auto interrupt = InterruptLatency(**m, options.interrupt_rounds);
     if (!interrupt.ok()) return interrupt.status();
     result.update(*interrupt);
+    result["phase_seconds"]["interrupt"] = Seconds(phase);
+    phase = Clock::now();
     auto resume = ResumeVsReprefill(**m, options);
     if (!resume.ok()) return resume.status();
     result.update(*resume);
+    result["phase_seconds"]["resume"] = Seconds(phase);
     return result.dump();
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("bench rollout: ", e.what_without_backtrace()));

@@ -21,23 +21,16 @@ absl::StatusOr<StepStats> RolloutEngine::Step() {
   Admit();
   std::vector<Plan> plan = PlanBatch();
   stats.preempted = ReserveOrPreempt(plan);
+  // Decoding samples and prompt chunks go to the model separately: its batch
+  // is padded to the longest input, so one 1k-token chunk would otherwise make
+  // every decoding sample cost 1k query rows.
+  std::vector<Plan> decode, prefill;
+  for (const Plan& p : plan) (p.count == 1 ? decode : prefill).push_back(p);
+  for (const std::vector<Plan>* group : {&decode, &prefill}) {
+    if (group->empty()) continue;
+    if (auto status = RunModel(*group, stats); !status.ok()) return status;
+  }
   if (!plan.empty()) {
-    std::vector<model::StepInput> inputs;
-    inputs.reserve(plan.size());
-    for (const Plan& p : plan) {
-      const auto& tokens = p.sample->state.tokens;
-      const int64_t begin = p.sample->kv.length;
-      inputs.push_back({&p.sample->kv, std::vector<int64_t>(tokens.begin() + begin,
-                                                            tokens.begin() + begin + p.count)});
-    }
-    absl::StatusOr<model::StepResult> result;
-    try {
-      result = model_.Step(inputs, *pool_);
-    } catch (const c10::Error& e) {
-      result = absl::InternalError(absl::StrCat("model step: ", e.what_without_backtrace()));
-    }
-    if (!result.ok()) return result.status();
-    ApplyResults(plan, *result, stats);
     ++counters_.steps;
     steps_done_.fetch_add(1);
   }
@@ -46,6 +39,26 @@ absl::StatusOr<StepStats> RolloutEngine::Step() {
   if (interrupt_requested_.load()) ParkAll();
   stats.parked = parked_;
   return stats;
+}
+
+absl::Status RolloutEngine::RunModel(const std::vector<Plan>& plan, StepStats& stats) {
+  std::vector<model::StepInput> inputs;
+  inputs.reserve(plan.size());
+  for (const Plan& p : plan) {
+    const auto& tokens = p.sample->state.tokens;
+    const int64_t begin = p.sample->kv.length;
+    inputs.push_back({&p.sample->kv, std::vector<int64_t>(tokens.begin() + begin,
+                                                          tokens.begin() + begin + p.count)});
+  }
+  absl::StatusOr<model::StepResult> result;
+  try {
+    result = model_.Step(inputs, *pool_);
+  } catch (const c10::Error& e) {
+    result = absl::InternalError(absl::StrCat("model step: ", e.what_without_backtrace()));
+  }
+  if (!result.ok()) return result.status();
+  ApplyResults(plan, *result, stats);
+  return absl::OkStatus();
 }
 
 std::vector<RolloutEngine::Plan> RolloutEngine::PlanBatch() {
@@ -99,7 +112,7 @@ void RolloutEngine::ApplyResults(const std::vector<Plan>& plan, const model::Ste
                                  ? result.routing.to(at::kCPU, at::kShort).contiguous()
                                  : at::Tensor();  // [sum new, moe, k]
   const int64_t vocab = logits.size(1);
-  stats.batch = static_cast<int64_t>(plan.size());
+  stats.batch += static_cast<int64_t>(plan.size());
   for (size_t i = 0; i < plan.size(); ++i) {
     Sample& s = *plan[i].sample;
     const int64_t count = plan[i].count;

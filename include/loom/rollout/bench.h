@@ -14,7 +14,7 @@
 namespace loom::rollout {
 
 struct RolloutBenchOptions {
-  std::string model_dir;                  // "" = a random llama (hidden 64, 2 layers, vocab 512)
+  std::string model_dir;                  // "" = a random llama (hidden 32, 1 layer, vocab 512)
   std::vector<int64_t> batch_sizes = {1, 8, 64};
   int64_t decode_tokens = 128;            // new tokens per sample in the throughput runs
   int64_t interrupt_rounds = 100;

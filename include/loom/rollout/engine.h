@@ -5,9 +5,10 @@
 // Samples join (Add, Import) and leave (finish, Drop, Export) at any step.
 // Each Step() admits waiting samples while the batch and the KV pool have
 // room, feeds every running sample its pending tokens — a prompt chunk under
-// the step's token budget, or the one token decoded last step — in a single
-// Transformer::Step, then samples one token for each sample whose pending
-// tokens are all in the cache. Every generated token records its behaviour
+// the step's token budget, or the one token decoded last step — in
+// Transformer::Step calls (decoding samples in one, prompt chunks in another,
+// so short rows are not padded to long ones), then samples one token for each
+// sample whose pending tokens are all in the cache. Every generated token records its behaviour
 // log-prob, the policy version and (for MoE models) the routing.
 //
 // A sample's pending tokens are tokens[kv_length, T): one per step while
@@ -184,6 +185,7 @@ class RolloutEngine {
   bool MakeRoomForWaiting(int64_t blocks_needed);
   std::vector<Plan> PlanBatch();
   int64_t ReserveOrPreempt(std::vector<Plan>& plan);
+  absl::Status RunModel(const std::vector<Plan>& plan, StepStats& stats);
   void Preempt(Sample& sample);
   void EvictKv(Sample& sample, PreemptionPolicy policy);
   void ApplyResults(const std::vector<Plan>& plan, const model::StepResult& result,
