@@ -99,8 +99,7 @@ absl::StatusOr<std::vector<int32_t>> PiecesToIds(const std::vector<PromptPiece>&
   std::vector<int32_t> ids;
   std::string pending;  // text not yet encoded (special strings without an id join it)
   for (const PromptPiece& piece : pieces) {
-    std::optional<int32_t> id =
-        piece.special ? tokenizer.AddedTokenId(piece.text) : std::nullopt;
+    std::optional<int32_t> id = piece.special ? tokenizer.AddedTokenId(piece.text) : std::nullopt;
     if (!id) {
       pending += piece.text;
       continue;

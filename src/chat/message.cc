@@ -33,7 +33,8 @@ absl::StatusOr<Role> ParseRole(const OrderedJson& m, size_t i) {
 absl::Status ReadString(const OrderedJson& m, size_t i, const char* key, std::string* out) {
   auto it = m.find(key);
   if (it == m.end() || it->is_null()) return absl::OkStatus();
-  if (!it->is_string()) return Invalid(i, key, absl::StrCat("must be a string, got ", it->type_name()));
+  if (!it->is_string())
+    return Invalid(i, key, absl::StrCat("must be a string, got ", it->type_name()));
   *out = it->get<std::string>();
   return absl::OkStatus();
 }
@@ -169,12 +170,18 @@ absl::Status CheckToolResult(const std::vector<Message>& messages, size_t i) {
 
 const char* RoleName(Role role) {
   switch (role) {
-    case Role::kSystem: return "system";
-    case Role::kDeveloper: return "developer";
-    case Role::kUser: return "user";
-    case Role::kAssistant: return "assistant";
-    case Role::kTool: return "tool";
-    case Role::kLatestReminder: return "latest_reminder";
+    case Role::kSystem:
+      return "system";
+    case Role::kDeveloper:
+      return "developer";
+    case Role::kUser:
+      return "user";
+    case Role::kAssistant:
+      return "assistant";
+    case Role::kTool:
+      return "tool";
+    case Role::kLatestReminder:
+      return "latest_reminder";
   }
   return "?";
 }

@@ -95,8 +95,8 @@ absl::StatusOr<Parameter> ParseParameter(std::string_view p) {
     for (std::string_view flag : {std::string_view("true\">"), std::string_view("false\">")}) {
       if (rest.substr(0, flag.size()) != flag) continue;
       const std::string_view value = rest.substr(flag.size(), rest.size() - flag.size() - 1);
-      return Parameter{std::string(p.substr(kOpen.size(), at - kOpen.size())),
-                       std::string(value), flag[0] == 't'};
+      return Parameter{std::string(p.substr(kOpen.size(), at - kOpen.size())), std::string(value),
+                       flag[0] == 't'};
     }
   }
   return Error(StrCat("parameter format error: ", Quote(p)));
@@ -201,8 +201,8 @@ absl::StatusOr<ParsedMessage> ParseCompletion(std::string_view text, ThinkingMod
 OrderedJson ParsedMessageToJson(const ParsedMessage& message) {
   OrderedJson calls = OrderedJson::array();
   for (const ToolCall& call : message.tool_calls) {
-    calls.push_back({{"type", "function"},
-                     {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+    calls.push_back(
+        {{"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
   }
   return {{"role", "assistant"},
           {"content", message.content},

@@ -51,8 +51,9 @@ void SortToolResults(std::vector<Message>* messages) {
       auto it = call_order.find(b.tool_use_id);
       return it == call_order.end() ? 0 : it->second;
     };
-    std::stable_sort(results.begin(), results.end(),
-                     [&](const ContentBlock& a, const ContentBlock& b) { return rank(a) < rank(b); });
+    std::stable_sort(
+        results.begin(), results.end(),
+        [&](const ContentBlock& a, const ContentBlock& b) { return rank(a) < rank(b); });
     size_t next = 0;
     for (ContentBlock& b : m.blocks) {
       if (b.is_tool_result) b = results[next++];
@@ -74,8 +75,8 @@ std::vector<Message> DropThinking(const std::vector<Message>& messages) {
   std::vector<Message> out;
   for (size_t i = 0; i < messages.size(); ++i) {
     const Message& m = messages[i];
-    const bool always = m.role == Role::kUser || m.role == Role::kSystem ||
-                        m.role == Role::kTool || m.role == Role::kLatestReminder;
+    const bool always = m.role == Role::kUser || m.role == Role::kSystem || m.role == Role::kTool ||
+                        m.role == Role::kLatestReminder;
     if (always || static_cast<int>(i) >= last_user) {
       out.push_back(m);
     } else if (m.role == Role::kAssistant) {

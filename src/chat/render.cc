@@ -32,15 +32,16 @@ std::string ToolsBlock(const OrderedJson& tools) {
   }
   return absl::StrCat(
       "## Tools\n\nYou have access to a set of tools to help answer the user's question. You can "
-      "invoke tools by writing a \"<", dsml, "tool_calls>\" block like the following:\n\n<", dsml,
-      "tool_calls>\n<", dsml, "invoke name=\"$TOOL_NAME\">\n<", dsml,
+      "invoke tools by writing a \"<",
+      dsml, "tool_calls>\" block like the following:\n\n<", dsml, "tool_calls>\n<", dsml,
+      "invoke name=\"$TOOL_NAME\">\n<", dsml,
       "parameter name=\"$PARAMETER_NAME\" string=\"true|false\">$PARAMETER_VALUE</", dsml,
       "parameter>\n...\n</", dsml, "invoke>\n<", dsml, "invoke name=\"$TOOL_NAME2\">\n...\n</",
       dsml, "invoke>\n</", dsml,
       "tool_calls>\n\nString parameters should be specified as is and set `string=\"true\"`. For "
       "all other types (numbers, booleans, arrays, objects), pass the value in JSON format and "
-      "set `string=\"false\"`.\n\nIf thinking_mode is enabled (triggered by ", open,
-      "), you MUST output your complete reasoning inside ", open, "...", close,
+      "set `string=\"false\"`.\n\nIf thinking_mode is enabled (triggered by ",
+      open, "), you MUST output your complete reasoning inside ", open, "...", close,
       " BEFORE any tool calls or final response.\n\nOtherwise, output directly after ", close,
       " with tool calls or final response.\n\n### Available Tool Schemas\n\n", schemas,
       "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke "
@@ -120,8 +121,8 @@ std::string_view TaskToken(const std::string& task) {
 }
 
 // Rule 6: what follows a message when the next one is not a user-side turn.
-void RenderTransition(const std::vector<Message>& messages, size_t index,
-                      const RenderContext& c, PromptBuilder* out) {
+void RenderTransition(const std::vector<Message>& messages, size_t index, const RenderContext& c,
+                      PromptBuilder* out) {
   if (index + 1 < messages.size()) {
     const Role next = messages[index + 1].role;
     if (next != Role::kAssistant && next != Role::kLatestReminder) return;
@@ -151,8 +152,8 @@ void RenderEffort(const ReasoningEffort& effort, PromptBuilder* out) {
 
 }  // namespace
 
-void RenderMessage(const std::vector<Message>& messages, size_t index,
-                   const RenderContext& context, PromptBuilder* out) {
+void RenderMessage(const std::vector<Message>& messages, size_t index, const RenderContext& context,
+                   PromptBuilder* out) {
   const Message& m = messages[index];
   if (index == 0 && context.thinking) RenderEffort(context.effort, out);
   switch (m.role) {

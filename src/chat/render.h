@@ -16,7 +16,7 @@ struct RenderContext {
   ReasoningEffort effort;
 };
 
-void RenderMessage(const std::vector<Message>& messages, size_t index,
-                   const RenderContext& context, PromptBuilder* out);
+void RenderMessage(const std::vector<Message>& messages, size_t index, const RenderContext& context,
+                   PromptBuilder* out);
 
 }  // namespace loom::chat

@@ -9,7 +9,6 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -50,8 +49,7 @@ int RunBench(const BenchOptions& options) {
   auto tok = tokenizer::Tokenizer::FromFile(options.tokenizer);
   auto docs = ReadCorpus(options.corpus);
   if (!tok.ok() || !docs.ok()) {
-    std::cerr << "bench tokenizer: " << (tok.ok() ? docs.status() : tok.status()).message()
-              << "\n";
+    std::cerr << "bench tokenizer: " << (tok.ok() ? docs.status() : tok.status()).message() << "\n";
     return kExitUsage;
   }
   for (size_t i = 0; i < docs->size() && i < 100; ++i) (void)(*tok)->Encode((*docs)[i]);
@@ -68,8 +66,10 @@ int RunBench(const BenchOptions& options) {
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  nlohmann::json result = {{"impl", "loom"},         {"bytes", bytes},
-                           {"tokens", tokens},       {"seconds", seconds},
+  nlohmann::json result = {{"impl", "loom"},
+                           {"bytes", bytes},
+                           {"tokens", tokens},
+                           {"seconds", seconds},
                            {"mb_per_s", bytes / 1e6 / seconds},
                            {"tokens_per_s", tokens / seconds}};
   if (!options.json) {

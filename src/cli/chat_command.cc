@@ -78,8 +78,8 @@ int RunParse(const ChatOptions& o) {
     std::cerr << "parse error: " << parsed.status().message() << "\n";
     return kExitParseError;
   }
-  std::cout << chat::ParsedMessageToJson(*parsed).dump(
-                   -1, ' ', false, chat::OrderedJson::error_handler_t::replace)
+  std::cout << chat::ParsedMessageToJson(*parsed).dump(-1, ' ', false,
+                                                       chat::OrderedJson::error_handler_t::replace)
             << "\n";
   return kExitOk;
 }

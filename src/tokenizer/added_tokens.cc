@@ -44,8 +44,7 @@ void AddedTokenMatcher::Split(std::string_view text, std::vector<Segment>* out) 
   size_t text_begin = 0;
   for (size_t pos = 0; pos < text.size();) {
     int32_t id = -1;
-    const size_t len =
-        first_byte_[static_cast<uint8_t>(text[pos])] ? LongestAt(text, pos, &id) : 0;
+    const size_t len = first_byte_[static_cast<uint8_t>(text[pos])] ? LongestAt(text, pos, &id) : 0;
     if (len == 0) {
       ++pos;
       continue;

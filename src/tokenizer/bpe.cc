@@ -106,9 +106,7 @@ void Bpe::MergeLarge(std::vector<int32_t>* symbols) const {
     int32_t rank;
     int pos;
     int32_t left, right;  // the pair the entry was made for, to detect staleness
-    bool operator>(const Entry& o) const {
-      return rank != o.rank ? rank > o.rank : pos > o.pos;
-    }
+    bool operator>(const Entry& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
   auto push = [&](int i) {

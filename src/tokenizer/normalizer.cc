@@ -1,8 +1,8 @@
 #include "tokenizer/normalizer.h"
 
-#include <cstdlib>
-
 #include <utf8proc.h>
+
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 
@@ -49,10 +49,10 @@ std::string Normalizer::Apply(std::string_view text) const {
   for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
   if (ascii) return std::string(text);
   utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                          static_cast<utf8proc_ssize_t>(text.size()), &out,
-                                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE |
-                                                                         UTF8PROC_COMPOSE));
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   static_cast<utf8proc_ssize_t>(text.size()), &out,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   if (n < 0) return std::string(text);  // Only on invalid UTF-8, which callers rule out.
   std::string result(reinterpret_cast<char*>(out), static_cast<size_t>(n));
   std::free(out);

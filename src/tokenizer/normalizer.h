@@ -1,10 +1,9 @@
 #pragma once
 // Text normalizers of tokenizer.json: none, NFC, or a Sequence of those.
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 

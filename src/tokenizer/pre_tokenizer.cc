@@ -78,7 +78,8 @@ absl::Status PreTokenizer::AddStep(const Json& spec, bool first) {
   const std::string type = spec["type"];
   if (type == "Sequence") {
     if (!spec.contains("pretokenizers") || !spec["pretokenizers"].is_array()) {
-      return absl::InvalidArgumentError("pre_tokenizer Sequence: \"pretokenizers\" must be an array");
+      return absl::InvalidArgumentError(
+          "pre_tokenizer Sequence: \"pretokenizers\" must be an array");
     }
     for (const Json& part : spec["pretokenizers"]) {
       absl::Status status = AddStep(part, first && steps_.empty() && !has_byte_level_);
@@ -111,9 +112,9 @@ absl::Status PreTokenizer::AddStep(const Json& spec, bool first) {
     if (!BoolField(spec, "use_regex", true)) return absl::OkStatus();
     regex = kGpt2Regex;
   } else {
-    return absl::UnimplementedError(absl::StrCat(
-        "pre_tokenizer type \"", type,
-        "\" is not supported (supported: Sequence, Split, ByteLevel, Digits)"));
+    return absl::UnimplementedError(
+        absl::StrCat("pre_tokenizer type \"", type,
+                     "\" is not supported (supported: Sequence, Split, ByteLevel, Digits)"));
   }
   absl::StatusOr<std::unique_ptr<SplitStep>> step = SplitStep::Create(regex, behavior, invert);
   if (!step.ok()) {

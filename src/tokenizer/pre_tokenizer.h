@@ -4,10 +4,9 @@
 // A PreTokenizer is immutable and thread-safe once built.
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -31,8 +31,7 @@ pcre2_code* Code(void* code) { return static_cast<pcre2_code*>(code); }
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SplitStep>> SplitStep::Create(const std::string& regex,
-                                                             SplitBehavior behavior,
-                                                             bool invert) {
+                                                             SplitBehavior behavior, bool invert) {
   int error = 0;
   PCRE2_SIZE offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.data()), regex.size(),
@@ -41,8 +40,7 @@ absl::StatusOr<std::unique_ptr<SplitStep>> SplitStep::Create(const std::string& 
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
     return absl::InvalidArgumentError(absl::StrCat("Split regex does not compile at offset ",
-                                                   offset, ": ",
-                                                   reinterpret_cast<char*>(message)));
+                                                   offset, ": ", reinterpret_cast<char*>(message)));
   }
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // Falls back to the interpreter if JIT is absent.
   std::unique_ptr<SplitStep> step(new SplitStep());

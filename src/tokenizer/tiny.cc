@@ -1,7 +1,6 @@
 #include "loom/tokenizer/tiny.h"
 
 #include <iterator>
-
 #include <nlohmann/json.hpp>
 
 #include "loom/tokenizer/dsv4_tokens.h"
@@ -52,20 +51,14 @@ Json Model() {
 }  // namespace
 
 std::string TinyTokenizerJson() {
-  Json doc = {{"version", "1.0"},
-              {"truncation", nullptr},
-              {"padding", nullptr},
-              {"added_tokens", AddedTokens()},
-              {"normalizer", nullptr},
-              {"pre_tokenizer", ByteLevelPart(false)},
-              {"post_processor", nullptr},
-              {"decoder", ByteLevelPart(true)},
+  Json doc = {{"version", "1.0"},          {"truncation", nullptr},
+              {"padding", nullptr},        {"added_tokens", AddedTokens()},
+              {"normalizer", nullptr},     {"pre_tokenizer", ByteLevelPart(false)},
+              {"post_processor", nullptr}, {"decoder", ByteLevelPart(true)},
               {"model", Model()}};
   return doc.dump(2) + "\n";
 }
 
-int TinyTokenizerVocabSize() {
-  return 256 + static_cast<int>(std::size(dsv4::kAllSpecial));
-}
+int TinyTokenizerVocabSize() { return 256 + static_cast<int>(std::size(dsv4::kAllSpecial)); }
 
 }  // namespace loom::tokenizer

@@ -34,8 +34,7 @@ class TokenizerImpl {
   std::vector<bool> special;         // [vocab size] whether the id is a special added token
 
  private:
-  absl::Status EncodeNormalized(std::string_view text, bool added,
-                                std::vector<int32_t>* out) const;
+  absl::Status EncodeNormalized(std::string_view text, bool added, std::vector<int32_t>* out) const;
   absl::Status EncodePlain(std::string_view text, std::vector<int32_t>* out) const;
 
   mutable WordCache cache_;

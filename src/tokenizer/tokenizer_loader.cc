@@ -2,15 +2,14 @@
 // rejecting every feature the encoder does not implement by name.
 
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "loom/config/files.h"
 #include "loom/tokenizer/tokenizer.h"
 #include "tokenizer/byte_level.h"
-#include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/string_view_compat.h"
+#include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
 
 namespace loom::tokenizer {
@@ -121,8 +120,8 @@ absl::StatusOr<std::vector<AddedToken>> ParseAddedTokens(const Json& doc) {
     const Json& t = (*list)[i];
     const std::string where = absl::StrCat("added_tokens[", i, "]");
     if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() ||
-        t["id"].get<int64_t>() < 0 || t["id"].get<int64_t>() > kMaxId ||
-        !t.contains("content") || !t["content"].is_string()) {
+        t["id"].get<int64_t>() < 0 || t["id"].get<int64_t>() > kMaxId || !t.contains("content") ||
+        !t["content"].is_string()) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": needs an integer \"id\" (0..16777216) and a string \"content\""));
     }

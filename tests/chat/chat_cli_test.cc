@@ -36,8 +36,8 @@ TEST(ChatCliTest, EncodeOptions) {
 
 TEST(ChatCliTest, EncodeRejectsMalformedMessages) {
   TempDir dir;
-  auto result = RunLoom("chat encode --messages " +
-                        dir.Write("m.json", R"([{"role":"user","content":5}])"));
+  auto result =
+      RunLoom("chat encode --messages " + dir.Write("m.json", R"([{"role":"user","content":5}])"));
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_NE(result.err.find("messages[0].content"), std::string::npos) << result.err;
   result = RunLoom("chat encode --messages " + dir.Write("bad.json", "[{"));
@@ -55,8 +55,8 @@ TEST(ChatCliTest, ParsePrintsJsonOrExitsThree) {
   EXPECT_EQ(result.out,
             "{\"role\":\"assistant\",\"content\":\"Hi\",\"reasoning_content\":\"hmm\","
             "\"tool_calls\":[]}\n");
-  result = RunLoom("chat parse --thinking-mode thinking --completion " +
-                   dir.Write("bad.txt", "no end"));
+  result =
+      RunLoom("chat parse --thinking-mode thinking --completion " + dir.Write("bad.txt", "no end"));
   EXPECT_EQ(result.exit_code, 3);
   EXPECT_EQ(result.err.rfind("parse error: ", 0), 0u) << result.err;
 }

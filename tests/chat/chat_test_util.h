@@ -1,10 +1,10 @@
 #pragma once
 // Helpers for chat tests: messages from JSON text, prompts as strings.
 
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "loom/chat/encoder.h"
 #include "loom/chat/message.h"

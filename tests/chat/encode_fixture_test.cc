@@ -10,10 +10,10 @@ namespace loom::chat {
 namespace {
 
 void ExpectFixture(int n) {
-  const std::string input = loom::testing::ReadAll(testing::DataPath(
-      "test_input_" + std::to_string(n) + ".json"));
-  const std::string expected = loom::testing::ReadAll(testing::DataPath(
-      "test_output_" + std::to_string(n) + ".txt"));
+  const std::string input =
+      loom::testing::ReadAll(testing::DataPath("test_input_" + std::to_string(n) + ".json"));
+  const std::string expected =
+      loom::testing::ReadAll(testing::DataPath("test_output_" + std::to_string(n) + ".txt"));
   ASSERT_FALSE(input.empty());
   auto messages = ConversationFromJson(OrderedJson::parse(input));
   ASSERT_TRUE(messages.ok()) << messages.status();

@@ -67,10 +67,9 @@ TEST(EncodeRulesTest, ToolResultsMergeInCallOrderWithTheFollowingUserText) {
       {"role":"tool","tool_call_id":"a","content":"RA"},
       {"role":"user","content":"more"}])");
   EXPECT_EQ(prompt, B + U + "Q" + A + TC + "\n\n<" + D + "tool_calls>\n<" + D +
-                        "invoke name=\"f1\">\n<" + D +
-                        "parameter name=\"x\" string=\"false\">1</" + D + "parameter>\n</" + D +
-                        "invoke>\n<" + D + "invoke name=\"f2\">\n\n</" + D + "invoke>\n</" + D +
-                        "tool_calls>" + E + U +
+                        "invoke name=\"f1\">\n<" + D + "parameter name=\"x\" string=\"false\">1</" +
+                        D + "parameter>\n</" + D + "invoke>\n<" + D + "invoke name=\"f2\">\n\n</" +
+                        D + "invoke>\n</" + D + "tool_calls>" + E + U +
                         "<tool_result>RA</tool_result>\n\n<tool_result>RB</tool_result>\n\nmore" +
                         A + TO);
 }
@@ -81,8 +80,8 @@ TEST(EncodeRulesTest, UserWithTaskAfterToolResultsStaysSeparate) {
       {"role":"tool","tool_call_id":"a","content":"R"},
       {"role":"user","content":"T","task":"query"}])");
   EXPECT_EQ(prompt, B + U + "Q" + A + TC + "\n\n<" + D + "tool_calls>\n<" + D +
-                        "invoke name=\"f\">\n\n</" + D + "invoke>\n</" + D + "tool_calls>" + E +
-                        U + "<tool_result>R</tool_result>" + U + "T" + "<｜query｜>");
+                        "invoke name=\"f\">\n\n</" + D + "invoke>\n</" + D + "tool_calls>" + E + U +
+                        "<tool_result>R</tool_result>" + U + "T" + "<｜query｜>");
 }
 
 TEST(EncodeRulesTest, ActionTaskAddsAssistantThinkingAndActionTokens) {
@@ -114,7 +113,8 @@ TEST(EncodeRulesTest, ResponseFormatBlockUsesPromptJson) {
   EXPECT_EQ(Prompt(R"([{"role":"system","content":"S","response_format":
                          {"type":"json_object","schema":{"b":1,"a":[1,2],"s":"é"}}},
                        {"role":"user","content":"Q"}])"),
-            B + "S\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema "
+            B +
+                "S\n\n## Response Format:\n\nYou MUST strictly adhere to the following schema "
                 "to reply:\n{\"type\": \"json_object\", \"schema\": {\"b\": 1, \"a\": [1, 2], "
                 "\"s\": \"é\"}}" +
                 U + "Q" + A + TO);
@@ -134,7 +134,8 @@ TEST(EncodeRulesTest, DeveloperRendersAsUserWithItsTools) {
   EXPECT_NE(prompt.find("### Available Tool Schemas\n\n{\"name\": \"f\", \"description\": "
                         "\"天气\", \"parameters\": {\"z\": 1, \"a\": 2}}\n\nYou MUST strictly "
                         "follow the above defined tool name and parameter schemas to invoke tool "
-                        "calls.\n" + A + TO),
+                        "calls.\n" +
+                        A + TO),
             std::string::npos)
       << prompt;
 }
@@ -144,16 +145,20 @@ TEST(EncodeRulesTest, ReasoningEffortPrefixes) {
   EncodeOptions o;
   o.reasoning_effort = *ParseReasoningEffort("max");
   EXPECT_EQ(Prompt(msgs, o),
-            B + "Reasoning Effort: Absolute maximum with no shortcuts permitted.\nYou MUST be very "
+            B +
+                "Reasoning Effort: Absolute maximum with no shortcuts permitted.\nYou MUST be very "
                 "thorough in your thinking and comprehensively decompose the problem to resolve "
                 "the root cause, rigorously stress-testing your logic against all potential "
                 "paths, edge cases, and adversarial scenarios.\nExplicitly write out your entire "
                 "deliberation process, documenting every intermediate step, considered "
                 "alternative, and rejected hypothesis to ensure absolutely no assumption is left "
-                "unchecked.\n\nS" + U + "Q" + A + TO);
+                "unchecked.\n\nS" +
+                U + "Q" + A + TO);
   o.reasoning_effort = *ParseReasoningEffort("42");
-  EXPECT_EQ(Prompt(msgs, o), B + "Reasoning Effort: 42 (range 1\u2013100; higher values request "
-                                 "more thorough reasoning)\n\nS" + U + "Q" + A + TO);
+  EXPECT_EQ(Prompt(msgs, o), B +
+                                 "Reasoning Effort: 42 (range 1\u2013100; higher values request "
+                                 "more thorough reasoning)\n\nS" +
+                                 U + "Q" + A + TO);
   o.reasoning_effort = *ParseReasoningEffort("high");
   EXPECT_EQ(Prompt(msgs, o), B + "S" + U + "Q" + A + TO);
   o.reasoning_effort = *ParseReasoningEffort("max");

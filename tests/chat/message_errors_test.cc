@@ -38,8 +38,9 @@ TEST(MessageErrorsTest, ToolResultWithoutMatchingCall) {
 }
 
 TEST(MessageErrorsTest, BadToolCalls) {
-  ExpectError(R"([{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{oops"}}]}])",
-              "messages[0].tool_calls[0].function.arguments: is not valid JSON");
+  ExpectError(
+      R"([{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{oops"}}]}])",
+      "messages[0].tool_calls[0].function.arguments: is not valid JSON");
   ExpectError(R"([{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}])",
               "messages[0].tool_calls[0].function.name");
   ExpectError(R"([{"role":"assistant","tool_calls":{"a":1}}])", "messages[0].tool_calls");

@@ -2,11 +2,11 @@
 // ParseCompletion in both modes; each must return (a message or an error)
 // without throwing or crashing. Seeded, so failures reproduce.
 
+#include <gtest/gtest.h>
+
 #include <random>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "chat/chat_test_util.h"
 #include "loom/chat/parser.h"
@@ -15,12 +15,31 @@ namespace loom::chat {
 namespace {
 
 const std::vector<std::string>& Fragments() {
-  static const std::vector<std::string> fragments = {
-      "<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>", "<think>", "</think>", "｜DSML｜",
-      "\n\n<｜DSML｜tool_calls", ">\n", "<｜DSML｜invoke", " name=\"f\">\n", "<｜DSML｜parameter",
-      " name=\"k\" string=\"true\">", " string=\"false\">", "/｜DSML｜parameter>\n",
-      "</｜DSML｜invoke>\n", "</｜DSML｜tool_calls>", "<", ">", "\"", "\n", "text", "{\"a\": 1}",
-      "\xff", "\xe4\xbd", "é", "｜"};
+  static const std::vector<std::string> fragments = {"<｜end▁of▁sentence｜>",
+                                                     "<｜begin▁of▁sentence｜>",
+                                                     "<think>",
+                                                     "</think>",
+                                                     "｜DSML｜",
+                                                     "\n\n<｜DSML｜tool_calls",
+                                                     ">\n",
+                                                     "<｜DSML｜invoke",
+                                                     " name=\"f\">\n",
+                                                     "<｜DSML｜parameter",
+                                                     " name=\"k\" string=\"true\">",
+                                                     " string=\"false\">",
+                                                     "/｜DSML｜parameter>\n",
+                                                     "</｜DSML｜invoke>\n",
+                                                     "</｜DSML｜tool_calls>",
+                                                     "<",
+                                                     ">",
+                                                     "\"",
+                                                     "\n",
+                                                     "text",
+                                                     "{\"a\": 1}",
+                                                     "\xff",
+                                                     "\xe4\xbd",
+                                                     "é",
+                                                     "｜"};
   return fragments;
 }
 
@@ -28,9 +47,9 @@ const std::vector<std::string>& Fragments() {
 std::vector<std::string> Seeds() {
   const std::string prefix = "<｜begin▁of▁sentence｜><｜User｜>Q<｜Assistant｜><think>";
   std::vector<std::string> seeds;
-  for (const char* assistant : {
-           R"({"role":"assistant","reasoning_content":"R","content":"C"})",
-           R"({"role":"assistant","reasoning_content":"R","content":"","tool_calls":[
+  for (const char* assistant :
+       {R"({"role":"assistant","reasoning_content":"R","content":"C"})",
+        R"({"role":"assistant","reasoning_content":"R","content":"","tool_calls":[
                 {"function":{"name":"f","arguments":"{\"a\": \"x\", \"b\": [1, {\"c\": null}]}"}},
                 {"function":{"name":"g","arguments":"{}"}}]})"}) {
     const std::string prompt =

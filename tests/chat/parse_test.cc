@@ -18,8 +18,8 @@ std::string Invoke(const std::string& name, const std::string& params) {
   return "<" + D + "invoke name=\"" + name + "\">\n" + params + "\n</" + D + "invoke>";
 }
 std::string Param(const std::string& k, bool str, const std::string& v) {
-  return "<" + D + "parameter name=\"" + k + "\" string=\"" + (str ? "true" : "false") + "\">" +
-         v + "</" + D + "parameter>";
+  return "<" + D + "parameter name=\"" + k + "\" string=\"" + (str ? "true" : "false") + "\">" + v +
+         "</" + D + "parameter>";
 }
 
 void ExpectParseError(const std::string& text, ThinkingMode mode, const std::string& reason) {
@@ -60,7 +60,8 @@ TEST(ParseTest, ToolCallsRebuildArgumentsJson) {
   EXPECT_EQ(m->tool_calls[1].arguments, "{}");
   EXPECT_EQ(m->content, "");
   // The block may also end the text without EOS.
-  EXPECT_TRUE(ParseCompletion(text.substr(0, text.size() - E.size()), ThinkingMode::kThinking).ok());
+  EXPECT_TRUE(
+      ParseCompletion(text.substr(0, text.size() - E.size()), ThinkingMode::kThinking).ok());
 }
 
 TEST(ParseTest, EncodedAssistantMessageParsesBack) {
@@ -112,10 +113,9 @@ TEST(ParseTest, ToolCallFormatErrors) {
                    ThinkingMode::kChat, "expected '>\\n'");
   ExpectParseError("a" + Calls("<" + D + "invoke nam=\"f\">\n\n</" + D + "invoke>"),
                    ThinkingMode::kChat, "tool name format error");
-  ExpectParseError(
-      "a" + Calls(Invoke("f", "<" + D + "parameter name=\"k\" string=\"maybe\">v</" + D +
-                                  "parameter>")),
-      ThinkingMode::kChat, "parameter format error");
+  ExpectParseError("a" + Calls(Invoke("f", "<" + D + "parameter name=\"k\" string=\"maybe\">v</" +
+                                               D + "parameter>")),
+                   ThinkingMode::kChat, "parameter format error");
   ExpectParseError("a" + Calls(Invoke("f", "<" + D + "parameter name=\"k\" string=\"true\">v")),
                    ThinkingMode::kChat, "not closed");
 }

@@ -7,13 +7,13 @@
 //   node tests/tokenizer/hf_reference.js encode <tokenizer.json> tests/tokenizer/data/corpus.jsonl
 // (tests/tokenizer/make_corpus.py writes the corpus). tiny_test.cc runs node live.
 
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "loom/tokenizer/tokenizer.h"
 #include "tokenizer/test_paths.h"
@@ -52,7 +52,8 @@ class HfParityTest : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     const std::string name = GetParam();
-    const std::string path = name == "deepseek_v3" ? testing::DeepSeekV3Json() : testing::Qwen3Json();
+    const std::string path =
+        name == "deepseek_v3" ? testing::DeepSeekV3Json() : testing::Qwen3Json();
     if (!testing::Exists(path)) GTEST_SKIP() << path << " missing: run scripts/setup.sh";
     auto loaded = Tokenizer::FromFile(path);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -91,8 +92,7 @@ TEST_P(HfParityTest, DecodeGivesHuggingFaceText) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(RealVocabularies, HfParityTest,
-                         ::testing::Values("deepseek_v3", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(RealVocabularies, HfParityTest, ::testing::Values("deepseek_v3", "qwen3"));
 
 }  // namespace
 }  // namespace loom::tokenizer

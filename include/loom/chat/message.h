@@ -8,11 +8,10 @@
 // INVALID_ARGUMENT error naming `messages[i].field`. JSON values that the
 // prompt shows (tools, response_format, arguments) keep their key order.
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 
@@ -26,7 +25,7 @@ enum class Role { kSystem, kDeveloper, kUser, kAssistant, kTool, kLatestReminder
 const char* RoleName(Role role);
 
 struct ToolCall {
-  std::string id;         // may be empty; never rendered
+  std::string id;  // may be empty; never rendered
   std::string name;
   std::string arguments;  // JSON text, as in OpenAI messages
 };
@@ -45,7 +44,7 @@ struct Message {
   std::optional<OrderedJson> tools;            // OpenAI tool list
   std::optional<OrderedJson> response_format;  // any JSON value
   std::vector<ToolCall> tool_calls;
-  std::string tool_call_id;      // tool messages
+  std::string tool_call_id;         // tool messages
   std::optional<std::string> task;  // action, query, authority, domain, title, read_url
   bool wo_eos = false;
   // Set only on user messages made by merging tool results; when non-empty

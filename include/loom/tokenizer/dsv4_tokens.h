@@ -25,7 +25,7 @@ inline constexpr std::string_view kReadUrl = "<｜read_url｜>";
 
 // Every special string above, in the order the tiny tokenizer numbers them.
 inline constexpr std::string_view kAllSpecial[] = {
-    kBos,  kEos,   kThinkOpen, kThinkClose, kDsml,  kUser,  kAssistant,
-    kLatestReminder, kAction, kQuery, kAuthority, kDomain, kTitle, kReadUrl};
+    kBos,    kEos,   kThinkOpen, kThinkClose, kDsml,  kUser,   kAssistant, kLatestReminder,
+    kAction, kQuery, kAuthority, kDomain,     kTitle, kReadUrl};
 
 }  // namespace loom::tokenizer::dsv4
