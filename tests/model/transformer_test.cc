@@ -118,6 +118,28 @@ TEST_P(ArchTest, ChunkedLogprobsMatchDirectComputation) {
   }
 }
 
+// bfloat16 parameters run both paths and stay close to float32.
+TEST_P(ArchTest, Bfloat16FollowsFloat32) {
+  ModelConfig config = TestConfig(GetParam());
+  auto fp32 = TestModel(config, 37);
+  LoadOptions bf16_options;
+  bf16_options.dtype = at::kBFloat16;
+  auto bf16 = Transformer::FromTensors(config, fp32->StateDict(), bf16_options);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  PackedBatch batch = TeacherForcingBatch(RandomSequences({11, 6}, config.vocab_size, 8));
+  auto a = fp32->Score(batch);
+  auto b = (*bf16)->Score(batch);
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status();
+  EXPECT_EQ(b->logprobs.scalar_type(), at::kFloat);
+  EXPECT_LE((a->logprobs - b->logprobs).abs().mean().item<double>(), 0.1);
+  KvBlockPool pool((*bf16)->PoolOptions(64, 4));
+  KvSequence seq;
+  auto step = (*bf16)->Step({{&seq, {1, 2, 3, 4, 5}}}, pool);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(pool.BytesPerToken(), 2 * config.num_hidden_layers * config.num_key_value_heads *
+                                      config.head_dim * 2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, ArchTest, ::testing::ValuesIn(testing::AllArchs()));
 
 TEST(RoutingTest, ReplayEqualsFreshRoutingAndTrainsTheRouter) {
