@@ -87,6 +87,7 @@ void RolloutEngine::OffloadParked() {
 }
 
 void RolloutEngine::RequestInterrupt() {
+  std::lock_guard<std::mutex> lock(interrupt_mu_);
   interrupt_step_.store(steps_done_.load());
   interrupt_time_ns_.store(NowNs());
   interrupt_requested_.store(true);

@@ -32,6 +32,7 @@ absl::StatusOr<StepStats> RolloutEngine::Step() {
   }
   if (!plan.empty()) {
     ++counters_.steps;
+    std::lock_guard<std::mutex> lock(interrupt_mu_);
     steps_done_.fetch_add(1);
   }
   counters_.prefill_tokens += stats.prefill_tokens;

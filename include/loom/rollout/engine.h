@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -212,6 +213,9 @@ class RolloutEngine {
   bool parked_ = false;
   EngineCounters counters_;
 
+  // Makes (steps completed, request) one consistent observation, so a step
+  // finishing while a request is being made is not counted as latency.
+  std::mutex interrupt_mu_;
   std::atomic<bool> interrupt_requested_{false};
   std::atomic<int64_t> interrupt_step_{0};  // counters_.steps when requested
   std::atomic<int64_t> interrupt_time_ns_{0};
