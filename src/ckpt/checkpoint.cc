@@ -126,8 +126,9 @@ absl::StatusOr<std::string> CheckpointWriter::Commit(const nlohmann::json& meta)
   Manifest manifest;
   manifest.step = step_;
   manifest.meta = meta;
-  std::vector<std::string> files;
+  std::vector<std::string> files, subdirs;
   for (const auto& entry : fs::recursive_directory_iterator(temp_dir_)) {
+    if (entry.is_directory()) subdirs.push_back(entry.path().string());
     if (!entry.is_regular_file()) continue;
     std::string relative = fs::relative(entry.path(), temp_dir_).string();
     if (relative != kManifest) files.push_back(relative);
@@ -138,6 +139,9 @@ absl::StatusOr<std::string> CheckpointWriter::Commit(const nlohmann::json& meta)
     auto described = Describe(temp_dir_, relative);
     if (!described.ok()) return described.status();
     manifest.files.push_back(*described);
+  }
+  for (const auto& subdir : subdirs) {  // their entries (e.g. model/) must survive a power loss too
+    if (absl::Status s = FsyncPath(subdir, true); !s.ok()) return s;
   }
   nlohmann::json json = {{"step", manifest.step}, {"meta", manifest.meta}};
   json["files"] = nlohmann::json::array();

@@ -1,4 +1,5 @@
-// `loom train --config F [--set k=v]... [--run-dir DIR]`: runs the stages a config lists.
+// `loom train --config F [--set k=v]... [--run-dir DIR] [--resume auto|PATH]`: runs the stages a
+// config lists; SIGTERM/SIGUSR1 checkpoint and exit 0 (docs/operations.md).
 
 #include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
@@ -9,6 +10,7 @@
 #include "cli/command.h"
 #include "loom/config/logging.h"
 #include "loom/config/run_config.h"
+#include "loom/train/preemption.h"
 #include "loom/train/run_dir.h"
 #include "loom/train/runner.h"
 
@@ -19,6 +21,7 @@ struct TrainOptions {
   std::string config;
   std::vector<std::string> overrides;
   std::string run_dir;
+  std::string resume;
 };
 
 int RunTrain(const TrainOptions& options, const Context& context) {
@@ -45,7 +48,13 @@ int RunTrain(const TrainOptions& options, const Context& context) {
   if (config->run.threads > 0) at::set_num_threads(config->run.threads);
   spdlog::info("run '{}' in {} ({} intra-op threads)", config->run.name, run_dir->path(),
                at::get_num_threads());
-  if (absl::Status s = train::RunTraining(*config, *run_dir); !s.ok()) {
+  train::InstallPreemptionHandlers();
+  train::StartPreemptDeadline(config->ckpt.preempt_deadline_s);
+  if (absl::Status s = train::RunTraining(*config, *run_dir, options.resume); !s.ok()) {
+    if (train::IsPreempted(s)) {
+      spdlog::info("{}; continue with --resume auto", std::string(s.message()));
+      return kExitOk;
+    }
     spdlog::error("{}", std::string(s.message()));
     return kExitFailure;
   }
@@ -59,6 +68,9 @@ void SetupTrain(CLI::App& app, Context& context) {
   cmd->add_option("--config", options->config, "YAML config file")->required();
   cmd->add_option("--set", options->overrides, "Override a key: a.b.c=value (repeatable)");
   cmd->add_option("--run-dir", options->run_dir, "Run directory (default: run.dir or runs/<name>)");
+  cmd->add_option("--resume", options->resume,
+                  "auto (the newest good checkpoint of the run directory, if any) or a checkpoint "
+                  "directory");
   cmd->callback([options, &context] { context.exit_code = RunTrain(*options, context); });
 }
 

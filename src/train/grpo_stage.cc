@@ -20,6 +20,7 @@
 #include "loom/train/encoding.h"
 #include "loom/train/evaluator.h"
 #include "loom/train/grpo_step.h"
+#include "loom/train/stage_checkpoint.h"
 
 namespace loom::train {
 namespace {
@@ -43,7 +44,8 @@ class EnginePort : public dispatch::RolloutPort {
     for (const dispatch::Subgroup& subgroup : group.subgroups) {
       auto prompt = EncodeProblemPrompt(*problem, subgroup.effort, context_.tokenizer);
       for (const dispatch::SampleTicket& ticket : subgroup.samples) {
-        samples_[ticket.sample_id] = SampleInfo{problem, subgroup.id, subgroup.effort, group.dataset};
+        samples_[ticket.sample_id] =
+            SampleInfo{problem, subgroup.id, subgroup.effort, group.dataset, group.problem_index};
         if (!prompt.ok()) {
           failures_.push_back({ticket.sample_id, prompt.status()});
           continue;
@@ -95,9 +97,13 @@ absl::Status RunGrpoStage(TrainContext& context) {
   metrics::ProgressLine progress(stdout, {static_cast<bool>(::isatty(1)), 0.2, 30.0});
   const int64_t eval_every = config.tasks.eval_every;
   RolloutTotals rollout_totals;
+  int64_t step = 0;
+  GrpoLoopState loop{**engine, **dispatcher, optimizer, sample_info, finished, rollout_totals, step};
+  if (absl::Status s = RestoreGrpo(context, loop); !s.ok()) return s;
   double rollout_start = Seconds();
 
-  for (int64_t step = 0; step < stage.steps;) {
+  while (step < stage.steps) {
+    if (absl::Status s = GrpoBoundary(context, loop, /*after_step=*/false); !s.ok()) return s;
     const int admitted = (*dispatcher)->Refill(port);
     for (auto& [id, status] : port.TakeFailures()) {
       spdlog::warn("sample {} could not start: {}", id, std::string(status.message()));
@@ -143,6 +149,8 @@ absl::Status RunGrpoStage(TrainContext& context) {
     }
     auto record = trainer.Train(samples, step, (*dispatcher)->TakeStats(), rollout_totals);
     if (!record.ok()) return record.status();
+    (*record)["prefill_tokens"] = rollout_totals.prefill_tokens;
+    (*record)["decode_tokens"] = rollout_totals.decode_tokens;
     rollout_totals = {};
     ++step;
     if (absl::Status s = (*engine)->Resume(context.policy_version); !s.ok()) return s;
@@ -157,6 +165,7 @@ absl::Status RunGrpoStage(TrainContext& context) {
       progress.Finish();
       if (absl::Status s = LogEvaluation(context, "grpo", step); !s.ok()) return s;
     }
+    if (absl::Status s = GrpoBoundary(context, loop, /*after_step=*/true); !s.ok()) return s;
     rollout_start = Seconds();
   }
   progress.Finish();

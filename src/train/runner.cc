@@ -8,6 +8,7 @@
 #include "loom/model/init.h"
 #include "loom/model/transformer.h"
 #include "loom/tokenizer/dsv4_tokens.h"
+#include "loom/train/checkpointer.h"
 #include "loom/train/context.h"
 #include "loom/train/grpo_stage.h"
 #include "loom/train/sft_stage.h"
@@ -41,13 +42,17 @@ absl::StatusOr<at::Device> PickDevice(const std::string& name) {
   return (name == "cuda" || (name == "auto" && cuda)) ? at::Device(at::kCUDA) : at::Device(at::kCPU);
 }
 
-absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir) {
+absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
+                       const std::string& resume) {
+  auto checkpointer = Checkpointer::Open(config, run_dir, resume);
+  if (!checkpointer.ok()) return checkpointer.status();
+  const auto& cursor = (*checkpointer)->resume_cursor();
   if (absl::Status s = EnsureModel(config.model, config.run.seed); !s.ok()) return s;
   auto dtype = model::ParseDtype(config.model.dtype);
   if (!dtype.ok()) return dtype.status();
   auto device = PickDevice(config.model.device);
   if (!device.ok()) return device.status();
-  auto model = model::Transformer::Load(config.model.path, {*dtype, *device, true});
+  auto model = model::Transformer::Load((*checkpointer)->ModelDir(), {*dtype, *device, true});
   if (!model.ok()) return model.status();
   auto tokenizer = tokenizer::Tokenizer::FromFile(config.model.path + "/tokenizer.json");
   if (!tokenizer.ok()) return tokenizer.status();
@@ -64,8 +69,16 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir) {
                static_cast<double>((*model)->NumParameters()) / 1e6, config.model.dtype,
                config.train.stages.size());
 
-  TrainContext context{config, run_dir, **model, **tokenizer, *datasets, *metrics, *eos, 0};
-  for (const std::string& stage : config.train.stages) {
+  TrainContext context{config,    run_dir, **model, **tokenizer, *datasets,
+                       *metrics,  *eos,    0,       checkpointer->get()};
+  size_t first_stage = 0;
+  if (cursor) {
+    context.policy_version = cursor->policy_version;
+    first_stage = static_cast<size_t>(cursor->stage_index);
+    if (absl::Status s = RestoreTorchRng((*checkpointer)->resume_dir()); !s.ok()) return s;
+  }
+  for (size_t i = first_stage; i < config.train.stages.size(); ++i) {
+    const std::string& stage = config.train.stages[i];
     spdlog::info("stage {} begins", stage);
     absl::Status status = stage == "sft" ? RunSftStage(context) : RunGrpoStage(context);
     if (!status.ok()) return status;
@@ -80,9 +93,10 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir) {
 
 }  // namespace
 
-absl::Status RunTraining(const config::RunConfig& config, const RunDir& run_dir) {
+absl::Status RunTraining(const config::RunConfig& config, const RunDir& run_dir,
+                         const std::string& resume) {
   try {
-    return RunStages(config, run_dir);
+    return RunStages(config, run_dir, resume);
   } catch (const c10::Error& e) {
     return absl::InternalError(std::string("LibTorch: ") + e.what_without_backtrace());
   }

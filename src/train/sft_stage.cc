@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <random>
+#include <sstream>
 
 #include <spdlog/spdlog.h>
 
@@ -13,6 +14,7 @@
 #include "loom/train/batching.h"
 #include "loom/train/encoding.h"
 #include "loom/train/evaluator.h"
+#include "loom/train/stage_checkpoint.h"
 
 namespace loom::train {
 namespace {
@@ -39,6 +41,22 @@ class SftSampler {
     return EncodeSftExample(problem, effort, context_.tokenizer);
   }
 
+  // The data cursor, for checkpoints.
+  SftCursor Export() const {
+    std::ostringstream rng;
+    rng << rng_;
+    return {rng.str(), next_index_};
+  }
+  absl::Status Import(const SftCursor& cursor) {
+    std::istringstream rng(cursor.rng);
+    rng >> rng_;
+    if (rng.fail() || cursor.next_index.size() != next_index_.size()) {
+      return absl::DataLossError("checkpoint SFT cursor does not match this config's datasets");
+    }
+    next_index_ = cursor.next_index;
+    return absl::OkStatus();
+  }
+
  private:
   const TrainContext& context_;
   std::mt19937_64 rng_;
@@ -55,9 +73,20 @@ absl::Status RunSftStage(TrainContext& context) {
   SftSampler sampler(context);
   metrics::ProgressLine progress(stdout, {static_cast<bool>(::isatty(1)), 0.2, 30.0});
   const int64_t eval_every = context.config.tasks.eval_every;
-  if (absl::Status s = LogEvaluation(context, "sft", 0); !s.ok()) return s;
+  int64_t first_step = 0;
+  SftCursor cursor;
+  auto resumed = RestoreSft(context, optimizer, cursor, first_step);
+  if (!resumed.ok()) return resumed.status();
+  if (*resumed) {
+    if (absl::Status s = sampler.Import(cursor); !s.ok()) return s;
+  } else if (absl::Status s = LogEvaluation(context, "sft", 0); !s.ok()) {
+    return s;
+  }
 
-  for (int64_t step = 0; step < sft.steps; ++step) {
+  for (int64_t step = first_step; step < sft.steps; ++step) {
+    if (absl::Status s = SftBoundary(context, optimizer, sampler.Export(), step, false); !s.ok()) {
+      return s;
+    }
     const double start = Seconds();
     std::vector<SftExample> examples;
     for (int i = 0; i < sft.batch_sequences; ++i) {
@@ -115,6 +144,10 @@ absl::Status RunSftStage(TrainContext& context) {
     if (last || (eval_every > 0 && (step + 1) % eval_every == 0)) {
       progress.Finish();
       if (absl::Status s = LogEvaluation(context, "sft", step + 1); !s.ok()) return s;
+    }
+    if (absl::Status s = SftBoundary(context, optimizer, sampler.Export(), step + 1, true);
+        !s.ok()) {
+      return s;
     }
   }
   progress.Finish();

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "loom/config/async_section.h"
+#include "loom/config/ckpt_section.h"
 #include "loom/config/grpo_section.h"
 #include "loom/config/model_section.h"
 #include "loom/config/rollout_section.h"
@@ -30,6 +31,7 @@ struct RunConfig {
   AsyncSection async;
   SandboxSection sandbox;
   TrainSection train;
+  CkptSection ckpt;
 
   template <class V>
   void Visit(V& v) {
@@ -43,6 +45,7 @@ struct RunConfig {
     v.Section("sandbox", sandbox,
               Doc("Sandbox workers for agent episodes: addresses or local workers, limits."));
     v.Section("train", train, Doc("The stages to run and their optimizers."));
+    v.Section("ckpt", ckpt, Doc("Checkpoint interval, retention and the preemption deadline."));
   }
 };
 

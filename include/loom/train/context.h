@@ -14,6 +14,8 @@
 
 namespace loom::train {
 
+class Checkpointer;
+
 struct TrainContext {
   const config::RunConfig& config;
   const RunDir& run_dir;
@@ -23,6 +25,7 @@ struct TrainContext {
   metrics::MetricsWriter& metrics;
   int64_t eos_id = 0;          // the chat format's end-of-sentence token
   int64_t policy_version = 0;  // bumped by every optimizer step of every stage
+  Checkpointer* checkpointer = nullptr;  // checkpoints and resume (checkpointer.h); may be null
 };
 
 }  // namespace loom::train

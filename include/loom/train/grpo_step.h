@@ -26,6 +26,7 @@ struct SampleInfo {
   uint64_t subgroup_id = 0;
   int effort = 0;
   int dataset = 0;  // index into the datasets
+  uint64_t problem_index = 0;  // Dataset::Train(problem_index) is `problem` (for checkpoints)
 };
 
 struct TrainingSample {

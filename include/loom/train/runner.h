@@ -4,6 +4,12 @@
 // with its tokenizer and the datasets, then run the configured stages in
 // order (each from the previous one's weights), saving each stage's final
 // weights in the Hugging Face layout under RUN_DIR/stages/<stage>/.
+//
+// `resume` is "" (fresh), "auto" or a checkpoint directory (checkpointer.h):
+// the run continues inside the stage the checkpoint was written in. After a
+// preemption signal the status is PreemptedStatus() (preemption.h).
+
+#include <string>
 
 #include "absl/status/status.h"
 #include "loom/config/run_config.h"
@@ -11,6 +17,7 @@
 
 namespace loom::train {
 
-absl::Status RunTraining(const config::RunConfig& config, const RunDir& run_dir);
+absl::Status RunTraining(const config::RunConfig& config, const RunDir& run_dir,
+                         const std::string& resume = "");
 
 }  // namespace loom::train

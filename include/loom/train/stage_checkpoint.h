@@ -1,0 +1,54 @@
+#pragma once
+// The stages' side of checkpoints: capturing a stage's state into a TrainState
+// at a boundary, giving it back to continue, and restoring it on resume. Each
+// stage calls one hook per boundary; the Checkpointer decides whether to save.
+//
+// GRPO capture happens between engine steps (a token boundary): the engine is
+// parked and every in-flight sample exported with its KV on the host; after a
+// periodic save they are imported back in id order — the order they were
+// added in, which the engine's admission and batch order follow — so the run
+// continues exactly as if nothing happened, and a resumed run makes the same
+// decisions (given a KV pool that is not under pressure at the boundary).
+
+#include <cstdint>
+#include <map>
+
+#include "absl/status/status.h"
+#include "loom/dispatch/dispatcher.h"
+#include "loom/rollout/engine.h"
+#include "loom/train/adamw.h"
+#include "loom/train/context.h"
+#include "loom/train/grpo_step.h"
+#include "loom/train/train_state.h"
+
+namespace loom::train {
+
+// Borrowed views of the GRPO loop's state.
+struct GrpoLoopState {
+  rollout::RolloutEngine& engine;
+  dispatch::Dispatcher& dispatcher;
+  AdamW& optimizer;
+  std::map<uint64_t, SampleInfo>& sample_info;          // every admitted, untrained sample
+  std::map<uint64_t, rollout::SampleState>& finished;  // finished, untrained
+  RolloutTotals& totals;
+  int64_t& step;                                       // optimizer steps done in the stage
+};
+
+// Checkpoint boundary of the GRPO loop (between engine steps; `after_step`
+// right after an optimizer step). PreemptedStatus() after a preemption save.
+absl::Status GrpoBoundary(TrainContext& context, GrpoLoopState loop, bool after_step);
+
+// Restores the GRPO stage from the checkpoint being resumed, if it stopped
+// in this stage (otherwise does nothing).
+absl::Status RestoreGrpo(TrainContext& context, GrpoLoopState loop);
+
+// Checkpoint boundary of the SFT stage after `step` optimizer steps
+// (`after_step`: one just finished); `cursor` is the sampler's data cursor.
+absl::Status SftBoundary(TrainContext& context, AdamW& optimizer, const SftCursor& cursor,
+                         int64_t step, bool after_step);
+// Fills `optimizer`, `cursor` and `step` from the checkpoint being resumed if it
+// stopped in the SFT stage; returns whether it did.
+absl::StatusOr<bool> RestoreSft(TrainContext& context, AdamW& optimizer, SftCursor& cursor,
+                                int64_t& step);
+
+}  // namespace loom::train

@@ -1,0 +1,95 @@
+#pragma once
+// TrainState: what a checkpoint holds for a `loom train` run, and how it is
+// laid out in a checkpoint directory.
+//
+//   model/                  the policy in the Hugging Face layout (config.json,
+//                           model.safetensors, tokenizer.json): `loom logprobs`,
+//                           `loom merge` and HF tools load it as it is
+//   optimizer.safetensors   AdamW::StateDict() of the current stage
+//   rng.safetensors         LibTorch's default CPU generator state
+//   state.json              stage, step, policy and config versions, the SFT data
+//                           cursor, the dispatcher state and one record per sample
+//   samples.json            every in-flight and finished-but-untrained sample's
+//   samples.safetensors     SampleState (tokens, log-probs, versions, routing, RNG, KV)
+//   config.yaml             the resolved config the run was started with
+//
+// Every file is listed with its size and CRC-32 in manifest.json (ckpt module).
+// Reading checks every field: a malformed or mismatched file is a DATA_LOSS /
+// FAILED_PRECONDITION status naming the file and field. Plain values; the run
+// loop owns them.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "loom/config/run_config.h"
+#include "loom/model/safetensors.h"
+#include "loom/model/transformer.h"
+#include "loom/rollout/sample_state.h"
+
+namespace loom::train {
+
+// Where the run stands.
+struct RunCursor {
+  int stage_index = 0;         // into config.train.stages
+  std::string stage;           // its name ("sft", "grpo"), checked on resume
+  int64_t step = 0;            // optimizer steps done in that stage
+  int64_t policy_version = 0;  // optimizer steps done in the whole run
+  int64_t config_version = 0;  // live reconfigurations applied so far
+};
+
+// The SFT data cursor: the sampler's random state and per-dataset index.
+struct SftCursor {
+  std::string rng;                  // std::mt19937_64 state, as its operator<< writes it
+  std::vector<uint64_t> next_index;  // next training problem per dataset
+};
+
+// What the GRPO loop remembers about a sample, minus the problem itself
+// (rebuilt from the dataset: Dataset::Train(problem_index) is pure).
+struct SampleRecord {
+  uint64_t id = 0;
+  int dataset = 0;
+  uint64_t problem_index = 0;
+  uint64_t subgroup_id = 0;
+  int effort = 0;
+};
+
+// The GRPO loop between two engine steps.
+struct GrpoCursor {
+  nlohmann::json dispatcher;                   // Dispatcher::ExportState()
+  std::vector<rollout::SampleState> inflight;  // exported from the engine (KV on host), id order
+  std::vector<rollout::SampleState> finished;  // finished, not yet trained, id order
+  std::vector<SampleRecord> records;           // one per sample above
+  int64_t prefill_tokens = 0;                  // rollout work since the last optimizer step
+  int64_t decode_tokens = 0;
+};
+
+struct TrainState {
+  RunCursor cursor;
+  model::TensorMap optimizer;  // AdamW::StateDict()
+  std::optional<SftCursor> sft;
+  std::optional<GrpoCursor> grpo;
+};
+
+// Writes `state`, the model (with `tokenizer_json` copied beside it), the
+// LibTorch RNG and `config` into `dir` (a CheckpointWriter's temporary
+// directory). Returns the manifest metadata (stage, step, versions,
+// inflight_samples, ...).
+absl::StatusOr<nlohmann::json> WriteTrainState(const TrainState& state,
+                                               const model::Transformer& model,
+                                               const std::string& tokenizer_json,
+                                               const config::RunConfig& config,
+                                               const std::string& dir);
+
+// Reads everything but the model (load dir/model with Transformer::Load).
+absl::StatusOr<TrainState> ReadTrainState(const std::string& dir);
+
+// Restores the LibTorch default CPU generator from dir/rng.safetensors.
+absl::Status RestoreTorchRng(const std::string& dir);
+
+}  // namespace loom::train

@@ -1,0 +1,49 @@
+// `loom bench ckpt [--quick] [--samples N] [--prompt-tokens T]`: checkpoint
+// save / verify / load times with in-flight samples, and KV restore vs
+// re-prefill on resume. JSON on the last line.
+
+#include <ATen/Parallel.h>
+
+#include <iostream>
+#include <memory>
+
+#include "cli/command.h"
+#include "loom/train/ckpt_bench.h"
+
+namespace loom::cli {
+namespace {
+
+struct Options {
+  int threads = 0;
+  train::CkptBenchOptions bench;
+};
+
+int RunBench(const Options& options) {
+  if (options.threads > 0) at::set_num_threads(options.threads);
+  auto result = train::RunCkptBench(options.bench);
+  if (!result.ok()) {
+    std::cerr << "bench ckpt: " << result.status().message() << "\n";
+    return kExitFailure;
+  }
+  std::cout << result->dump() << "\n";
+  return kExitOk;
+}
+
+void SetupBenchCkpt(CLI::App& app, Context& context) {
+  CLI::App* bench = GroupCommand(app, "bench", "Run benchmarks (JSON results)");
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = bench->add_subcommand(
+      "ckpt", "Checkpoint cost with in-flight samples; KV restore vs re-prefill on resume");
+  cmd->add_flag("--quick", options->bench.quick, "A small model (ends within seconds)");
+  cmd->add_option("--samples", options->bench.samples, "In-flight samples")->check(CLI::Range(1, 4096));
+  cmd->add_option("--prompt-tokens", options->bench.prompt_tokens, "Tokens per sample")
+      ->check(CLI::Range(1, 3000));
+  cmd->add_option("--threads", options->threads, "Intra-op threads (default: LibTorch's)");
+  cmd->callback([options, &context] { context.exit_code = RunBench(*options); });
+}
+
+}  // namespace
+
+LOOM_REGISTER_COMMAND("bench_ckpt", SetupBenchCkpt);
+
+}  // namespace loom::cli

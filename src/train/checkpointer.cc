@@ -1,0 +1,163 @@
+#include "loom/train/checkpointer.h"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "loom/ckpt/checkpoint.h"
+#include "loom/config/files.h"
+#include "loom/train/preemption.h"
+
+namespace loom::train {
+namespace {
+
+// A checkpoint that verified and read, checked against this run's config.
+absl::Status CheckCompatible(const TrainState& state, const config::RunConfig& config,
+                             const std::string& dir) {
+  const auto& stages = config.train.stages;
+  const int index = state.cursor.stage_index;
+  if (index >= static_cast<int>(stages.size()) || stages[index] != state.cursor.stage) {
+    return absl::FailedPreconditionError(
+        dir + ": written in stage '" + state.cursor.stage + "' (number " +
+        std::to_string(index + 1) + "), which this config's train.stages does not have there");
+  }
+  if (!ReadFile(dir + "/model/config.json").ok()) {
+    return absl::DataLossError(dir + ": model/config.json is missing");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainState> ReadChecked(const std::string& dir, const config::RunConfig& config) {
+  auto manifest = ckpt::VerifyCheckpoint(dir);
+  if (!manifest.ok()) return manifest.status();
+  auto state = ReadTrainState(dir);
+  if (!state.ok()) return state.status();
+  if (absl::Status s = CheckCompatible(*state, config, dir); !s.ok()) return s;
+  return state;
+}
+
+// Newest first, the one `latest` names ahead of all.
+std::vector<std::string> Candidates(const std::string& root) {
+  std::vector<std::string> dirs = ckpt::ListCheckpoints(root);
+  std::reverse(dirs.begin(), dirs.end());
+  auto latest = ReadFile(root + "/latest");
+  if (latest.ok()) {
+    std::string name = *latest;
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    auto it = std::find(dirs.begin(), dirs.end(), root + "/" + name);
+    if (it != dirs.end()) std::rotate(dirs.begin(), it, it + 1);
+  }
+  return dirs;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(const config::RunConfig& config,
+                                                                 const RunDir& run_dir,
+                                                                 const std::string& resume_spec) {
+  std::unique_ptr<Checkpointer> checkpointer(new Checkpointer(config, run_dir));
+  if (!resume_spec.empty()) {
+    if (absl::Status s = checkpointer->ResolveAndRead(resume_spec); !s.ok()) return s;
+  }
+  return checkpointer;
+}
+
+absl::Status Checkpointer::ResolveAndRead(const std::string& resume_spec) {
+  std::vector<std::string> dirs;
+  if (resume_spec == "auto") {
+    dirs = Candidates(run_dir_.checkpoints_path());
+    if (dirs.empty()) {
+      spdlog::info("--resume auto: no checkpoint in {}; starting from the beginning",
+                   run_dir_.checkpoints_path());
+      return absl::OkStatus();
+    }
+  } else {
+    dirs = {resume_spec};
+  }
+  std::string skipped;
+  for (const std::string& dir : dirs) {
+    auto state = ReadChecked(dir, config_);
+    if (!state.ok()) {
+      if (resume_spec != "auto") return state.status();
+      spdlog::warn("--resume auto: skipping checkpoint {}: {}", dir,
+                   std::string(state.status().message()));
+      skipped += "\n  " + dir + ": " + std::string(state.status().message());
+      continue;
+    }
+    resume_dir_ = dir;
+    resume_cursor_ = state->cursor;
+    resume_state_ = *std::move(state);
+    last_saved_version_ = resume_cursor_->policy_version;
+    spdlog::info("resuming from {} (stage {}, step {}, policy version {})", dir,
+                 resume_cursor_->stage, resume_cursor_->step, resume_cursor_->policy_version);
+    return absl::OkStatus();
+  }
+  return absl::DataLossError("--resume auto: no usable checkpoint in " +
+                             run_dir_.checkpoints_path() + ":" + skipped);
+}
+
+std::string Checkpointer::ModelDir() const {
+  return resume_dir_.empty() ? config_.model.path : resume_dir_ + "/model";
+}
+
+std::optional<TrainState> Checkpointer::TakeResume(const std::string& stage) {
+  if (!resume_state_ || resume_state_->cursor.stage != stage) return std::nullopt;
+  std::optional<TrainState> out = std::move(resume_state_);
+  resume_state_.reset();
+  return out;
+}
+
+bool Checkpointer::IntervalDue(int64_t policy_version) const {
+  if (policy_version == last_saved_version_) return false;
+  const auto& ckpt = config_.ckpt;
+  if (ckpt.every_steps > 0 && policy_version % ckpt.every_steps == 0) return true;
+  if (ckpt.every_minutes <= 0) return false;
+  const auto elapsed = std::chrono::steady_clock::now() - last_save_;
+  return std::chrono::duration<double>(elapsed).count() >= ckpt.every_minutes * 60.0;
+}
+
+absl::Status Checkpointer::Boundary(bool after_step, int64_t policy_version,
+                                    const model::Transformer& model, const Capture& capture,
+                                    const Release& release) {
+  const bool preempted = PreemptionRequested();
+  if (!preempted && !(after_step && IntervalDue(policy_version))) return absl::OkStatus();
+  if (preempted) {
+    spdlog::info("signal {} received: stopping at this token boundary to checkpoint",
+                 PreemptionSignal());
+  }
+  auto state = capture();
+  if (!state.ok()) return state.status();
+  auto dir = Save(*state, model);
+  if (!dir.ok()) return dir.status();
+  if (preempted) return PreemptedStatus(*dir);
+  return release(*std::move(state));
+}
+
+absl::StatusOr<std::string> Checkpointer::Save(TrainState state, const model::Transformer& model) {
+  const auto& stages = config_.train.stages;
+  state.cursor.stage_index = static_cast<int>(
+      std::find(stages.begin(), stages.end(), state.cursor.stage) - stages.begin());
+  const double start = std::chrono::duration<double>(
+      std::chrono::steady_clock::now().time_since_epoch()).count();
+  const std::string root = run_dir_.checkpoints_path();
+  auto writer = ckpt::CheckpointWriter::Begin(root, state.cursor.policy_version);
+  if (!writer.ok()) return writer.status();
+  auto meta = WriteTrainState(state, model, config_.model.path + "/tokenizer.json", config_,
+                              writer->dir());
+  if (!meta.ok()) return meta.status();
+  auto dir = writer->Commit(*meta);
+  if (!dir.ok()) return dir.status();
+  last_save_ = std::chrono::steady_clock::now();
+  last_saved_version_ = state.cursor.policy_version;
+  if (absl::Status s = ckpt::ApplyRetention(root, config_.ckpt.keep_last, config_.ckpt.keep_every);
+      !s.ok()) {
+    spdlog::warn("checkpoint retention: {}", std::string(s.message()));
+  }
+  const double seconds = std::chrono::duration<double>(
+      std::chrono::steady_clock::now().time_since_epoch()).count() - start;
+  spdlog::info("checkpoint {} written in {:.2f} s ({} in-flight samples)", *dir, seconds,
+               (*meta)["inflight_samples"].get<int64_t>());
+  return dir;
+}
+
+}  // namespace loom::train

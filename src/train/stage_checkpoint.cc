@@ -1,0 +1,135 @@
+#include "loom/train/stage_checkpoint.h"
+
+#include <spdlog/spdlog.h>
+
+#include "loom/config/check.h"
+#include "loom/train/checkpointer.h"
+
+namespace loom::train {
+namespace {
+
+TrainState CursorState(const TrainContext& context, const char* stage, int64_t step,
+                       const AdamW& optimizer) {
+  TrainState state;
+  state.cursor.stage = stage;
+  state.cursor.step = step;
+  state.cursor.policy_version = context.policy_version;
+  state.optimizer = optimizer.StateDict();
+  return state;
+}
+
+absl::StatusOr<TrainState> CaptureGrpo(const TrainContext& context, GrpoLoopState& loop) {
+  TrainState state = CursorState(context, "grpo", loop.step, loop.optimizer);
+  GrpoCursor grpo;
+  grpo.dispatcher = loop.dispatcher.ExportState();
+  grpo.prefill_tokens = loop.totals.prefill_tokens;
+  grpo.decode_tokens = loop.totals.decode_tokens;
+  loop.engine.ParkAll();
+  for (const auto& [id, info] : loop.sample_info) {
+    grpo.records.push_back({id, info.dataset, info.problem_index, info.subgroup_id, info.effort});
+    auto done = loop.finished.find(id);
+    if (done != loop.finished.end()) {
+      grpo.finished.push_back(done->second);
+      continue;
+    }
+    auto exported = loop.engine.Export(id);
+    if (!exported.ok()) return exported.status();
+    grpo.inflight.push_back(*std::move(exported));
+  }
+  state.grpo = std::move(grpo);
+  return state;
+}
+
+// Puts exported samples back, in id (= arrival) order.
+absl::Status ImportInflight(rollout::RolloutEngine& engine,
+                            std::vector<rollout::SampleState>&& samples) {
+  for (rollout::SampleState& sample : samples) {
+    if (absl::Status s = engine.Import(std::move(sample)); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status GrpoBoundary(TrainContext& context, GrpoLoopState loop, bool after_step) {
+  if (context.checkpointer == nullptr) return absl::OkStatus();
+  return context.checkpointer->Boundary(
+      after_step, context.policy_version, context.model,
+      [&] { return CaptureGrpo(context, loop); },
+      [&](TrainState&& state) {
+        if (absl::Status s = loop.engine.Resume(context.policy_version); !s.ok()) return s;
+        return ImportInflight(loop.engine, std::move(state.grpo->inflight));
+      });
+}
+
+absl::Status RestoreGrpo(TrainContext& context, GrpoLoopState loop) {
+  if (context.checkpointer == nullptr) return absl::OkStatus();
+  std::optional<TrainState> state = context.checkpointer->TakeResume("grpo");
+  if (!state) return absl::OkStatus();
+  LOOM_CHECK(state->grpo.has_value(), "GRPO checkpoint without a GRPO cursor");
+  GrpoCursor& grpo = *state->grpo;
+  if (absl::Status s = loop.optimizer.LoadStateDict(state->optimizer); !s.ok()) return s;
+  if (absl::Status s = loop.dispatcher.ImportState(grpo.dispatcher); !s.ok()) return s;
+  for (const SampleRecord& r : grpo.records) {
+    if (r.dataset < 0 || r.dataset >= static_cast<int>(context.datasets.size())) {
+      return absl::DataLossError("checkpoint sample " + std::to_string(r.id) + ": dataset " +
+                                 std::to_string(r.dataset) + " does not exist in this config");
+    }
+    auto problem = std::make_shared<tasks::Problem>(
+        context.datasets[r.dataset]->Train(r.problem_index));
+    loop.sample_info[r.id] = SampleInfo{problem, r.subgroup_id, r.effort, r.dataset,
+                                        r.problem_index};
+  }
+  for (rollout::SampleState& sample : grpo.finished) {
+    const uint64_t id = sample.id;
+    loop.finished.emplace(id, std::move(sample));
+  }
+  int64_t kv_tokens = 0;
+  for (const rollout::SampleState& sample : grpo.inflight) kv_tokens += sample.kv.length;
+  const size_t inflight = grpo.inflight.size();
+  if (absl::Status s = ImportInflight(loop.engine, std::move(grpo.inflight)); !s.ok()) return s;
+  loop.totals.prefill_tokens = grpo.prefill_tokens;
+  loop.totals.decode_tokens = grpo.decode_tokens;
+  loop.step = state->cursor.step;
+  spdlog::info("GRPO resumes at step {}: {} in-flight samples restored with {} KV tokens "
+               "(no re-prefill), {} finished samples awaiting training",
+               loop.step, inflight, kv_tokens, loop.finished.size());
+  return context.metrics.Write({{"event", "resume"},
+                                {"stage", "grpo"},
+                                {"step", loop.step},
+                                {"version", context.policy_version},
+                                {"inflight_restored", inflight},
+                                {"kv_tokens_restored", kv_tokens},
+                                {"finished_restored", loop.finished.size()}});
+}
+
+absl::Status SftBoundary(TrainContext& context, AdamW& optimizer, const SftCursor& cursor,
+                         int64_t step, bool after_step) {
+  if (context.checkpointer == nullptr) return absl::OkStatus();
+  return context.checkpointer->Boundary(
+      after_step, context.policy_version, context.model,
+      [&]() -> absl::StatusOr<TrainState> {
+        TrainState state = CursorState(context, "sft", step, optimizer);
+        state.sft = cursor;
+        return state;
+      },
+      [](TrainState&&) { return absl::OkStatus(); });
+}
+
+absl::StatusOr<bool> RestoreSft(TrainContext& context, AdamW& optimizer, SftCursor& cursor,
+                                int64_t& step) {
+  if (context.checkpointer == nullptr) return false;
+  std::optional<TrainState> state = context.checkpointer->TakeResume("sft");
+  if (!state) return false;
+  if (!state->sft) return absl::DataLossError("SFT checkpoint without an SFT data cursor");
+  if (absl::Status s = optimizer.LoadStateDict(state->optimizer); !s.ok()) return s;
+  cursor = *state->sft;
+  step = state->cursor.step;
+  spdlog::info("SFT resumes at step {}", step);
+  absl::Status written = context.metrics.Write(
+      {{"event", "resume"}, {"stage", "sft"}, {"step", step}, {"version", context.policy_version}});
+  if (!written.ok()) return written;
+  return true;
+}
+
+}  // namespace loom::train

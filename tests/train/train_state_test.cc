@@ -1,0 +1,189 @@
+// TrainState on disk: in-flight samples come back into a fresh engine with
+// their KV (no prefill), and continue with exactly the tokens an
+// uninterrupted engine produces; malformed state files are clear errors.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "loom/ckpt/checkpoint.h"
+#include "loom/config/files.h"
+#include "loom/train/checkpointer.h"
+#include "loom/train/train_state.h"
+#include "rollout/rollout_testing.h"
+#include "testing/temp_dir.h"
+
+namespace loom::train {
+namespace {
+
+using rollout::testing::MakeEngine;
+using rollout::testing::Prompt;
+using rollout::testing::Request;
+using rollout::testing::SmallModel;
+using loom::testing::TempDir;
+
+constexpr int kSamples = 4;
+
+std::unique_ptr<rollout::RolloutEngine> EngineWithSamples(const model::Transformer& m) {
+  auto engine = MakeEngine(m);
+  for (uint64_t id = 1; id <= kSamples; ++id) {
+    EXPECT_TRUE(engine->Add(Request(id, Prompt(id, 5 + id), /*max_new=*/40)).ok());
+  }
+  return engine;
+}
+
+TrainState StateWithInflight(rollout::RolloutEngine& engine) {
+  TrainState state;
+  state.cursor = {1, "grpo", 3, 9, 0};
+  state.optimizer = {{"step", at::full({}, 9, at::kLong)}};
+  state.grpo.emplace();
+  state.grpo->dispatcher = {{"cursors", {4, 2}}};
+  engine.ParkAll();
+  for (uint64_t id = 1; id <= kSamples; ++id) {
+    auto exported = engine.Export(id);
+    EXPECT_TRUE(exported.ok()) << exported.status();
+    state.grpo->inflight.push_back(*std::move(exported));
+    state.grpo->records.push_back({id, 0, 100 + id, 50 + id, 100});
+  }
+  return state;
+}
+
+std::string WriteCheckpoint(const TrainState& state, const model::Transformer& m,
+                            const TempDir& dir) {
+  auto config = config::LoadRunConfig(LOOM_SOURCE_DIR "/configs/test/preempt.yaml", {});
+  EXPECT_TRUE(config.ok()) << config.status();
+  const std::string tokenizer = dir.Write("tokenizer.json", "{}");
+  auto writer = ckpt::CheckpointWriter::Begin(dir / "checkpoints", 9);
+  EXPECT_TRUE(writer.ok()) << writer.status();
+  auto meta = WriteTrainState(state, m, tokenizer, *config, writer->dir());
+  EXPECT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ((*meta)["inflight_samples"], kSamples);
+  auto committed = writer->Commit(*meta);
+  EXPECT_TRUE(committed.ok()) << committed.status();
+  return *committed;
+}
+
+TEST(TrainStateTest, InflightSamplesResumeOnTheirKvWithoutPrefill) {
+  auto m = SmallModel();
+  auto reference = EngineWithSamples(*m);
+  auto engine = EngineWithSamples(*m);
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(reference->Step().ok());
+    ASSERT_TRUE(engine->Step().ok());
+  }
+  TempDir dir;
+  const std::string ckpt_dir = WriteCheckpoint(StateWithInflight(*engine), *m, dir);
+
+  auto state = ReadTrainState(ckpt_dir);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->cursor.stage, "grpo");
+  EXPECT_EQ(state->cursor.policy_version, 9);
+  EXPECT_EQ(state->grpo->records.size(), static_cast<size_t>(kSamples));
+  EXPECT_EQ(state->grpo->records[2].problem_index, 103u);
+  EXPECT_EQ(state->grpo->dispatcher["cursors"][0], 4);
+  auto loaded = model::Transformer::Load(ckpt_dir + "/model", {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto resumed = MakeEngine(**loaded);
+  for (auto& sample : state->grpo->inflight) {
+    EXPECT_GT(sample.kv.length, 0) << "sample " << sample.id << " lost its KV";
+    ASSERT_TRUE(resumed->Import(std::move(sample)).ok());
+  }
+  auto first = resumed->Step();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->prefill_tokens, 0) << "restored samples were re-prefilled";
+  EXPECT_EQ(first->decode_tokens, kSamples);
+  ASSERT_TRUE(reference->Step().ok());
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(reference->Step().ok());
+    ASSERT_TRUE(resumed->Step().ok());
+  }
+  for (uint64_t id = 1; id <= kSamples; ++id) {
+    const rollout::SampleState* want = reference->Find(id);
+    const rollout::SampleState* got = resumed->Find(id);
+    ASSERT_TRUE(want && got);
+    EXPECT_EQ(got->tokens, want->tokens) << "sample " << id;
+    EXPECT_EQ(got->logprobs, want->logprobs) << "sample " << id;
+  }
+}
+
+TEST(TrainStateTest, MalformedStateFilesAreClearErrors) {
+  auto m = SmallModel();
+  auto engine = EngineWithSamples(*m);
+  ASSERT_TRUE(engine->Step().ok());
+  TempDir dir;
+  const std::string ckpt_dir = WriteCheckpoint(StateWithInflight(*engine), *m, dir);
+  const std::string state_path = ckpt_dir + "/state.json";
+  const std::string good = *ReadFile(state_path);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"not json", "not a JSON object"},
+      {"{\"format_version\": 1}", "missing field 'stage_index'"},
+      {"{\"format_version\": 99}", "format_version 99"},
+  };
+  for (const auto& [text, expected] : cases) {
+    ASSERT_TRUE(WriteFileAtomic(state_path, text).ok());
+    auto state = ReadTrainState(ckpt_dir);
+    ASSERT_FALSE(state.ok()) << text;
+    EXPECT_NE(state.status().message().find(expected), std::string::npos) << state.status();
+    EXPECT_NE(state.status().message().find("state.json"), std::string::npos) << state.status();
+  }
+  ASSERT_TRUE(WriteFileAtomic(state_path, good).ok());
+  ASSERT_TRUE(WriteFileAtomic(ckpt_dir + "/samples.json", "{\"inflight\": [{}], \"finished\": []}")
+                  .ok());
+  auto state = ReadTrainState(ckpt_dir);
+  ASSERT_FALSE(state.ok());
+  EXPECT_NE(state.status().message().find("samples.json"), std::string::npos) << state.status();
+  std::filesystem::remove(ckpt_dir + "/samples.safetensors");
+  ASSERT_TRUE(WriteFileAtomic(ckpt_dir + "/samples.json", "{\"inflight\": [], \"finished\": []}")
+                  .ok());
+  EXPECT_FALSE(ReadTrainState(ckpt_dir).ok());
+}
+
+TEST(CheckpointerTest, ResumeSpecsFailClearlyOrStartFresh) {
+  TempDir dir;
+  auto config = config::LoadRunConfig(LOOM_SOURCE_DIR "/configs/test/preempt.yaml", {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto run_dir = RunDir::Create(*config, dir / "run");
+  ASSERT_TRUE(run_dir.ok()) << run_dir.status();
+  auto fresh = Checkpointer::Open(*config, *run_dir, "auto");
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_FALSE((*fresh)->resume_cursor().has_value());
+  EXPECT_EQ((*fresh)->ModelDir(), config->model.path);
+
+  auto missing = Checkpointer::Open(*config, *run_dir, dir / "nowhere");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("nowhere"), std::string::npos) << missing.status();
+
+  // A checkpoint of a stage this config does not have is unusable, explicitly or by auto.
+  auto m = SmallModel();
+  auto engine = EngineWithSamples(*m);
+  TrainState state = StateWithInflight(*engine);
+  state.cursor.stage = "opd";
+  auto writer = ckpt::CheckpointWriter::Begin(run_dir->checkpoints_path(), 9);
+  ASSERT_TRUE(writer.ok());
+  const std::string tokenizer = dir.Write("tokenizer.json", "{}");
+  auto meta = WriteTrainState(state, *m, tokenizer, *config, writer->dir());
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  auto committed = writer->Commit(*meta);
+  ASSERT_TRUE(committed.ok());
+  auto explicit_path = Checkpointer::Open(*config, *run_dir, *committed);
+  ASSERT_FALSE(explicit_path.ok());
+  EXPECT_NE(explicit_path.status().message().find("stage 'opd'"), std::string::npos)
+      << explicit_path.status();
+  auto automatic = Checkpointer::Open(*config, *run_dir, "auto");
+  ASSERT_FALSE(automatic.ok());
+  EXPECT_NE(automatic.status().message().find("no usable checkpoint"), std::string::npos)
+      << automatic.status();
+}
+
+TEST(CheckpointerTest, CkptSectionRejectsBadValues) {
+  for (const std::string bad : {"ckpt.keep_last=0", "ckpt.every_steps=-1",
+                                 "ckpt.preempt_deadline_s=0", "ckpt.every_minutes=x"}) {
+    auto config = config::LoadRunConfig(LOOM_SOURCE_DIR "/configs/test/preempt.yaml", {bad});
+    ASSERT_FALSE(config.ok()) << bad;
+    const std::string key = bad.substr(0, bad.find('='));
+    EXPECT_NE(config.status().message().find(key), std::string::npos) << config.status();
+  }
+}
+
+}  // namespace
+}  // namespace loom::train
