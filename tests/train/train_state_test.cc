@@ -185,5 +185,15 @@ TEST(CheckpointerTest, CkptSectionRejectsBadValues) {
   }
 }
 
+TEST(CkptBenchTest, QuickRunRestoresKvWithoutPrefill) {
+  auto result = loom::testing::RunLoom("bench ckpt --quick --samples 4 --prompt-tokens 16");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const std::string last = result.out.substr(result.out.rfind('{'));
+  auto json = nlohmann::json::parse(last);
+  EXPECT_EQ(json["resume_prefill_tokens"], 0);
+  EXPECT_EQ(json["reprefill_tokens"], 4 * (16 + 4));
+  EXPECT_GT(json["checkpoint_bytes"].get<int64_t>(), 0);
+}
+
 }  // namespace
 }  // namespace loom::train
