@@ -35,7 +35,8 @@ void SetupBenchCkpt(CLI::App& app, Context& context) {
   CLI::App* cmd = bench->add_subcommand(
       "ckpt", "Checkpoint cost with in-flight samples; KV restore vs re-prefill on resume");
   cmd->add_flag("--quick", options->bench.quick, "A small model (ends within seconds)");
-  cmd->add_option("--samples", options->bench.samples, "In-flight samples")->check(CLI::Range(1, 4096));
+  cmd->add_option("--samples", options->bench.samples, "In-flight samples")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--prompt-tokens", options->bench.prompt_tokens, "Tokens per sample")
       ->check(CLI::Range(1, 3000));
   cmd->add_option("--threads", options->threads, "Intra-op threads (default: LibTorch's)");

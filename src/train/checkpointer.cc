@@ -1,8 +1,8 @@
 #include "loom/train/checkpointer.h"
 
-#include <algorithm>
-
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 #include "loom/ckpt/checkpoint.h"
 #include "loom/config/files.h"
@@ -17,9 +17,9 @@ absl::Status CheckCompatible(const TrainState& state, const config::RunConfig& c
   const auto& stages = config.train.stages;
   const int index = state.cursor.stage_index;
   if (index >= static_cast<int>(stages.size()) || stages[index] != state.cursor.stage) {
-    return absl::FailedPreconditionError(
-        dir + ": written in stage '" + state.cursor.stage + "' (number " +
-        std::to_string(index + 1) + "), which this config's train.stages does not have there");
+    return absl::FailedPreconditionError(dir + ": written in stage '" + state.cursor.stage +
+                                         "' (number " + std::to_string(index + 1) +
+                                         "), which this config's train.stages does not have there");
   }
   if (!ReadFile(dir + "/model/config.json").ok()) {
     return absl::DataLossError(dir + ": model/config.json is missing");
@@ -137,13 +137,13 @@ absl::StatusOr<std::string> Checkpointer::Save(TrainState state, const model::Tr
   const auto& stages = config_.train.stages;
   state.cursor.stage_index = static_cast<int>(
       std::find(stages.begin(), stages.end(), state.cursor.stage) - stages.begin());
-  const double start = std::chrono::duration<double>(
-      std::chrono::steady_clock::now().time_since_epoch()).count();
+  const double start =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   const std::string root = run_dir_.checkpoints_path();
   auto writer = ckpt::CheckpointWriter::Begin(root, state.cursor.policy_version);
   if (!writer.ok()) return writer.status();
-  auto meta = WriteTrainState(state, model, config_.model.path + "/tokenizer.json", config_,
-                              writer->dir());
+  auto meta =
+      WriteTrainState(state, model, config_.model.path + "/tokenizer.json", config_, writer->dir());
   if (!meta.ok()) return meta.status();
   auto dir = writer->Commit(*meta);
   if (!dir.ok()) return dir.status();
@@ -153,8 +153,9 @@ absl::StatusOr<std::string> Checkpointer::Save(TrainState state, const model::Tr
       !s.ok()) {
     spdlog::warn("checkpoint retention: {}", std::string(s.message()));
   }
-  const double seconds = std::chrono::duration<double>(
-      std::chrono::steady_clock::now().time_since_epoch()).count() - start;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() -
+      start;
   spdlog::info("checkpoint {} written in {:.2f} s ({} in-flight samples)", *dir, seconds,
                (*meta)["inflight_samples"].get<int64_t>());
   return dir;

@@ -91,8 +91,8 @@ absl::StatusOr<std::pair<double, int64_t>> FirstTokens(const model::Transformer&
   auto engine = Engine(m, o);
   if (!engine.ok()) return engine.status();
   for (rollout::SampleState& s : samples) {
-    absl::Status status = reprefill ? (*engine)->Add(Request(s.id, s.tokens))
-                                    : (*engine)->Import(std::move(s));
+    absl::Status status =
+        reprefill ? (*engine)->Add(Request(s.id, s.tokens)) : (*engine)->Import(std::move(s));
     if (!status.ok()) return status;
   }
   const double start = Now();
@@ -108,8 +108,8 @@ absl::StatusOr<nlohmann::json> RunCkptBench(const CkptBenchOptions& o) {
   if (!m.ok()) return m.status();
   auto samples = InflightSamples(**m, o);
   if (!samples.ok()) return samples.status();
-  const std::string root = (fs::temp_directory_path() / ("loom-bench-ckpt-" +
-                            std::to_string(::getpid()))).string();
+  const std::string root =
+      (fs::temp_directory_path() / ("loom-bench-ckpt-" + std::to_string(::getpid()))).string();
   TrainState state;
   state.cursor = {1, "grpo", 1, 1, 0};
   state.optimizer = AdamW((*m)->NamedParameters(), {}).StateDict();

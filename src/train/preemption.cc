@@ -1,6 +1,7 @@
 #include "loom/train/preemption.h"
 
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -8,8 +9,6 @@
 #include <cstring>
 #include <string>
 #include <thread>
-
-#include <spdlog/spdlog.h>
 
 namespace loom::train {
 namespace {
@@ -47,9 +46,10 @@ void StartPreemptDeadline(double deadline_s) {
     // Polling keeps the handler async-signal-safe (it only stores the flag).
     while (g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     std::this_thread::sleep_for(std::chrono::duration<double>(deadline_s));
-    spdlog::error("preemption deadline of {} s passed before the checkpoint was complete; "
-                  "exiting (resume will use the previous checkpoint)",
-                  deadline_s);
+    spdlog::error(
+        "preemption deadline of {} s passed before the checkpoint was complete; "
+        "exiting (resume will use the previous checkpoint)",
+        deadline_s);
     spdlog::default_logger()->flush();
     ::_exit(1);
   }).detach();

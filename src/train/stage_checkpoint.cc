@@ -54,8 +54,7 @@ absl::Status ImportInflight(rollout::RolloutEngine& engine,
 absl::Status GrpoBoundary(TrainContext& context, GrpoLoopState loop, bool after_step) {
   if (context.checkpointer == nullptr) return absl::OkStatus();
   return context.checkpointer->Boundary(
-      after_step, context.policy_version, context.model,
-      [&] { return CaptureGrpo(context, loop); },
+      after_step, context.policy_version, context.model, [&] { return CaptureGrpo(context, loop); },
       [&](TrainState&& state) {
         if (absl::Status s = loop.engine.Resume(context.policy_version); !s.ok()) return s;
         return ImportInflight(loop.engine, std::move(state.grpo->inflight));
@@ -75,10 +74,10 @@ absl::Status RestoreGrpo(TrainContext& context, GrpoLoopState loop) {
       return absl::DataLossError("checkpoint sample " + std::to_string(r.id) + ": dataset " +
                                  std::to_string(r.dataset) + " does not exist in this config");
     }
-    auto problem = std::make_shared<tasks::Problem>(
-        context.datasets[r.dataset]->Train(r.problem_index));
-    loop.sample_info[r.id] = SampleInfo{problem, r.subgroup_id, r.effort, r.dataset,
-                                        r.problem_index};
+    auto problem =
+        std::make_shared<tasks::Problem>(context.datasets[r.dataset]->Train(r.problem_index));
+    loop.sample_info[r.id] =
+        SampleInfo{problem, r.subgroup_id, r.effort, r.dataset, r.problem_index};
   }
   for (rollout::SampleState& sample : grpo.finished) {
     const uint64_t id = sample.id;
@@ -91,9 +90,10 @@ absl::Status RestoreGrpo(TrainContext& context, GrpoLoopState loop) {
   loop.totals.prefill_tokens = grpo.prefill_tokens;
   loop.totals.decode_tokens = grpo.decode_tokens;
   loop.step = state->cursor.step;
-  spdlog::info("GRPO resumes at step {}: {} in-flight samples restored with {} KV tokens "
-               "(no re-prefill), {} finished samples awaiting training",
-               loop.step, inflight, kv_tokens, loop.finished.size());
+  spdlog::info(
+      "GRPO resumes at step {}: {} in-flight samples restored with {} KV tokens "
+      "(no re-prefill), {} finished samples awaiting training",
+      loop.step, inflight, kv_tokens, loop.finished.size());
   return context.metrics.Write({{"event", "resume"},
                                 {"stage", "grpo"},
                                 {"step", loop.step},

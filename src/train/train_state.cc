@@ -94,7 +94,8 @@ absl::Status ParseGrpo(const nlohmann::json& j, Fields& f, GrpoCursor& grpo) {
 
 absl::StatusOr<TrainState> ParseState(const std::string& text, const std::string& source) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return absl::DataLossError(source + ": not a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return absl::DataLossError(source + ": not a JSON object");
   Fields f(source);
   int format = 0;
   f.Get(j, "format_version", format);

@@ -20,7 +20,8 @@ void AddTensors(const rollout::SampleState& s, model::TensorMap& all) {
 model::TensorMap TensorsOf(uint64_t id, const model::TensorMap& all) {
   model::TensorMap out;
   const std::string prefix = Prefix(id);
-  for (auto it = all.lower_bound(prefix); it != all.end() && it->first.rfind(prefix, 0) == 0; ++it) {
+  for (auto it = all.lower_bound(prefix); it != all.end() && it->first.rfind(prefix, 0) == 0;
+       ++it) {
     out[it->first.substr(prefix.size())] = it->second;
   }
   return out;
@@ -50,7 +51,8 @@ absl::Status WriteSamples(const TrainState& state, const std::string& dir) {
                          {"finished", nlohmann::json::array()}};
   model::TensorMap tensors;
   for (const char* list : {"inflight", "finished"}) {
-    const auto& states = std::string(list) == "inflight" ? state.grpo->inflight : state.grpo->finished;
+    const auto& states =
+        std::string(list) == "inflight" ? state.grpo->inflight : state.grpo->finished;
     for (const rollout::SampleState& s : states) {
       json[list].push_back(nlohmann::json::parse(rollout::SampleStateJson(s)));
       AddTensors(s, tensors);
@@ -66,7 +68,8 @@ absl::Status ReadSamples(const std::string& dir, TrainState& state) {
   if (!state.grpo) return absl::OkStatus();
   const std::string json_path = dir + "/samples.json";
   auto text = ReadFile(json_path);
-  if (!text.ok()) return absl::DataLossError(json_path + ": " + std::string(text.status().message()));
+  if (!text.ok())
+    return absl::DataLossError(json_path + ": " + std::string(text.status().message()));
   nlohmann::json json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.is_object() || !json.contains("inflight") ||
       !json.contains("finished")) {

@@ -70,9 +70,9 @@ class TrainProcess {
       (void)out;
       (void)err;
       std::string set_model = "model.path=" + model_dir;
-      std::vector<const char*> argv = {LOOM_BINARY, "train", "--config",
-                                       LOOM_SOURCE_DIR "/configs/test/preempt.yaml",
-                                       "--run-dir", run_dir.c_str(), "--set", set_model.c_str()};
+      std::vector<const char*> argv = {
+          LOOM_BINARY, "train",         "--config", LOOM_SOURCE_DIR "/configs/test/preempt.yaml",
+          "--run-dir", run_dir.c_str(), "--set",    set_model.c_str()};
       if (resume) {
         argv.push_back("--resume");
         argv.push_back("auto");
@@ -98,6 +98,7 @@ class TrainProcess {
     exited_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     return false;
   }
+
  private:
   pid_t pid_ = -1;
   int exited_ = -1;

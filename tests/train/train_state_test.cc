@@ -2,6 +2,8 @@
 // their KV (no prefill), and continue with exactly the tokens an
 // uninterrupted engine produces; malformed state files are clear errors.
 
+#include "loom/train/train_state.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,18 +11,17 @@
 #include "loom/ckpt/checkpoint.h"
 #include "loom/config/files.h"
 #include "loom/train/checkpointer.h"
-#include "loom/train/train_state.h"
 #include "rollout/rollout_testing.h"
 #include "testing/temp_dir.h"
 
 namespace loom::train {
 namespace {
 
+using loom::testing::TempDir;
 using rollout::testing::MakeEngine;
 using rollout::testing::Prompt;
 using rollout::testing::Request;
 using rollout::testing::SmallModel;
-using loom::testing::TempDir;
 
 constexpr int kSamples = 4;
 
@@ -127,14 +128,14 @@ TEST(TrainStateTest, MalformedStateFilesAreClearErrors) {
     EXPECT_NE(state.status().message().find("state.json"), std::string::npos) << state.status();
   }
   ASSERT_TRUE(WriteFileAtomic(state_path, good).ok());
-  ASSERT_TRUE(WriteFileAtomic(ckpt_dir + "/samples.json", "{\"inflight\": [{}], \"finished\": []}")
-                  .ok());
+  ASSERT_TRUE(
+      WriteFileAtomic(ckpt_dir + "/samples.json", "{\"inflight\": [{}], \"finished\": []}").ok());
   auto state = ReadTrainState(ckpt_dir);
   ASSERT_FALSE(state.ok());
   EXPECT_NE(state.status().message().find("samples.json"), std::string::npos) << state.status();
   std::filesystem::remove(ckpt_dir + "/samples.safetensors");
-  ASSERT_TRUE(WriteFileAtomic(ckpt_dir + "/samples.json", "{\"inflight\": [], \"finished\": []}")
-                  .ok());
+  ASSERT_TRUE(
+      WriteFileAtomic(ckpt_dir + "/samples.json", "{\"inflight\": [], \"finished\": []}").ok());
   EXPECT_FALSE(ReadTrainState(ckpt_dir).ok());
 }
 
@@ -177,7 +178,7 @@ TEST(CheckpointerTest, ResumeSpecsFailClearlyOrStartFresh) {
 
 TEST(CheckpointerTest, CkptSectionRejectsBadValues) {
   for (const std::string bad : {"ckpt.keep_last=0", "ckpt.every_steps=-1",
-                                 "ckpt.preempt_deadline_s=0", "ckpt.every_minutes=x"}) {
+                                "ckpt.preempt_deadline_s=0", "ckpt.every_minutes=x"}) {
     auto config = config::LoadRunConfig(LOOM_SOURCE_DIR "/configs/test/preempt.yaml", {bad});
     ASSERT_FALSE(config.ok()) << bad;
     const std::string key = bad.substr(0, bad.find('='));

@@ -9,10 +9,10 @@
 namespace loom::config {
 
 struct CkptSection {
-  int64_t every_steps = 0;       // optimizer steps between checkpoints; 0 = off
-  double every_minutes = 0;      // wall-clock minutes between checkpoints; 0 = off
-  int keep_last = 3;             // newest checkpoints always kept
-  int64_t keep_every = 0;        // also keep those whose step is a multiple; 0 = none
+  int64_t every_steps = 0;         // optimizer steps between checkpoints; 0 = off
+  double every_minutes = 0;        // wall-clock minutes between checkpoints; 0 = off
+  int keep_last = 3;               // newest checkpoints always kept
+  int64_t keep_every = 0;          // also keep those whose step is a multiple; 0 = none
   double preempt_deadline_s = 60;  // SIGTERM/SIGUSR1 -> checkpoint written and exit by then
 
   template <class V>

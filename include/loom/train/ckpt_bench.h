@@ -9,7 +9,6 @@
 // once. The same sequences are then re-prefilled from scratch for comparison.
 
 #include <cstdint>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
@@ -17,7 +16,7 @@
 namespace loom::train {
 
 struct CkptBenchOptions {
-  bool quick = false;          // a small model
+  bool quick = false;  // a small model
   int64_t samples = 64;
   int64_t prompt_tokens = 256;
   uint64_t seed = 1;

@@ -28,10 +28,10 @@ struct GrpoLoopState {
   rollout::RolloutEngine& engine;
   dispatch::Dispatcher& dispatcher;
   AdamW& optimizer;
-  std::map<uint64_t, SampleInfo>& sample_info;          // every admitted, untrained sample
+  std::map<uint64_t, SampleInfo>& sample_info;         // every admitted, untrained sample
   std::map<uint64_t, rollout::SampleState>& finished;  // finished, untrained
   RolloutTotals& totals;
-  int64_t& step;                                       // optimizer steps done in the stage
+  int64_t& step;  // optimizer steps done in the stage
 };
 
 // Checkpoint boundary of the GRPO loop (between engine steps; `after_step`

@@ -19,11 +19,10 @@
 // loop owns them.
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -45,7 +44,7 @@ struct RunCursor {
 
 // The SFT data cursor: the sampler's random state and per-dataset index.
 struct SftCursor {
-  std::string rng;                  // std::mt19937_64 state, as its operator<< writes it
+  std::string rng;                   // std::mt19937_64 state, as its operator<< writes it
   std::vector<uint64_t> next_index;  // next training problem per dataset
 };
 
