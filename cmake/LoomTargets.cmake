@@ -2,8 +2,10 @@
 #
 #   loom_module(NAME [TORCH] SOURCES a.cc b.cc DEPS loom_config ...)
 #       -> static library loom_NAME, public headers in include/loom/NAME/.
-#   loom_test(NAME [TORCH] SOURCES x_test.cc DEPS loom_NAME [LABELS slow])
+#   loom_test(NAME [TORCH] SOURCES x_test.cc DEPS loom_NAME [LABELS slow] [TIMEOUT s]
+#             [RESOURCE_LOCK name])
 #       -> GoogleTest executable registered with ctest (gtest_discover_tests).
+#          Tests sharing a RESOURCE_LOCK never run at the same time under ctest -j.
 
 set(LOOM_WARNINGS -Wall -Wextra)
 if(LOOM_ASAN)
@@ -38,7 +40,7 @@ endfunction()
 
 include(GoogleTest)
 function(loom_test name)
-  cmake_parse_arguments(T "TORCH" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "TORCH" "TIMEOUT;RESOURCE_LOCK" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
   target_compile_options(${name} PRIVATE ${LOOM_WARNINGS})
@@ -57,8 +59,12 @@ function(loom_test name)
     set(T_LABELS unit)
   endif()
   add_dependencies(${name} loom)
+  set(lock)
+  if(T_RESOURCE_LOCK)
+    set(lock RESOURCE_LOCK ${T_RESOURCE_LOCK})
+  endif()
   gtest_discover_tests(${name}
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
     DISCOVERY_TIMEOUT 60
-    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT})
+    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} ${lock})
 endfunction()
