@@ -64,7 +64,7 @@ TEST(TrainEndToEndTest, SftThenGrpoWritesMetricsAndWeights) {
 TEST(TrainEndToEndTest, MissingModelWithoutArchIsAClearError) {
   TempDir dir;
   auto result = RunLoom("train --config configs/test/e2e.yaml --run-dir " + (dir / "run") +
-                        " --set model.path=" + (dir / "nothing") + " --set model.arch=''");
+                        " --set model.path=" + (dir / "nothing") + " --set 'model.arch=\"\"'");
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.err.find("holds no model"), std::string::npos) << result.err;
 }

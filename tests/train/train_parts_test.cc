@@ -13,7 +13,7 @@ namespace loom::train {
 namespace {
 
 std::unique_ptr<tokenizer::Tokenizer> Tiny() {
-  auto tok = tokenizer::Tokenizer::FromJson(tokenizer::TinyTokenizerJson());
+  auto tok = tokenizer::Tokenizer::FromJson(tokenizer::TinyTokenizerJson(), "tiny");
   EXPECT_TRUE(tok.ok());
   return std::move(*tok);
 }
