@@ -185,10 +185,7 @@ void ConfigTree::MergeInto(YAML::Node target, const YAML::Node& source, const st
       continue;
     }
     // Replacing a subtree: forget where its old children came from.
-    for (auto it = locations_.lower_bound(key + "."); it != locations_.end() &&
-                                                       it->first.rfind(key + ".", 0) == 0;) {
-      it = locations_.erase(it);
-    }
+    ForgetLocationsUnder(key);
     target[name] = Interpolate(value, key, file, errors);
     RecordLocations(value, key, MarkLocation(file, item.first.Mark()));
   }
@@ -221,6 +218,14 @@ YAML::Node ConfigTree::Interpolate(const YAML::Node& node, const std::string& ke
     return copy;
   }
   return node;
+}
+
+void ConfigTree::ForgetLocationsUnder(const std::string& key) {
+  const std::string prefix = key + ".";
+  for (auto it = locations_.lower_bound(prefix);
+       it != locations_.end() && it->first.rfind(prefix, 0) == 0;) {
+    it = locations_.erase(it);
+  }
 }
 
 void ConfigTree::RecordLocations(const YAML::Node& node, const std::string& key,
@@ -290,10 +295,7 @@ void ConfigTree::ApplyOverride(const std::string& assignment, std::vector<Config
     }
     node.reset(child);
   }
-  for (auto it = locations_.lower_bound(key + "."); it != locations_.end() &&
-                                                     it->first.rfind(key + ".", 0) == 0;) {
-    it = locations_.erase(it);
-  }
+  ForgetLocationsUnder(key);
   node[parts.back()] = value;
   RecordLocations(value, key, where);
   // Intermediate maps created here also come from this override.

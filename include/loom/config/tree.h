@@ -60,6 +60,8 @@ class ConfigTree {
   YAML::Node Interpolate(const YAML::Node& node, const std::string& key, const std::string& file,
                          std::vector<ConfigError>& errors);
   void RecordLocations(const YAML::Node& node, const std::string& key, const Location& where);
+  // Drops the recorded locations of everything below `key` (it is being replaced).
+  void ForgetLocationsUnder(const std::string& key);
 
   YAML::Node root_ = YAML::Node(YAML::NodeType::Map);
   std::map<std::string, Location> locations_;
