@@ -48,6 +48,8 @@ void SetupBenchDispatch(CLI::App& app, Context& context) {
   cmd->add_option("--train-steps", options->bench.train_steps, "Training steps per mode");
   cmd->add_option("--max-inflight", options->bench.max_inflight, "Samples in flight");
   cmd->add_option("--batch-samples", options->bench.batch_samples, "Samples per training step");
+  cmd->add_option("--max-staleness", options->bench.max_staleness, "async.max_staleness (lag bound)");
+  cmd->add_option("--max-length", options->bench.max_length, "Longest response (tail cap)");
   cmd->callback([options, &context] { context.exit_code = RunBench(*options); });
 }
 

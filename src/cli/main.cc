@@ -3,9 +3,11 @@
 // escapes as an exception is reported in one line, never as a stack trace.
 
 #include <c10/util/Exception.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <map>
 
@@ -68,9 +70,27 @@ int Main(int argc, char** argv) {
   return context.exit_code;
 }
 
+// libgomp and OpenBLAS read their threading settings when they load, before
+// main. By default both keep idle threads spinning (OpenMP at every barrier,
+// OpenBLAS in a sched_yield loop after each GEMM); on 2 cores shared by the two
+// pools, and by anything else running, that spin took 76% of an SFT step. So
+// unless the user chose otherwise, re-execute once with both set to sleep when
+// idle. If the re-exec fails, carry on with the defaults.
+void PreferSleepingThreadPools(char** argv) {
+  bool changed = false;
+  for (const auto& [name, value] : {std::pair<const char*, const char*>{"OMP_WAIT_POLICY", "PASSIVE"},
+                                    {"OPENBLAS_THREAD_TIMEOUT", "4"}}) {
+    if (std::getenv(name) != nullptr) continue;
+    ::setenv(name, value, 1);
+    changed = true;
+  }
+  if (changed) ::execv("/proc/self/exe", argv);
+}
+
 }  // namespace loom::cli
 
 int main(int argc, char** argv) {
+  loom::cli::PreferSleepingThreadPools(argv);
   try {
     return loom::cli::Main(argc, argv);
   } catch (const c10::Error& e) {

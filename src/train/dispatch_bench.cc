@@ -99,7 +99,7 @@ absl::StatusOr<nlohmann::json> RunMode(const std::string& mode, const DispatchBe
   dispatch_options.policy = mode;
   dispatch_options.max_inflight = options.max_inflight;
   dispatch_options.batch_samples = options.batch_samples;
-  dispatch_options.max_staleness = 4;
+  dispatch_options.max_staleness = options.max_staleness;
   dispatch_options.efforts = {{100, options.group_size}};
   dispatch_options.datasets = {{"longtail", 1.0, 0}};
   dispatch_options.seed = options.seed;
@@ -177,6 +177,7 @@ absl::StatusOr<nlohmann::json> RunDispatchBench(const DispatchBenchOptions& opti
                            {"batch_samples", options.batch_samples},
                            {"max_inflight", options.max_inflight},
                            {"group_size", options.group_size},
+                           {"max_staleness", options.max_staleness},
                            {"length_pareto_alpha", options.pareto_alpha},
                            {"length_min", options.min_length},
                            {"length_max", options.max_length}};
