@@ -58,6 +58,7 @@ absl::Status AgentStage::Log(const rollout::SampleState& state, const SampleInfo
   std::string trajectory;
   google::protobuf::util::JsonPrintOptions json;
   json.preserve_proto_field_names = true;
+  json.always_print_primitive_fields = true;  // a reward of 0 is a reward
   if (!google::protobuf::util::MessageToJsonString(*info.trajectory, &trajectory, json).ok()) {
     return absl::InternalError("sample " + std::to_string(state.id) + ": trajectory to JSON");
   }
