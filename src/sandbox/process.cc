@@ -96,8 +96,8 @@ pid_t SpawnChild(ChildArgs& args) {
   sigset_t all, saved;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &saved);
-  const pid_t pid = clone(ChildMain, stack.data() + stack.size(), CLONE_VM | CLONE_VFORK | SIGCHLD,
-                          &args);
+  const pid_t pid =
+      clone(ChildMain, stack.data() + stack.size(), CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
   const int clone_errno = errno;
   pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   errno = clone_errno;

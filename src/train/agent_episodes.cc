@@ -22,7 +22,11 @@ std::string ValidUtf8(const std::string& text) {
   size_t i = 0;
   while (i < text.size()) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    const size_t n = c < 0x80           ? 1
+                     : (c >> 5) == 0x6  ? 2
+                     : (c >> 4) == 0xE  ? 3
+                     : (c >> 3) == 0x1E ? 4
+                                        : 0;
     bool ok = n > 0 && i + n <= text.size() && !(n == 2 && c < 0xC2);
     for (size_t k = 1; ok && k < n; ++k) {
       ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
@@ -130,9 +134,8 @@ void AgentEpisodes::RunClient(uint64_t id, v1::Task task, int effort) {
   AgentEvent done;
   done.kind = AgentEvent::Kind::kDone;
   done.id = id;
-  done.trajectory = pool_.RunEpisode(episode, [&](const v1::GenerateRequest& request) {
-    return Turn(id, conversation, request);
-  });
+  done.trajectory = pool_.RunEpisode(
+      episode, [&](const v1::GenerateRequest& request) { return Turn(id, conversation, request); });
   Post(std::move(done));
 }
 
@@ -146,15 +149,16 @@ absl::StatusOr<v1::GenerateReply> AgentEpisodes::Turn(uint64_t id, AgentConversa
   event.tokens = *std::move(tokens);
   Post(std::move(event));
 
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::microseconds(static_cast<int64_t>(options_.turn_timeout_s * 1e6));
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::microseconds(static_cast<int64_t>(options_.turn_timeout_s * 1e6));
   std::unique_lock<std::mutex> lock(mu_);
   Slot& slot = slots_[id];
   const bool woken = reply_cv_.wait_until(
       lock, deadline, [&] { return stopping_ || slot.cut || slot.completion.has_value(); });
   if (!woken) {
-    return absl::DeadlineExceededError(absl::StrCat("sample ", id, ": no generated turn within ",
-                                                    options_.turn_timeout_s, " s"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("sample ", id, ": no generated turn within ", options_.turn_timeout_s, " s"));
   }
   if (stopping_) return absl::CancelledError("the trainer is stopping");
   if (slot.cut) {

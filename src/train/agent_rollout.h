@@ -36,8 +36,8 @@ class AgentRollout {
   // `turn_end`: the token ids of the DSML tool-call block's closing tag;
   // `max_turn_tokens`: the per-turn cap (0 = none).
   AgentRollout(AgentEpisodes& episodes, rollout::RolloutEngine& engine,
-               const tokenizer::Tokenizer& tokenizer, int64_t eos_id,
-               std::vector<int64_t> turn_end, int64_t max_turn_tokens)
+               const tokenizer::Tokenizer& tokenizer, int64_t eos_id, std::vector<int64_t> turn_end,
+               int64_t max_turn_tokens)
       : episodes_(episodes),
         engine_(engine),
         tokenizer_(tokenizer),

@@ -48,9 +48,9 @@ absl::StatusOr<std::unique_ptr<AgentStage>> AgentStage::Create(const TrainContex
   options.eos_id = context.eos_id;
   stage->episodes_ =
       std::make_unique<AgentEpisodes>(*stage->clients_.pool, context.tokenizer, options);
-  stage->rollout_ = std::make_unique<AgentRollout>(*stage->episodes_, engine, context.tokenizer,
-                                                   context.eos_id, *std::move(turn_end),
-                                                   context.config.sandbox.max_turn_tokens);
+  stage->rollout_ =
+      std::make_unique<AgentRollout>(*stage->episodes_, engine, context.tokenizer, context.eos_id,
+                                     *std::move(turn_end), context.config.sandbox.max_turn_tokens);
   return stage;
 }
 

@@ -6,6 +6,8 @@
 // and the token sequence must be what the chat encoder gives for the
 // trajectory's conversation (no re-tokenisation drift).
 
+#include "loom/train/agent_episodes.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -14,7 +16,6 @@
 #include "loom/rpc/chat_bridge.h"
 #include "loom/tokenizer/dsv4_tokens.h"
 #include "loom/tokenizer/tiny.h"
-#include "loom/train/agent_episodes.h"
 #include "sandbox/worker_fixture.h"
 
 namespace loom::train {
@@ -113,8 +114,8 @@ class AgentEpisodesTest : public ::testing::Test {
 TEST_F(AgentEpisodesTest, ToolCallsFormatErrorsAndSubmitRoundTrip) {
   v1::Trajectory t = Play({
       ToolCall("python", "code", "print(1234567 * 7654321)") + kEos,  // ends with EOS
-      "I forgot to close my reasoning",                                 // cut: no EOS, no parse
-      ToolCall("submit", "answer", "9449772114007"),                    // stopped at the block end
+      "I forgot to close my reasoning",                               // cut: no EOS, no parse
+      ToolCall("submit", "answer", "9449772114007"),                  // stopped at the block end
   });
   EXPECT_FALSE(t.penalty()) << t.failure_reason();
   EXPECT_EQ(t.verdict().reward(), 1.0) << t.verdict().details();
@@ -163,10 +164,10 @@ TEST_F(AgentEpisodesTest, CutSampleStopsItsEpisodeUnsolved) {
 }
 
 TEST_F(AgentEpisodesTest, WorkerKilledMidEpisodeFailsItWithPenalty) {
-  v1::Trajectory t = Play({ToolCall("python", "code", "print(1)") + kEos, "never used"},
-                          [&](int turn) {
-                            if (turn == 1) workers_->Kill(0);
-                          });
+  v1::Trajectory t =
+      Play({ToolCall("python", "code", "print(1)") + kEos, "never used"}, [&](int turn) {
+        if (turn == 1) workers_->Kill(0);
+      });
   EXPECT_TRUE(t.penalty());
   EXPECT_EQ(t.failure_reason().rfind("worker_lost", 0), 0u) << t.failure_reason();
   EXPECT_EQ(episodes_->inflight(), 0);

@@ -41,12 +41,10 @@ class TrainProcess {
       (void)err;
       const std::string set_model = "model.path=" + model_dir;
       const std::string set_steps = "train.grpo.steps=" + std::to_string(steps);
-      std::vector<const char*> argv = {LOOM_BINARY,       "train",
-                                       "--config",        LOOM_SOURCE_DIR "/configs/test/agent.yaml",
-                                       "--run-dir",       run_dir.c_str(),
-                                       "--set",           set_model.c_str(),
-                                       "--set",           set_steps.c_str(),
-                                       nullptr};
+      std::vector<const char*> argv = {
+          LOOM_BINARY, "train",           "--config", LOOM_SOURCE_DIR "/configs/test/agent.yaml",
+          "--run-dir", run_dir.c_str(),   "--set",    set_model.c_str(),
+          "--set",     set_steps.c_str(), nullptr};
       ::execv(LOOM_BINARY, const_cast<char* const*>(argv.data()));
       ::_exit(127);
     }

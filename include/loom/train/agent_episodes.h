@@ -86,8 +86,7 @@ struct AgentOptions {
 class AgentEpisodes {
  public:
   // Borrows `pool` and `tokenizer`; both must outlive this.
-  AgentEpisodes(rpc::WorkerPool& pool, const tokenizer::Tokenizer& tokenizer,
-                AgentOptions options);
+  AgentEpisodes(rpc::WorkerPool& pool, const tokenizer::Tokenizer& tokenizer, AgentOptions options);
   ~AgentEpisodes();
   AgentEpisodes(const AgentEpisodes&) = delete;
   AgentEpisodes& operator=(const AgentEpisodes&) = delete;
@@ -124,7 +123,7 @@ class AgentEpisodes {
   rpc::WorkerPool& pool_;
   const tokenizer::Tokenizer& tokenizer_;
   const AgentOptions options_;
-  int64_t inflight_ = 0;  // run loop only
+  int64_t inflight_ = 0;                     // run loop only
   std::map<uint64_t, std::thread> threads_;  // run loop only; joined when kDone is taken
 
   std::mutex mu_;
