@@ -14,11 +14,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "loom/chat/encoder.h"
 #include "loom/metrics/metrics_writer.h"
 #include "loom/rpc/chat_bridge.h"
+#include "loom/rpc/worker_pool.h"
 #include "loom/tokenizer/tiny.h"
 #include "testing/temp_dir.h"
 
@@ -78,9 +80,14 @@ std::vector<Json> ReadJsonl(const std::string& path) {
   return records;
 }
 
-// The `loom worker` processes `parent` started.
-std::vector<pid_t> WorkerChildren(pid_t parent) {
-  std::vector<pid_t> pids;
+// A `loom worker` process that `parent` started, with its address.
+struct WorkerProcess {
+  pid_t pid = 0;
+  std::string target;  // 127.0.0.1:PORT, from its --port-file
+};
+
+std::vector<WorkerProcess> WorkerChildren(pid_t parent) {
+  std::vector<WorkerProcess> workers;
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     const std::string name = entry.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
@@ -88,10 +95,19 @@ std::vector<pid_t> WorkerChildren(pid_t parent) {
     std::string pid, comm, state;
     pid_t ppid = 0;
     if (!(stat >> pid >> comm >> state >> ppid) || ppid != parent) continue;
-    const std::string cmdline = testing::ReadAll(entry.path() / "cmdline");
-    if (cmdline.find("worker") != std::string::npos) pids.push_back(std::stoi(name));
+    std::vector<std::string> args;
+    std::istringstream cmdline(testing::ReadAll(entry.path() / "cmdline"));
+    for (std::string arg; std::getline(cmdline, arg, '\0');) args.push_back(arg);
+    auto port_file = std::find(args.begin(), args.end(), "--port-file");
+    if (args.size() < 2 || args[1] != "worker" || port_file == args.end() ||
+        port_file + 1 == args.end()) {
+      continue;
+    }
+    std::string port = testing::ReadAll(*(port_file + 1));
+    while (!port.empty() && std::isspace(static_cast<unsigned char>(port.back()))) port.pop_back();
+    workers.push_back({std::stoi(name), "127.0.0.1:" + port});
   }
-  return pids;
+  return workers;
 }
 
 // A sample's stretches of equal loss mask after the prompt, as token lists.
@@ -220,16 +236,27 @@ TEST_F(AgentTrainTest, WorkerKilledMidRunFailsOnlyItsEpisodes) {
   TempDir dir;
   const std::string run_dir = dir / "run";
   TrainProcess train(run_dir, dir / "model", 3);
-  // Kill a worker once episodes are flowing (some are on it: placement
-  // spreads 4 concurrent episodes over the 2 workers by load).
+  // Once episodes flow, kill -9 a worker while its load report shows an
+  // episode in its sandboxes.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
   while (ReadJsonl(run_dir + "/trajectories.jsonl").size() < 2 &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  std::vector<pid_t> workers = WorkerChildren(train.pid());
+  std::vector<WorkerProcess> workers = WorkerChildren(train.pid());
   ASSERT_EQ(workers.size(), 2u);
-  ASSERT_EQ(::kill(workers[0], SIGKILL), 0);
+  rpc::PoolOptions options;
+  for (const WorkerProcess& w : workers) options.targets.push_back(w.target);
+  rpc::WorkerPool pool(options);
+  bool killed = false;
+  while (!killed && std::chrono::steady_clock::now() < deadline) {
+    std::vector<rpc::WorkerLoad> loads = pool.Loads();
+    for (size_t i = 0; i < loads.size() && !killed; ++i) {
+      if (loads[i].live > 0) killed = ::kill(workers[i].pid, SIGKILL) == 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(killed);
 
   ASSERT_EQ(train.Wait(), 0) << testing::ReadAll(run_dir + ".out");
   auto metrics = metrics::ReadMetrics(run_dir + "/metrics.jsonl");
