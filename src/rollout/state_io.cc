@@ -95,6 +95,9 @@ void ReadScalars(JsonReader& r, const json& j, SampleState& s) {
   r.Get(stop, "eos_token_ids", s.stop.eos_token_ids, "stop");
   r.Get(stop, "stop_sequences", s.stop.stop_sequences, "stop");
   r.Get(stop, "tool_call_end", s.stop.tool_call_end, "stop");
+  if (stop.is_object() && stop.contains("max_turn_tokens")) {  // absent in older files
+    r.Get(stop, "max_turn_tokens", s.stop.max_turn_tokens, "stop");
+  }
   uint64_t key = 0, counter = 0;
   const json& rng = j.contains("rng") ? j["rng"] : json();
   r.Get(rng, "key", key, "rng");
@@ -160,7 +163,8 @@ std::string SampleStateJson(const SampleState& s) {
         {"max_context", s.stop.max_context},
         {"eos_token_ids", s.stop.eos_token_ids},
         {"stop_sequences", s.stop.stop_sequences},
-        {"tool_call_end", s.stop.tool_call_end}}},
+        {"tool_call_end", s.stop.tool_call_end},
+        {"max_turn_tokens", s.stop.max_turn_tokens}}},
       {"rng", {{"key", s.rng.key()}, {"counter", s.rng.counter()}}},
       {"tags", s.tags},
       {"phase", SamplePhaseName(s.phase)},

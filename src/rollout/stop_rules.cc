@@ -31,6 +31,10 @@ FinishReason CheckStop(const SampleState& state, int64_t context_limit) {
   if (AnyEndsWith(state, stop.stop_sequences)) return FinishReason::kStopSequence;
   if (state.generated >= stop.max_new_tokens) return FinishReason::kMaxNewTokens;
   if (state.length() >= context_limit) return FinishReason::kContextLimit;
+  // A turn that runs too long parks like a tool call: the caller decides what follows.
+  if (stop.max_turn_tokens > 0 && state.length() - state.turn_start >= stop.max_turn_tokens) {
+    return FinishReason::kToolCall;
+  }
   return FinishReason::kNone;
 }
 

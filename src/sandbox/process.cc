@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -40,9 +41,18 @@ void SetLimit(int resource, int64_t value) {
   setrlimit(resource, &limit);
 }
 
-// Runs in the child between fork and exec: async-signal-safe calls only.
+// Runs in the child between clone and exec. The child shares the parent's
+// memory (CLONE_VM), so: async-signal-safe calls only, and raw syscalls for
+// the ids — glibc's setuid/setgid/setgroups would signal every thread of the
+// parent to change theirs too.
 [[noreturn]] void ExecChild(const ProcessSpec& spec, char** argv, char** envp, int in_fd,
                             int out_fd, int err_fd) {
+  // The parent's handlers must not run here (signals are blocked until now).
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigaction(sig, &dfl, nullptr);
+  }
   setsid();  // own session and process group, no controlling terminal
   dup2(in_fd, 0);
   dup2(out_fd, 1);
@@ -53,14 +63,45 @@ void SetLimit(int resource, int64_t value) {
   SetLimit(RLIMIT_FSIZE, spec.limits.file_size);
   SetLimit(RLIMIT_NPROC, spec.limits.processes);
   SetLimit(RLIMIT_NOFILE, spec.limits.open_files);
-  if (spec.gid >= 0 && (setgroups(0, nullptr) != 0 || setgid(spec.gid) != 0)) _exit(126);
-  if (spec.uid >= 0 && setuid(spec.uid) != 0) _exit(126);
-  signal(SIGPIPE, SIG_DFL);
+  if (spec.gid >= 0 &&
+      (syscall(SYS_setgroups, 0, nullptr) != 0 || syscall(SYS_setgid, spec.gid) != 0)) {
+    _exit(126);
+  }
+  if (spec.uid >= 0 && syscall(SYS_setuid, spec.uid) != 0) _exit(126);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);  // the worker blocks SIGTERM for sigwait
   execve(argv[0], argv, envp);
   _exit(127);
+}
+
+struct ChildArgs {
+  const ProcessSpec* spec;
+  char** argv;
+  char** envp;
+  int in_fd, out_fd, err_fd;
+};
+
+int ChildMain(void* arg) {
+  const ChildArgs& a = *static_cast<const ChildArgs*>(arg);
+  ExecChild(*a.spec, a.argv, a.envp, a.in_fd, a.out_fd, a.err_fd);
+}
+
+// Starts the child without copying the parent's page tables: fork() of a
+// worker with LibTorch mapped costs ~6 ms, clone(CLONE_VM | CLONE_VFORK)
+// ~0.1 ms (we resume once the child has exec'd or died). Every signal stays
+// blocked in between so that no handler of ours runs on the child.
+pid_t SpawnChild(ChildArgs& args) {
+  std::vector<char> stack(64 * 1024);
+  sigset_t all, saved;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &saved);
+  const pid_t pid =
+      clone(ChildMain, stack.data() + stack.size(), CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+  const int clone_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  errno = clone_errno;
+  return pid;
 }
 
 // Keeps the first `cap` bytes of a stream and counts the rest.
@@ -223,9 +264,9 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
   }
   std::vector<char*> argv = CStrings(spec.argv);
   std::vector<char*> envp = CStrings(spec.env);
-  pid_t pid = fork();
-  if (pid < 0) return absl::ResourceExhaustedError(absl::StrCat("fork: ", std::strerror(errno)));
-  if (pid == 0) ExecChild(spec, argv.data(), envp.data(), pipes.in[0], pipes.out[1], pipes.err[1]);
+  ChildArgs args{&spec, argv.data(), envp.data(), pipes.in[0], pipes.out[1], pipes.err[1]};
+  pid_t pid = SpawnChild(args);
+  if (pid < 0) return absl::ResourceExhaustedError(absl::StrCat("clone: ", std::strerror(errno)));
   setpgid(pid, pid);
   CloseFd(pipes.in[0]);
   CloseFd(pipes.out[1]);

@@ -72,6 +72,29 @@ class GeneratedDataset : public Dataset {
   uint64_t seed_;
 };
 
+// Built-in agentic tasks: a problem is only the task's seed; the trainer asks
+// a sandbox worker to run the episode.
+class AgentDataset : public Dataset {
+ public:
+  AgentDataset(const config::DatasetSection& spec, uint64_t run_seed)
+      : Dataset(spec.name), kind_(spec.kind), seed_(Mix64(run_seed ^ HashText(spec.name))) {}
+
+  Problem Train(uint64_t index) const override {
+    Problem problem;
+    problem.dataset = name_;
+    problem.id = name_ + "/train/" + std::to_string(index);
+    problem.task_seed = Mix64(seed_ + index * 0x9e3779b97f4a7c15ULL);
+    problem.messages = nlohmann::json::array(
+        {{{"role", "user"},
+          {"content", kind_ + " agent task, seed " + std::to_string(problem.task_seed)}}});
+    return problem;
+  }
+
+ private:
+  std::string kind_;
+  uint64_t seed_;
+};
+
 class JsonlDataset : public Dataset {
  public:
   JsonlDataset(const config::DatasetSection& spec, uint64_t run_seed, std::vector<Problem> train,
@@ -149,6 +172,7 @@ bool IsHeldOut(const nlohmann::json& prompt, double fraction) {
 
 absl::StatusOr<std::unique_ptr<Dataset>> LoadDataset(const config::DatasetSection& spec,
                                                      uint64_t run_seed) {
+  if (spec.environment == "sandbox") return std::make_unique<AgentDataset>(spec, run_seed);
   if (spec.kind == "jsonl") return LoadJsonl(spec, run_seed);
   auto generator = MakeGenerator(spec.kind);
   if (!generator.ok()) return generator.status();

@@ -14,6 +14,8 @@
 #include "loom/dispatch/dispatcher.h"
 #include "loom/metrics/progress.h"
 #include "loom/rollout/engine.h"
+#include "loom/rpc/sandbox_clients.h"
+#include "loom/sandbox/builtin_tasks.h"
 #include "loom/tokenizer/dsv4_tokens.h"
 #include "loom/train/adamw.h"
 #include "loom/train/batching.h"
@@ -21,6 +23,8 @@
 #include "loom/train/evaluator.h"
 #include "loom/train/grpo_step.h"
 #include "loom/train/stage_checkpoint.h"
+#include "train/agent_rollout.h"
+#include "train/agent_stage.h"
 
 namespace loom::train {
 namespace {
@@ -28,35 +32,40 @@ namespace {
 double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
 
 // The real engine as the dispatcher sees it: admitting a prompt group encodes
-// its problem once per effort and adds every sample.
+// its problem once per effort and adds every sample; a sandbox dataset's
+// samples start their episodes instead (their prompts come from the worker).
 class EnginePort : public dispatch::RolloutPort {
  public:
   EnginePort(const TrainContext& context, rollout::RolloutEngine& engine,
-             std::map<uint64_t, SampleInfo>& samples)
-      : context_(context), engine_(engine), samples_(samples) {}
+             std::map<uint64_t, SampleInfo>& samples, AgentRollout* agents)
+      : context_(context), engine_(engine), samples_(samples), agents_(agents) {}
 
   int64_t PolicyVersion() const override { return engine_.policy_version(); }
 
   void Admit(const dispatch::PromptGroup& group) override {
     const auto& dataset = *context_.datasets[group.dataset];
     auto problem = std::make_shared<tasks::Problem>(dataset.Train(group.problem_index));
-    const config::RolloutSection& rollout = context_.config.rollout;
+    const config::DatasetSection& spec = context_.config.tasks.datasets[group.dataset];
+    const bool agent = spec.environment == "sandbox";
     for (const dispatch::Subgroup& subgroup : group.subgroups) {
-      auto prompt = EncodeProblemPrompt(*problem, subgroup.effort, context_.tokenizer);
+      absl::StatusOr<std::vector<int64_t>> prompt = std::vector<int64_t>();
+      if (!agent) prompt = EncodeProblemPrompt(*problem, subgroup.effort, context_.tokenizer);
       for (const dispatch::SampleTicket& ticket : subgroup.samples) {
-        samples_[ticket.sample_id] =
-            SampleInfo{problem, subgroup.id, subgroup.effort, group.dataset, group.problem_index};
+        samples_[ticket.sample_id] = SampleInfo{
+            problem, subgroup.id, subgroup.effort, group.dataset, group.problem_index, agent,
+            nullptr};
         if (!prompt.ok()) {
           failures_.push_back({ticket.sample_id, prompt.status()});
           continue;
         }
-        rollout::SampleRequest request;
-        request.id = ticket.sample_id;
-        request.prompt = *prompt;
-        request.sampling = {rollout.temperature, rollout.top_p, rollout.top_k};
-        request.stop.max_new_tokens = rollout.max_new_tokens;
-        request.stop.eos_token_ids = {context_.eos_id};
-        if (absl::Status s = engine_.Add(request); !s.ok()) failures_.push_back({ticket.sample_id, s});
+        rollout::SampleRequest request = Request(ticket.sample_id, *prompt);
+        if (agent) {
+          LOOM_CHECK(agents_ != nullptr, "sandbox dataset without sandbox clients");
+          agents_->Start(std::move(request), sandbox::BuiltinTask(spec.kind, problem->task_seed),
+                         subgroup.effort);
+        } else if (absl::Status s = engine_.Add(request); !s.ok()) {
+          failures_.push_back({ticket.sample_id, s});
+        }
       }
     }
   }
@@ -65,9 +74,21 @@ class EnginePort : public dispatch::RolloutPort {
   std::vector<std::pair<uint64_t, absl::Status>> TakeFailures() { return std::move(failures_); }
 
  private:
+  rollout::SampleRequest Request(uint64_t id, const std::vector<int64_t>& prompt) const {
+    const config::RolloutSection& rollout = context_.config.rollout;
+    rollout::SampleRequest request;
+    request.id = id;
+    request.prompt = prompt;
+    request.sampling = {rollout.temperature, rollout.top_p, rollout.top_k};
+    request.stop.max_new_tokens = rollout.max_new_tokens;
+    request.stop.eos_token_ids = {context_.eos_id};
+    return request;
+  }
+
   const TrainContext& context_;
   rollout::RolloutEngine& engine_;
   std::map<uint64_t, SampleInfo>& samples_;
+  AgentRollout* agents_;  // null without sandbox datasets
   std::vector<std::pair<uint64_t, absl::Status>> failures_;
 };
 
@@ -93,7 +114,10 @@ absl::Status RunGrpoStage(TrainContext& context) {
 
   std::map<uint64_t, SampleInfo> sample_info;
   std::map<uint64_t, rollout::SampleState> finished;
-  EnginePort port(context, **engine, sample_info);
+  auto agent_stage = AgentStage::Create(context, **engine);
+  if (!agent_stage.ok()) return agent_stage.status();
+  AgentRollout* agents = (*agent_stage) ? (*agent_stage)->rollout() : nullptr;
+  EnginePort port(context, **engine, sample_info, agents);
   metrics::ProgressLine progress(stdout, {static_cast<bool>(::isatty(1)), 0.2, 30.0});
   const int64_t eval_every = config.tasks.eval_every;
   RolloutTotals rollout_totals;
@@ -110,13 +134,32 @@ absl::Status RunGrpoStage(TrainContext& context) {
       (*dispatcher)->OnSampleFinished(id);
       sample_info.erase(id);
     }
+    if (agents != nullptr) {
+      // Wait for the workers only when the engine has nothing to run.
+      const bool idle = (*engine)->num_running() + (*engine)->num_waiting() == 0;
+      for (AgentResult& result : agents->Pump(idle ? 0.05 : 0)) {
+        const uint64_t id = result.state.id;
+        auto info = sample_info.find(id);
+        LOOM_CHECK(info != sample_info.end(), "agent sample " << id);
+        info->second.trajectory =
+            std::make_shared<const v1::Trajectory>(std::move(result.trajectory));
+        if (absl::Status s = (*agent_stage)->Log(result.state, info->second); !s.ok()) return s;
+        if ((*dispatcher)->OnSampleFinished(id) == dispatch::Disposition::kKeep) {
+          finished.emplace(id, std::move(result.state));
+        } else {
+          sample_info.erase(info);
+        }
+      }
+    }
     if ((*engine)->num_samples() > 0) {
       auto stats = (*engine)->Step();
       if (!stats.ok()) return stats.status();
       rollout_totals.decode_tokens += stats->decode_tokens;
       rollout_totals.prefill_tokens += stats->prefill_tokens;
+      if (agents != nullptr) agents->OnStopped(stats->tool_wait);
     }
     for (rollout::SampleState& sample : (*engine)->TakeFinished()) {
+      if (agents != nullptr && agents->Hold(sample)) continue;
       const uint64_t id = sample.id;
       if ((*dispatcher)->OnSampleFinished(id) == dispatch::Disposition::kKeep) {
         finished.emplace(id, std::move(sample));
@@ -126,7 +169,8 @@ absl::Status RunGrpoStage(TrainContext& context) {
     }
     auto batch = (*dispatcher)->TakeBatch(context.policy_version);
     if (!batch) {
-      if ((*engine)->num_samples() == 0 && admitted == 0) {
+      const int64_t episodes = agents != nullptr ? agents->inflight() : 0;
+      if ((*engine)->num_samples() == 0 && admitted == 0 && episodes == 0) {
         return absl::InternalError("GRPO loop stalled: nothing in flight, nothing to dispatch, "
                                    "no batch ready (check async.* and effort.* settings)");
       }

@@ -35,9 +35,52 @@ struct Rewards {
   std::vector<float> total, task, length;
   std::vector<int64_t> response_tokens;
   int64_t parsed = 0;
+  int64_t episodes = 0, episodes_failed = 0, episode_steps = 0;
 };
 
+// Reasoning tokens of a multi-turn sample: in each stretch of generated
+// tokens (a turn), those before its `</think>` (all of them when
+// `think_end_id` is -1).
+int64_t MultiTurnReasoningLength(const rollout::SampleState& state, int64_t think_end_id) {
+  int64_t count = 0;
+  bool in_turn = false, reasoning = false;
+  for (int64_t t = state.prompt_length; t < state.length(); ++t) {
+    if (!state.loss_mask[t]) {
+      in_turn = false;
+      continue;
+    }
+    if (!in_turn) in_turn = reasoning = true;
+    if (state.tokens[t] == think_end_id) {
+      reasoning = false;
+    } else if (reasoning) {
+      ++count;
+    }
+  }
+  return count;
+}
+
 }  // namespace
+
+Judgement GrpoStep::JudgeSample(const TrainingSample& sample, int64_t* reasoning,
+                                int64_t* response_tokens) const {
+  const rollout::SampleState& state = sample.state;
+  if (!sample.info.agent) {
+    std::vector<int64_t> completion(state.tokens.begin() + state.prompt_length, state.tokens.end());
+    *reasoning = algo::ReasoningLength(completion, think_end_id_);
+    *response_tokens = static_cast<int64_t>(completion.size());
+    return JudgeCompletion(*sample.info.problem, completion, context_.tokenizer);
+  }
+  LOOM_CHECK(sample.info.trajectory != nullptr, "agent sample " << state.id << " without episode");
+  const v1::Trajectory& trajectory = *sample.info.trajectory;
+  *reasoning = MultiTurnReasoningLength(state, think_end_id_);
+  *response_tokens = state.generated;
+  Judgement judgement;
+  judgement.parsed = !trajectory.penalty() && trajectory.format_errors() == 0;
+  judgement.content = trajectory.answer();
+  judgement.reward = trajectory.penalty() ? context_.config.sandbox.failure_reward
+                                          : trajectory.verdict().reward();
+  return judgement;
+}
 
 absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>& samples,
                                                int64_t step, const dispatch::DispatchStats& dispatch,
@@ -55,22 +98,26 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
   int64_t lag_sum = 0, lag_max = 0;
   for (const TrainingSample& sample : samples) {
     const auto& tokens = sample.state.tokens;
-    std::vector<int64_t> completion(tokens.begin() + sample.state.prompt_length, tokens.end());
-    Judgement judgement = JudgeCompletion(*sample.info.problem, completion, context_.tokenizer);
-    const int64_t reasoning = algo::ReasoningLength(completion, think_end_id_);
+    int64_t reasoning = 0, response_tokens = 0;
+    Judgement judgement = JudgeSample(sample, &reasoning, &response_tokens);
     const double r_len = length_reward_.Reward(sample.info.effort, reasoning);
     rewards.task.push_back(static_cast<float>(judgement.reward));
     rewards.length.push_back(static_cast<float>(r_len));
     rewards.total.push_back(static_cast<float>(judgement.reward + r_len));
-    rewards.response_tokens.push_back(static_cast<int64_t>(completion.size()));
+    rewards.response_tokens.push_back(response_tokens);
     rewards.parsed += judgement.parsed;
+    if (sample.info.agent) {
+      ++rewards.episodes;
+      rewards.episodes_failed += sample.info.trajectory->penalty();
+      rewards.episode_steps += sample.info.trajectory->steps();
+    }
     subgroup_ids.push_back(static_cast<int64_t>(sample.info.subgroup_id));
     const std::string& dataset = sample.info.problem->dataset;
     const std::string effort = std::to_string(sample.info.effort);
     reward_by_dataset.Add(dataset, rewards.total.back());
     reward_by_effort.Add(effort, rewards.total.back());
-    length_by_dataset.Add(dataset, static_cast<double>(completion.size()));
-    length_by_effort.Add(effort, static_cast<double>(completion.size()));
+    length_by_dataset.Add(dataset, static_cast<double>(response_tokens));
+    length_by_effort.Add(effort, static_cast<double>(response_tokens));
     int64_t oldest = version;
     for (size_t t = sample.state.prompt_length; t < tokens.size(); ++t) {
       if (sample.state.loss_mask[t]) oldest = std::min(oldest, sample.state.versions[t]);
@@ -156,7 +203,7 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
   for (int64_t len : rewards.response_tokens) response_mean += static_cast<double>(len);
   response_mean /= static_cast<double>(n);
   const double weighted = std::max(weighted_tokens, 1.0);
-  return nlohmann::json{
+  nlohmann::json record{
       {"stage", "grpo"},
       {"step", step + 1},
       {"version", context_.policy_version},
@@ -188,6 +235,13 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
       {"train_tokens_per_s", static_cast<double>(trained_tokens) / std::max(train_seconds, 1e-9)},
       {"time_rollout_s", rollout.seconds},
       {"time_train_s", train_seconds}};
+  if (rewards.episodes > 0) {
+    record["episodes"] = rewards.episodes;
+    record["episodes_failed"] = rewards.episodes_failed;
+    record["episode_steps_mean"] =
+        static_cast<double>(rewards.episode_steps) / static_cast<double>(rewards.episodes);
+  }
+  return record;
 }
 
 }  // namespace loom::train

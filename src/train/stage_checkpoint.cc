@@ -32,6 +32,13 @@ absl::StatusOr<TrainState> CaptureGrpo(const TrainContext& context, GrpoLoopStat
       grpo.finished.push_back(done->second);
       continue;
     }
+    if (info.agent) {
+      // The episode lives on a sandbox worker; it cannot be saved and resumed.
+      return absl::FailedPreconditionError(
+          "checkpoint: agent sample " + std::to_string(id) +
+          " is in a sandbox episode; checkpoints of GRPO runs with sandbox datasets are only "
+          "possible with no episode in flight (not supported yet)");
+    }
     auto exported = loop.engine.Export(id);
     if (!exported.ok()) return exported.status();
     grpo.inflight.push_back(*std::move(exported));
@@ -77,7 +84,7 @@ absl::Status RestoreGrpo(TrainContext& context, GrpoLoopState loop) {
     auto problem =
         std::make_shared<tasks::Problem>(context.datasets[r.dataset]->Train(r.problem_index));
     loop.sample_info[r.id] =
-        SampleInfo{problem, r.subgroup_id, r.effort, r.dataset, r.problem_index};
+        SampleInfo{problem, r.subgroup_id, r.effort, r.dataset, r.problem_index, false, nullptr};
   }
   for (rollout::SampleState& sample : grpo.finished) {
     const uint64_t id = sample.id;

@@ -97,6 +97,23 @@ TEST_F(StopTest, ToolCallEndParksHoldingTheKv) {
   EXPECT_GT(engine->pool().used_blocks(), 0);
 }
 
+TEST_F(StopTest, MaxTurnTokensParksEachTurn) {
+  auto r = Base();
+  r.stop.max_turn_tokens = 3;
+  RolloutEngine* engine = nullptr;
+  SampleState s = Run(r, &engine);
+  EXPECT_EQ(s.finish, FinishReason::kToolCall);
+  EXPECT_EQ(s.phase, SamplePhase::kToolWait);
+  EXPECT_EQ(s.generated, 3);
+  // The cap counts the current turn only: after an append, 3 more.
+  ASSERT_TRUE(engine->Append(1, {5, 6}).ok());
+  for (int i = 0; i < 20 && engine->Find(1)->phase != SamplePhase::kToolWait; ++i) {
+    ASSERT_TRUE(engine->Step().ok());
+  }
+  EXPECT_EQ(engine->Find(1)->phase, SamplePhase::kToolWait);
+  EXPECT_EQ(engine->Find(1)->generated, 6);
+}
+
 TEST_F(StopTest, MaxNewTokens) {
   auto r = Base();
   r.stop.max_new_tokens = 3;

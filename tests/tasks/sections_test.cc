@@ -82,6 +82,27 @@ TEST(SectionsTest, DatasetErrorsNameTheEntry) {
   EXPECT_NE(errors.find("t.yaml:"), std::string::npos) << errors;
 }
 
+TEST(SectionsTest, SandboxEnvironmentTakesOnlyAgenticKinds) {
+  Sections sections;
+  EXPECT_EQ(Errors("tasks:\n  datasets:\n"
+                   "    - {name: a, kind: arithmetic, environment: sandbox}\n"
+                   "    - {name: b, kind: fix_repo, environment: sandbox}\n",
+                   &sections),
+            "");
+  EXPECT_EQ(sections.tasks.datasets[1].environment, "sandbox");
+  const std::string errors = Errors(
+      "tasks:\n  datasets:\n"
+      "    - {name: a, kind: sort, environment: sandbox}\n"
+      "    - {name: b, kind: fix_repo}\n"
+      "    - {name: c, environment: docker}\n");
+  EXPECT_NE(errors.find("tasks.datasets[0].kind: environment sandbox runs the built-in agentic"),
+            std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("tasks.datasets[1].kind: fix_repo is an agentic task"), std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("tasks.datasets[2].environment"), std::string::npos) << errors;
+}
+
 TEST(SectionsTest, DuplicateDatasetNames) {
   const std::string errors =
       Errors("tasks:\n  datasets:\n    - {name: a}\n    - {name: a, kind: sort}\n");

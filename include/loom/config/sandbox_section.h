@@ -21,6 +21,8 @@ struct SandboxSection {
   int max_steps = 8;                 // assistant turns per episode
   int max_time_s = 300;              // scaffold time limit per episode
   int tool_timeout_s = 30;           // wall clock per tool call
+  int max_turn_tokens = 0;           // generated tokens per assistant turn; 0 = no cap
+  double failure_reward = 0;         // reward of an episode failed by infrastructure
 
   template <class V>
   void Visit(V& v) {
@@ -58,6 +60,16 @@ struct SandboxSection {
             Doc("Wall-clock limit of one tool call; the sandbox's process tree is killed after it.")
                 .Unit("s")
                 .Min(1));
+    v.Field("max_turn_tokens", max_turn_tokens,
+            Doc("Generated tokens per assistant turn: a longer turn is cut there and answered as "
+                "a format error, so the episode goes on. 0 = only rollout.max_new_tokens (over "
+                "all turns) limits it.")
+                .Unit("tokens")
+                .Min(0));
+    v.Field("failure_reward", failure_reward,
+            Doc("Task reward of an episode that failed for infrastructure reasons (worker or "
+                "sandbox lost, no worker would take it); the run goes on and counts them in "
+                "`episodes_failed`."));
   }
 
   void Validate(ErrorSink& errors) const {

@@ -1,7 +1,9 @@
 #pragma once
 // `tasks:` — the datasets prompts come from: built-in generators (arithmetic,
 // sort, reverse) or JSON-lines files, each with its sampling weight,
-// concurrency cap and held-out evaluation split.
+// concurrency cap and held-out evaluation split; or built-in agentic tasks
+// (`environment: sandbox`) whose samples are multi-turn episodes run on the
+// sandbox workers.
 
 #include <string>
 #include <vector>
@@ -14,6 +16,7 @@ namespace loom::config {
 struct DatasetSection {
   std::string name;  // required; unique; names metrics and problem ids
   std::string kind = "arithmetic";
+  std::string environment = "none";  // "sandbox": multi-turn agent episodes on sandbox workers
   std::string path;       // kind jsonl: the training file
   std::string eval_path;  // kind jsonl: optional separate held-out file
   double weight = 1.0;    // relative sampling weight
@@ -30,8 +33,15 @@ struct DatasetSection {
     v.Field("kind", kind,
             Doc("Where problems come from: a built-in generator (arithmetic: multi-digit + and - "
                 "with a digit-by-digit scratchpad; sort: ascending list of integers; reverse: "
-                "reverse a word letter by letter) or a JSON-lines file.")
-                .OneOf({"arithmetic", "sort", "reverse", "jsonl"}));
+                "reverse a word letter by letter) or a JSON-lines file. With `environment: "
+                "sandbox`: a built-in agentic task (arithmetic: a 9-digit product the python tool "
+                "helps with; fix_repo: a tiny Python package with a failing test).")
+                .OneOf({"arithmetic", "sort", "reverse", "jsonl", "fix_repo"}));
+    v.Field("environment", environment,
+            Doc("none: single-turn prompts judged by the verifier. sandbox: each sample is a "
+                "multi-turn agent episode on a sandbox worker (see `sandbox:`); its tool results "
+                "are appended as tokens without loss and its reward is the episode's verdict.")
+                .OneOf({"none", "sandbox"}));
     v.Field(
         "path", path,
         Doc("kind jsonl: file with one problem per line: {\"messages\": [...], \"answer\": ..., "
@@ -75,6 +85,13 @@ struct DatasetSection {
     }
     if (kind == "jsonl" && path.empty()) errors.Error("path", "is required for kind jsonl");
     if (kind != "jsonl" && !path.empty()) errors.Error("path", "is only for kind jsonl");
+    if (environment == "sandbox" && kind != "arithmetic" && kind != "fix_repo") {
+      errors.Error("kind", "environment sandbox runs the built-in agentic tasks: arithmetic or "
+                           "fix_repo");
+    }
+    if (environment != "sandbox" && kind == "fix_repo") {
+      errors.Error("kind", "fix_repo is an agentic task: set environment: sandbox");
+    }
   }
 };
 

@@ -57,6 +57,7 @@ struct StopParams {
   std::vector<int64_t> eos_token_ids;
   std::vector<std::vector<int64_t>> stop_sequences;  // finish with kStopSequence
   std::vector<std::vector<int64_t>> tool_call_end;   // park in kToolWait (reason kToolCall)
+  int64_t max_turn_tokens = 0;  // park in kToolWait after this many tokens of one turn; 0 = never
 };
 
 // One stretch of generated tokens produced under one policy version.

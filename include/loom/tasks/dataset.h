@@ -8,6 +8,9 @@
 //    problem from a seed derived from (run seed, dataset name, i), skipping
 //    problems whose prompt hashes into the held-out share (eval_fraction).
 //    The eval set is the first eval_size problems that do hash there.
+//  * Agentic datasets (`environment: sandbox`) are infinite too: Train(i)
+//    names a built-in task by a seed derived the same way (task_seed); the
+//    episode itself runs on a sandbox worker. They hold nothing out.
 //  * JSONL datasets are finite: Train(i) walks the training lines in a fresh
 //    seeded shuffle every epoch. The eval set is `eval_path` if given, else
 //    the lines whose prompt hashes into the held-out share.

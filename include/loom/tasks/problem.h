@@ -27,6 +27,9 @@ struct Problem {
   // absent for JSONL lines without a trailing assistant message.
   std::optional<nlohmann::json> reference;
   int difficulty = 0;  // generators only; 0 for files
+  // Datasets with `environment: sandbox`: the seed of the built-in agentic
+  // task (the worker gets the task; `messages` only describes it).
+  uint64_t task_seed = 0;
 
   // The reward of a response (its final content, reasoning stripped): 1 or 0.
   double Score(const std::string& response) const { return Verify(verifier, answer, response); }

@@ -17,6 +17,8 @@
 #include "loom/tasks/problem.h"
 #include "loom/train/adamw.h"
 #include "loom/train/context.h"
+#include "loom/train/encoding.h"
+#include "loom/v1/sandbox.pb.h"
 
 namespace loom::train {
 
@@ -27,6 +29,10 @@ struct SampleInfo {
   int effort = 0;
   int dataset = 0;  // index into the datasets
   uint64_t problem_index = 0;  // Dataset::Train(problem_index) is `problem` (for checkpoints)
+  bool agent = false;          // a multi-turn sandbox episode (environment: sandbox)
+  // Agent samples, once the episode ended: its record. The reward is its
+  // verdict, or sandbox.failure_reward when it failed for infrastructure reasons.
+  std::shared_ptr<const v1::Trajectory> trajectory;
 };
 
 struct TrainingSample {
@@ -59,6 +65,11 @@ class GrpoStep {
                                        const RolloutTotals& rollout);
 
  private:
+  // The task reward of one sample (the verifier's, or its episode's), its
+  // reasoning length and its generated tokens.
+  Judgement JudgeSample(const TrainingSample& sample, int64_t* reasoning,
+                        int64_t* response_tokens) const;
+
   TrainContext& context_;
   AdamW& optimizer_;
   algo::EffortLengthReward length_reward_;

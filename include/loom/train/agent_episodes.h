@@ -1,0 +1,137 @@
+#pragma once
+// AgentEpisodes: the trainer's client side of multi-turn sandbox episodes
+// (datasets with `environment: sandbox`).
+//
+// One client thread per agent sample runs WorkerPool::RunEpisode. Its policy
+// turns the messages the worker sends into token ids (AgentConversation: the
+// whole prompt first, then only what is appended — tool results or a
+// format-error observation) and posts them to the run loop's inbox; then it
+// waits, with a deadline, until the run loop hands back the text the engine
+// generated for that turn (Answer) or says the sample cannot go on (Cut),
+// and replies to the worker. When the episode ends its trajectory is posted
+// too. The run loop — the only owner of the engine — polls the inbox between
+// engine steps and never blocks on the network.
+//
+// Threads: Start, Poll, Answer, Cut and inflight are for the run loop only.
+// Client threads touch only the inbox and their reply slot, under mu_. The
+// destructor wakes every waiting client (its episode ends as `policy_lost`)
+// and joins the threads; a client inside a tool call returns when the call
+// does (bounded by the tool timeout).
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "loom/chat/encoder.h"
+#include "loom/chat/message.h"
+#include "loom/rpc/worker_pool.h"
+#include "loom/tokenizer/tokenizer.h"
+#include "loom/v1/sandbox.pb.h"
+
+namespace loom::train {
+
+// The token view of one episode's conversation, kept by its client thread.
+// Appended messages are encoded as a continuation of what came before, so
+// nothing already in the engine is re-tokenised. Not thread-safe.
+class AgentConversation {
+ public:
+  // `effort`: the numeric reasoning effort (1..100) in the system prompt.
+  AgentConversation(const tokenizer::Tokenizer& tokenizer, int effort, int64_t eos_id);
+
+  // The ids of `request.append()`: the whole prompt on the first call, then
+  // the continuation (led by EOS when the previous turn stopped at the end of
+  // a tool-call block without one), ending with the next assistant prefix.
+  absl::StatusOr<std::vector<int64_t>> Observe(const v1::GenerateRequest& request);
+
+  // The worker's reply for a generated turn. A completion that does not parse
+  // becomes `parse_error` (the worker answers with a format-error
+  // observation); it stays in the token sequence as an empty assistant turn.
+  v1::GenerateReply Reply(const std::string& completion, int turn);
+
+ private:
+  const tokenizer::Tokenizer& tokenizer_;
+  chat::EncodeOptions options_;
+  int64_t eos_id_;
+  std::vector<chat::Message> messages_;
+  bool needs_eos_ = false;  // the last turn ended without EOS
+};
+
+// Something a client thread posted for the run loop.
+struct AgentEvent {
+  enum class Kind {
+    kPrompt,  // the episode's first turn: add a sample with `tokens` as its prompt
+    kAppend,  // append `tokens` (loss mask 0) to the parked sample and resume it
+    kDone,    // the episode ended: `trajectory` holds its verdict (or penalty)
+  };
+  Kind kind = Kind::kPrompt;
+  uint64_t id = 0;              // the sample id
+  std::vector<int64_t> tokens;  // kPrompt, kAppend
+  v1::Trajectory trajectory;    // kDone
+};
+
+struct AgentOptions {
+  v1::ScaffoldOptions scaffold;
+  double turn_timeout_s = 900;  // a client's wait for one generated turn (training included)
+  int64_t eos_id = 0;
+};
+
+class AgentEpisodes {
+ public:
+  // Borrows `pool` and `tokenizer`; both must outlive this.
+  AgentEpisodes(rpc::WorkerPool& pool, const tokenizer::Tokenizer& tokenizer, AgentOptions options);
+  ~AgentEpisodes();
+  AgentEpisodes(const AgentEpisodes&) = delete;
+  AgentEpisodes& operator=(const AgentEpisodes&) = delete;
+
+  // Starts the episode of sample `id` on `task` at reasoning effort `effort`.
+  void Start(uint64_t id, const v1::Task& task, int effort);
+
+  // Takes every posted event, waiting up to `wait_s` for one when none is there.
+  std::vector<AgentEvent> Poll(double wait_s);
+
+  // Hands sample `id`'s generated turn (the text after the assistant prefix)
+  // to its waiting client.
+  void Answer(uint64_t id, std::string completion);
+  // Sample `id` cannot generate more (token or context limit): its client
+  // asks the worker to stop, and the episode ends unsolved.
+  void Cut(uint64_t id);
+
+  // Episodes started whose kDone event has not been taken yet.
+  int64_t inflight() const { return inflight_; }
+  // Whether sample `id`'s episode is one of those.
+  bool Owns(uint64_t id) const { return threads_.count(id) > 0; }
+
+ private:
+  struct Slot {
+    std::optional<std::string> completion;
+    bool cut = false;
+  };
+
+  void RunClient(uint64_t id, v1::Task task, int effort);
+  absl::StatusOr<v1::GenerateReply> Turn(uint64_t id, AgentConversation& conversation,
+                                         const v1::GenerateRequest& request);
+  void Post(AgentEvent event);
+
+  rpc::WorkerPool& pool_;
+  const tokenizer::Tokenizer& tokenizer_;
+  const AgentOptions options_;
+  int64_t inflight_ = 0;                     // run loop only
+  std::map<uint64_t, std::thread> threads_;  // run loop only; joined when kDone is taken
+
+  std::mutex mu_;
+  std::condition_variable inbox_cv_;
+  std::condition_variable reply_cv_;
+  std::deque<AgentEvent> inbox_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, Slot> slots_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace loom::train

@@ -1,0 +1,103 @@
+#include "train/agent_rollout.h"
+
+#include <spdlog/spdlog.h>
+
+namespace loom::train {
+
+void AgentRollout::Start(rollout::SampleRequest request, const v1::Task& task, int effort) {
+  request.stop.eos_token_ids.clear();
+  request.stop.tool_call_end = {turn_end_, {eos_id_}};
+  request.stop.max_turn_tokens = max_turn_tokens_;
+  const uint64_t id = request.id;
+  pending_[id] = std::move(request);
+  episodes_.Start(id, task, effort);
+}
+
+std::vector<AgentResult> AgentRollout::Pump(double wait_s) {
+  std::vector<AgentResult> done;
+  for (AgentEvent& event : episodes_.Poll(wait_s)) {
+    switch (event.kind) {
+      case AgentEvent::Kind::kPrompt:
+        AddPrompt(event.id, std::move(event.tokens));
+        break;
+      case AgentEvent::Kind::kAppend:
+        Append(event.id, event.tokens);
+        break;
+      case AgentEvent::Kind::kDone:
+        done.push_back({Collect(event.id), std::move(event.trajectory)});
+        break;
+    }
+  }
+  return done;
+}
+
+void AgentRollout::AddPrompt(uint64_t id, std::vector<int64_t> prompt) {
+  auto pending = pending_.find(id);
+  if (pending == pending_.end()) return episodes_.Cut(id);
+  rollout::SampleRequest request = std::move(pending->second);
+  pending_.erase(pending);
+  request.prompt = std::move(prompt);
+  if (absl::Status s = engine_.Add(request); !s.ok()) {
+    spdlog::warn("agent sample {}: its prompt cannot start: {}", id, std::string(s.message()));
+    episodes_.Cut(id);
+  }
+}
+
+void AgentRollout::Append(uint64_t id, const std::vector<int64_t>& tokens) {
+  const rollout::SampleState* state = engine_.Find(id);
+  if (state == nullptr || state->phase != rollout::SamplePhase::kToolWait) {
+    return episodes_.Cut(id);
+  }
+  if (absl::Status s = engine_.Append(id, tokens); !s.ok()) {
+    spdlog::warn("agent sample {}: observation not appended: {}", id, std::string(s.message()));
+    episodes_.Cut(id);
+  }
+}
+
+rollout::SampleState AgentRollout::Collect(uint64_t id) {
+  pending_.erase(id);
+  auto held = held_.find(id);
+  if (held != held_.end()) {
+    rollout::SampleState state = std::move(held->second);
+    held_.erase(held);
+    return state;
+  }
+  if (engine_.Find(id) != nullptr) {
+    absl::StatusOr<rollout::SampleState> dropped = engine_.Drop(id);
+    if (dropped.ok()) return *std::move(dropped);
+  }
+  // The episode ended before its first turn reached the engine (no worker
+  // would take it, or it died at once): a sample with nothing generated,
+  // which carries only its reward.
+  rollout::SampleState empty;
+  empty.id = id;
+  empty.tokens = {eos_id_, eos_id_};
+  empty.prompt_length = 2;
+  empty.turn_start = 2;
+  empty.loss_mask = {0, 0};
+  empty.logprobs = {0, 0};
+  empty.versions = {-1, -1};
+  empty.phase = rollout::SamplePhase::kFinished;
+  empty.finish = rollout::FinishReason::kDropped;
+  return empty;
+}
+
+void AgentRollout::OnStopped(const std::vector<uint64_t>& ids) {
+  for (uint64_t id : ids) {
+    const rollout::SampleState* state = engine_.Find(id);
+    if (state == nullptr) continue;
+    std::vector<int32_t> turn(state->tokens.begin() + state->turn_start, state->tokens.end());
+    absl::StatusOr<std::string> text = tokenizer_.Decode(turn);
+    episodes_.Answer(id, text.ok() ? *text : std::string());
+  }
+}
+
+bool AgentRollout::Hold(rollout::SampleState& state) {
+  if (!episodes_.Owns(state.id)) return false;
+  const uint64_t id = state.id;
+  held_[id] = std::move(state);
+  episodes_.Cut(id);
+  return true;
+}
+
+}  // namespace loom::train

@@ -1,0 +1,80 @@
+#pragma once
+// AgentRollout: the GRPO run loop's side of agent samples. It applies what
+// the episodes' client threads posted (AgentEpisodes) to the engine — a first
+// turn adds the sample with the worker's prompt, later turns append the
+// encoded tool results or format-error observation (loss mask 0) to the
+// parked sample so it continues on its KV cache — and hands every turn the
+// engine stopped (at the end of a DSML tool-call block, at EOS, or at the
+// per-turn cap) back as text. A sample the engine finishes for good (token or
+// context limit) is held, and its episode told to stop, until the episode's
+// trajectory arrives; then the sample leaves with it.
+//
+// Agent samples stop on EOS without finishing: the worker decides whether the
+// turn ended the episode.
+//
+// Run loop thread only.
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "loom/rollout/engine.h"
+#include "loom/tokenizer/tokenizer.h"
+#include "loom/train/agent_episodes.h"
+
+namespace loom::train {
+
+// A finished agent sample: its tokens and its episode's record.
+struct AgentResult {
+  rollout::SampleState state;
+  v1::Trajectory trajectory;
+};
+
+class AgentRollout {
+ public:
+  // `turn_end`: the token ids of the DSML tool-call block's closing tag;
+  // `max_turn_tokens`: the per-turn cap (0 = none).
+  AgentRollout(AgentEpisodes& episodes, rollout::RolloutEngine& engine,
+               const tokenizer::Tokenizer& tokenizer, int64_t eos_id, std::vector<int64_t> turn_end,
+               int64_t max_turn_tokens)
+      : episodes_(episodes),
+        engine_(engine),
+        tokenizer_(tokenizer),
+        eos_id_(eos_id),
+        turn_end_(std::move(turn_end)),
+        max_turn_tokens_(max_turn_tokens) {}
+
+  // Starts sample `request.id`'s episode on `task`; `request` (its prompt
+  // still empty) gives sampling and limits. The agent stop rules are added.
+  void Start(rollout::SampleRequest request, const v1::Task& task, int effort);
+
+  // Applies posted events to the engine (waiting up to `wait_s` for one) and
+  // returns the samples whose episodes ended.
+  std::vector<AgentResult> Pump(double wait_s);
+
+  // After an engine step: the stopped turns of `ids` go back to their episodes.
+  void OnStopped(const std::vector<uint64_t>& ids);
+
+  // For each sample the engine finished: true (and it is held) when it is an
+  // agent sample, whose episode is then told to stop.
+  bool Hold(rollout::SampleState& state);
+
+  int64_t inflight() const { return episodes_.inflight(); }
+
+ private:
+  void AddPrompt(uint64_t id, std::vector<int64_t> prompt);
+  void Append(uint64_t id, const std::vector<int64_t>& tokens);
+  rollout::SampleState Collect(uint64_t id);
+
+  AgentEpisodes& episodes_;
+  rollout::RolloutEngine& engine_;
+  const tokenizer::Tokenizer& tokenizer_;
+  int64_t eos_id_;
+  std::vector<int64_t> turn_end_;
+  int64_t max_turn_tokens_;
+  std::map<uint64_t, rollout::SampleRequest> pending_;  // started, prompt not yet posted
+  std::map<uint64_t, rollout::SampleState> held_;       // finished by the engine, episode running
+};
+
+}  // namespace loom::train

@@ -1,0 +1,75 @@
+#include "train/agent_stage.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+
+#include "loom/chat/encoder.h"
+#include "loom/tokenizer/dsv4_tokens.h"
+
+namespace loom::train {
+namespace {
+
+// The token ids that end a DSML tool-call block (`\n</｜DSML｜tool_calls>`),
+// as the chat encoder tokenizes them: the last token of the text before the
+// DSML marker (so the opening tag does not match), the marker, the rest.
+absl::StatusOr<std::vector<int64_t>> ToolCallsEnd(const tokenizer::Tokenizer& tokenizer) {
+  auto before = chat::PiecesToIds({{"\n</", false}}, tokenizer);
+  auto rest = chat::PiecesToIds(
+      {{std::string(tokenizer::dsv4::kDsml), true}, {"tool_calls>", false}}, tokenizer);
+  if (!before.ok()) return before.status();
+  if (!rest.ok()) return rest.status();
+  if (before->empty()) return absl::InternalError("empty encoding of the tool-call end tag");
+  std::vector<int64_t> ids = {before->back()};
+  ids.insert(ids.end(), rest->begin(), rest->end());
+  return ids;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<AgentStage>> AgentStage::Create(const TrainContext& context,
+                                                               rollout::RolloutEngine& engine) {
+  const auto& datasets = context.config.tasks.datasets;
+  if (std::none_of(datasets.begin(), datasets.end(),
+                   [](const config::DatasetSection& d) { return d.environment == "sandbox"; })) {
+    return nullptr;
+  }
+  auto turn_end = ToolCallsEnd(context.tokenizer);
+  if (!turn_end.ok()) return turn_end.status();
+  auto log = metrics::MetricsWriter::Open(context.run_dir.path() + "/trajectories.jsonl");
+  if (!log.ok()) return log.status();
+  auto clients = rpc::StartSandboxClients(context.config.sandbox);
+  if (!clients.ok()) return clients.status();
+  std::unique_ptr<AgentStage> stage(new AgentStage(context, *std::move(log)));
+  stage->clients_ = *std::move(clients);
+  AgentOptions options;
+  options.scaffold = rpc::ScaffoldOptionsFrom(context.config.sandbox);
+  options.turn_timeout_s = context.config.sandbox.episode_timeout_s;
+  options.eos_id = context.eos_id;
+  stage->episodes_ =
+      std::make_unique<AgentEpisodes>(*stage->clients_.pool, context.tokenizer, options);
+  stage->rollout_ =
+      std::make_unique<AgentRollout>(*stage->episodes_, engine, context.tokenizer, context.eos_id,
+                                     *std::move(turn_end), context.config.sandbox.max_turn_tokens);
+  return stage;
+}
+
+absl::Status AgentStage::Log(const rollout::SampleState& state, const SampleInfo& info) {
+  std::string trajectory;
+  google::protobuf::util::JsonPrintOptions json;
+  json.preserve_proto_field_names = true;
+  json.always_print_primitive_fields = true;  // a reward of 0 is a reward
+  if (!google::protobuf::util::MessageToJsonString(*info.trajectory, &trajectory, json).ok()) {
+    return absl::InternalError("sample " + std::to_string(state.id) + ": trajectory to JSON");
+  }
+  return log_.Write({{"sample", state.id},
+                     {"dataset", context_.datasets[info.dataset]->name()},
+                     {"effort", info.effort},
+                     {"version", context_.policy_version},
+                     {"prompt_length", state.prompt_length},
+                     {"tokens", state.tokens},
+                     {"loss_mask", state.loss_mask},
+                     {"trajectory", nlohmann::json::parse(trajectory)}});
+}
+
+}  // namespace loom::train

@@ -1,0 +1,47 @@
+#pragma once
+// AgentStage: what the GRPO stage needs for datasets with `environment:
+// sandbox` — the sandbox clients (local workers or remote ones, and the
+// pool), the episodes' client threads, their glue to the engine, and the
+// run's trajectory log (<run dir>/trajectories.jsonl: every finished agent
+// sample with its tokens, loss mask and the worker's trajectory).
+// Destroying it ends the episodes still running, then stops local workers.
+// Run loop thread only.
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "loom/metrics/metrics_writer.h"
+#include "loom/rollout/engine.h"
+#include "loom/rpc/sandbox_clients.h"
+#include "loom/train/agent_episodes.h"
+#include "loom/train/context.h"
+#include "loom/train/grpo_step.h"
+#include "train/agent_rollout.h"
+
+namespace loom::train {
+
+class AgentStage {
+ public:
+  // Null when no dataset has `environment: sandbox`. Errors: the sandbox
+  // clients could not start (FAILED_PRECONDITION without workers), the
+  // tokenizer lacks the chat format's tokens, the log cannot be opened.
+  static absl::StatusOr<std::unique_ptr<AgentStage>> Create(const TrainContext& context,
+                                                            rollout::RolloutEngine& engine);
+
+  AgentRollout* rollout() { return rollout_.get(); }
+
+  // Appends a finished agent sample (its trajectory in `info`) to the log.
+  absl::Status Log(const rollout::SampleState& state, const SampleInfo& info);
+
+ private:
+  AgentStage(const TrainContext& context, metrics::MetricsWriter log)
+      : context_(context), log_(std::move(log)) {}
+
+  const TrainContext& context_;
+  rpc::SandboxClients clients_;
+  std::unique_ptr<AgentEpisodes> episodes_;
+  std::unique_ptr<AgentRollout> rollout_;
+  metrics::MetricsWriter log_;
+};
+
+}  // namespace loom::train

@@ -1,0 +1,191 @@
+// The trainer's client side of agent episodes (AgentEpisodes) against a real
+// `loom worker`: the test plays the run loop, and instead of sampling from a
+// model it "generates" fixed DSV4 completions, appending their tokens the way
+// the engine would. So the encoding path is the real one: the prompt and
+// every observation come from the worker's messages through the chat module,
+// and the token sequence must be what the chat encoder gives for the
+// trajectory's conversation (no re-tokenisation drift).
+
+#include "loom/train/agent_episodes.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "loom/chat/encoder.h"
+#include "loom/rpc/chat_bridge.h"
+#include "loom/tokenizer/dsv4_tokens.h"
+#include "loom/tokenizer/tiny.h"
+#include "sandbox/worker_fixture.h"
+
+namespace loom::train {
+namespace {
+
+const std::string kEos(tokenizer::dsv4::kEos);
+
+std::unique_ptr<tokenizer::Tokenizer> Tiny() {
+  auto tok = tokenizer::Tokenizer::FromJson(tokenizer::TinyTokenizerJson(), "tiny");
+  EXPECT_TRUE(tok.ok());
+  return std::move(*tok);
+}
+
+// A completion with one tool call, as the model writes it after `<think>`.
+std::string ToolCall(const std::string& tool, const std::string& param, const std::string& value) {
+  return "Let me use a tool.</think>\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"" + tool +
+         "\">\n<｜DSML｜parameter name=\"" + param + "\" string=\"true\">" + value +
+         "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+}
+
+v1::Task ProductTask() {
+  v1::Task task;
+  task.set_id("product");
+  task.set_problem("What is 1234567 * 7654321?");
+  task.mutable_verification()->set_exact_answer("9449772114007");
+  return task;
+}
+
+// What the test's stand-in engine holds for one sample.
+struct Sequence {
+  std::vector<int64_t> tokens;
+  std::vector<uint8_t> loss_mask;
+  int64_t prompt_length = 0;
+  std::vector<std::vector<int64_t>> observations;  // each appended block
+};
+
+class AgentEpisodesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    workers_ = testing_support::StartWorkers(1, 2);
+    ASSERT_TRUE(workers_);
+    rpc::PoolOptions pool;
+    pool.targets = workers_->targets();
+    pool.episode_timeout_s = 60;
+    pool_ = std::make_unique<rpc::WorkerPool>(pool);
+    tok_ = Tiny();
+    eos_ = *tok_->TokenToId(tokenizer::dsv4::kEos);
+    AgentOptions options;
+    options.scaffold.set_max_steps(4);
+    options.turn_timeout_s = 30;
+    options.eos_id = eos_;
+    episodes_ = std::make_unique<AgentEpisodes>(*pool_, *tok_, options);
+  }
+
+  // Plays the run loop until sample 1's episode ends: each prompt or
+  // observation is appended (mask 0), then `completions[turn]` (mask 1), or
+  // the sample is cut when the script runs out. `on_turn` runs before each
+  // answer.
+  v1::Trajectory Play(const std::vector<std::string>& completions,
+                      const std::function<void(int)>& on_turn = nullptr) {
+    episodes_->Start(1, ProductTask(), 50);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    int turn = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      for (AgentEvent& event : episodes_->Poll(0.1)) {
+        if (event.kind == AgentEvent::Kind::kDone) return event.trajectory;
+        if (event.kind == AgentEvent::Kind::kPrompt) seq_.prompt_length = event.tokens.size();
+        if (event.kind == AgentEvent::Kind::kAppend) seq_.observations.push_back(event.tokens);
+        seq_.tokens.insert(seq_.tokens.end(), event.tokens.begin(), event.tokens.end());
+        seq_.loss_mask.insert(seq_.loss_mask.end(), event.tokens.size(), 0);
+        if (on_turn) on_turn(turn);
+        if (turn >= static_cast<int>(completions.size())) {
+          episodes_->Cut(1);
+          continue;
+        }
+        auto ids = tok_->Encode(completions[turn]);
+        EXPECT_TRUE(ids.ok());
+        seq_.tokens.insert(seq_.tokens.end(), ids->begin(), ids->end());
+        seq_.loss_mask.insert(seq_.loss_mask.end(), ids->size(), 1);
+        episodes_->Answer(1, completions[turn]);
+        ++turn;
+      }
+    }
+    ADD_FAILURE() << "the episode did not end in time";
+    return v1::Trajectory();
+  }
+
+  std::unique_ptr<rpc::LocalWorkers> workers_;
+  std::unique_ptr<rpc::WorkerPool> pool_;
+  std::unique_ptr<tokenizer::Tokenizer> tok_;
+  int64_t eos_ = 0;
+  std::unique_ptr<AgentEpisodes> episodes_;
+  Sequence seq_;
+};
+
+TEST_F(AgentEpisodesTest, ToolCallsFormatErrorsAndSubmitRoundTrip) {
+  v1::Trajectory t = Play({
+      ToolCall("python", "code", "print(1234567 * 7654321)") + kEos,  // ends with EOS
+      "I forgot to close my reasoning",                               // cut: no EOS, no parse
+      ToolCall("submit", "answer", "9449772114007"),                  // stopped at the block end
+  });
+  EXPECT_FALSE(t.penalty()) << t.failure_reason();
+  EXPECT_EQ(t.verdict().reward(), 1.0) << t.verdict().details();
+  EXPECT_EQ(t.format_errors(), 1);
+  EXPECT_EQ(t.steps(), 3);
+  EXPECT_EQ(episodes_->inflight(), 0);
+
+  // Two observations were appended: the python result, then the format error.
+  ASSERT_EQ(seq_.observations.size(), 2u);
+  const int64_t user = *tok_->TokenToId(tokenizer::dsv4::kUser);
+  EXPECT_EQ(seq_.observations[0].front(), user);  // the turn ended with EOS: none added
+  EXPECT_EQ(seq_.observations[1].front(), eos_);  // the cut turn gets its EOS from the trainer
+  auto text = [&](const std::vector<int64_t>& ids) {
+    return *tok_->Decode(std::vector<int32_t>(ids.begin(), ids.end()));
+  };
+  EXPECT_NE(text(seq_.observations[0]).find("<tool_result>9449772114007\n</tool_result>"),
+            std::string::npos)
+      << text(seq_.observations[0]);
+  EXPECT_NE(text(seq_.observations[1]).find("Format error"), std::string::npos);
+
+  // No drift: prompt + first turn + its tool result is exactly the chat
+  // encoding of the trajectory's first four messages (system, user,
+  // assistant with the tool call, tool result).
+  ASSERT_GE(t.messages_size(), 4);
+  std::vector<chat::Message> conversation;
+  for (int i = 0; i < 4; ++i) conversation.push_back(*rpc::ToChatMessage(t.messages(i)));
+  chat::EncodeOptions options;
+  options.reasoning_effort = {chat::ReasoningEffort::Kind::kNumeric, 50};
+  auto expected = chat::EncodeIds(conversation, options, *tok_);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  const size_t first_block =
+      static_cast<size_t>(seq_.prompt_length) +
+      tok_->Encode(ToolCall("python", "code", "print(1234567 * 7654321)") + kEos)->size() +
+      seq_.observations[0].size();
+  ASSERT_EQ(expected->size(), first_block);
+  EXPECT_TRUE(std::equal(expected->begin(), expected->end(), seq_.tokens.begin()));
+  EXPECT_EQ(t.messages(2).tool_calls(0).name(), "python");
+}
+
+TEST_F(AgentEpisodesTest, CutSampleStopsItsEpisodeUnsolved) {
+  v1::Trajectory t = Play({"thinking without end"});
+  EXPECT_FALSE(t.penalty());
+  EXPECT_EQ(t.failure_reason(), "stopped_by_policy");
+  EXPECT_EQ(t.verdict().reward(), 0.0);
+  EXPECT_EQ(t.steps(), 2);
+}
+
+TEST_F(AgentEpisodesTest, WorkerKilledMidEpisodeFailsItWithPenalty) {
+  v1::Trajectory t =
+      Play({ToolCall("python", "code", "print(1)") + kEos, "never used"}, [&](int turn) {
+        if (turn == 1) workers_->Kill(0);
+      });
+  EXPECT_TRUE(t.penalty());
+  EXPECT_EQ(t.failure_reason().rfind("worker_lost", 0), 0u) << t.failure_reason();
+  EXPECT_EQ(episodes_->inflight(), 0);
+}
+
+TEST_F(AgentEpisodesTest, StoppingTheTrainerEndsWaitingEpisodes) {
+  episodes_->Start(1, ProductTask(), 50);
+  bool prompted = false;
+  for (int i = 0; i < 300 && !prompted; ++i) {
+    for (const AgentEvent& event : episodes_->Poll(0.1)) {
+      prompted |= event.kind == AgentEvent::Kind::kPrompt;
+    }
+  }
+  ASSERT_TRUE(prompted);
+  const auto start = std::chrono::steady_clock::now();
+  episodes_.reset();  // the client waits for a turn that never comes: woken, joined
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+}  // namespace
+}  // namespace loom::train

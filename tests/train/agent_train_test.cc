@@ -1,0 +1,285 @@
+// GRPO with `environment: sandbox` end to end: the real `loom train` binary,
+// a tiny model in the real rollout engine, and 2 real local `loom worker`
+// processes (configs/test/agent.yaml). The untrained model writes garbage, so
+// its turns are cut at sandbox.max_turn_tokens and come back as format-error
+// observations: every episode is multi-turn. The run's trajectories.jsonl
+// (tokens, loss mask and the worker's trajectory of each finished sample) is
+// checked against the metrics.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "loom/chat/encoder.h"
+#include "loom/metrics/metrics_writer.h"
+#include "loom/rpc/chat_bridge.h"
+#include "loom/rpc/worker_pool.h"
+#include "loom/tokenizer/tiny.h"
+#include "testing/temp_dir.h"
+
+namespace loom {
+namespace {
+
+using testing::TempDir;
+using Json = nlohmann::json;
+
+// `loom train` on the agent test config as a child process.
+class TrainProcess {
+ public:
+  TrainProcess(const std::string& run_dir, const std::string& model_dir, int steps) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const std::string log = run_dir + ".out";
+      FILE* out = std::freopen(log.c_str(), "a", stdout);
+      FILE* err = std::freopen(log.c_str(), "a", stderr);
+      (void)out;
+      (void)err;
+      const std::string set_model = "model.path=" + model_dir;
+      const std::string set_steps = "train.grpo.steps=" + std::to_string(steps);
+      std::vector<const char*> argv = {
+          LOOM_BINARY, "train",           "--config", LOOM_SOURCE_DIR "/configs/test/agent.yaml",
+          "--run-dir", run_dir.c_str(),   "--set",    set_model.c_str(),
+          "--set",     set_steps.c_str(), nullptr};
+      ::execv(LOOM_BINARY, const_cast<char* const*>(argv.data()));
+      ::_exit(127);
+    }
+  }
+  ~TrainProcess() {
+    if (exited_ < 0) {
+      ::kill(pid_, SIGKILL);
+      Wait();
+    }
+  }
+  pid_t pid() const { return pid_; }
+  int Wait() {
+    if (exited_ >= 0) return exited_;
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    exited_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return exited_;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int exited_ = -1;
+};
+
+std::vector<Json> ReadJsonl(const std::string& path) {
+  std::vector<Json> records;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) records.push_back(Json::parse(line));
+  }
+  return records;
+}
+
+// A `loom worker` process that `parent` started, with its address.
+struct WorkerProcess {
+  pid_t pid = 0;
+  std::string target;  // 127.0.0.1:PORT, from its --port-file
+};
+
+std::vector<WorkerProcess> WorkerChildren(pid_t parent) {
+  std::vector<WorkerProcess> workers;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string pid, comm, state;
+    pid_t ppid = 0;
+    if (!(stat >> pid >> comm >> state >> ppid) || ppid != parent) continue;
+    std::vector<std::string> args;
+    std::istringstream cmdline(testing::ReadAll(entry.path() / "cmdline"));
+    for (std::string arg; std::getline(cmdline, arg, '\0');) args.push_back(arg);
+    auto port_file = std::find(args.begin(), args.end(), "--port-file");
+    if (args.size() < 2 || args[1] != "worker" || port_file == args.end() ||
+        port_file + 1 == args.end()) {
+      continue;
+    }
+    std::string port = testing::ReadAll(*(port_file + 1));
+    while (!port.empty() && std::isspace(static_cast<unsigned char>(port.back()))) port.pop_back();
+    workers.push_back({std::stoi(name), "127.0.0.1:" + port});
+  }
+  return workers;
+}
+
+// A sample's stretches of equal loss mask after the prompt, as token lists.
+struct Runs {
+  std::vector<std::vector<int64_t>> generated, observed;
+};
+Runs SplitRuns(const Json& record) {
+  const auto tokens = record["tokens"].get<std::vector<int64_t>>();
+  const auto mask = record["loss_mask"].get<std::vector<int>>();
+  Runs runs;
+  const size_t prompt = record["prompt_length"].get<size_t>();
+  for (size_t t = prompt; t < tokens.size(); ++t) {
+    auto& list = mask[t] ? runs.generated : runs.observed;
+    if (t == prompt || mask[t] != mask[t - 1]) list.emplace_back();
+    list.back().push_back(tokens[t]);
+  }
+  return runs;
+}
+
+class AgentTrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto tok = tokenizer::Tokenizer::FromJson(tokenizer::TinyTokenizerJson(), "tiny");
+    ASSERT_TRUE(tok.ok());
+    tok_ = std::move(*tok);
+  }
+  std::string Text(const std::vector<int64_t>& ids) const {
+    auto text = tok_->Decode(std::vector<int32_t>(ids.begin(), ids.end()));
+    EXPECT_TRUE(text.ok());
+    return text.ok() ? *text : "";
+  }
+
+  std::unique_ptr<tokenizer::Tokenizer> tok_;
+};
+
+TEST_F(AgentTrainTest, GrpoStepsRunMultiTurnEpisodesOnRealWorkers) {
+  TempDir dir;
+  const std::string run_dir = dir / "run";
+  TrainProcess train(run_dir, dir / "model", 3);
+  ASSERT_EQ(train.Wait(), 0) << testing::ReadAll(run_dir + ".out");
+
+  // Steps complete, each on 4 finished episodes, none failed.
+  auto metrics = metrics::ReadMetrics(run_dir + "/metrics.jsonl");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  int steps = 0;
+  for (const Json& r : *metrics) {
+    if (!r.contains("loss")) continue;
+    ++steps;
+    EXPECT_EQ(r["episodes"], 4) << r.dump();
+    EXPECT_EQ(r["episodes_failed"], 0) << r.dump();
+    EXPECT_GE(r["episode_steps_mean"].get<double>(), 2.0) << r.dump();
+    EXPECT_TRUE(r["reward_by_dataset"].contains("agent_arithmetic")) << r.dump();
+  }
+  EXPECT_EQ(steps, 3);
+
+  const std::vector<Json> records = ReadJsonl(run_dir + "/trajectories.jsonl");
+  ASSERT_GE(records.size(), 12u);
+  for (const Json& record : records) {
+    const Json& t = record["trajectory"];
+    SCOPED_TRACE(record["sample"].dump());
+    ASSERT_FALSE(t["penalty"].get<bool>()) << t.dump();
+    // The reward arrived: the worker verified the episode.
+    EXPECT_TRUE(t["verdict"].contains("reward"));
+    EXPECT_NE(t["verdict"]["details"].get<std::string>(), "");
+    ASSERT_EQ(record["tokens"].size(), record["loss_mask"].size());
+    const std::string prompt = Text(std::vector<int64_t>(
+        record["tokens"].begin(), record["tokens"].begin() + record["prompt_length"].get<int>()));
+    EXPECT_NE(prompt.find(t["messages"][1]["content"].get<std::string>()), std::string::npos);
+    EXPECT_NE(prompt.find("## Tools"), std::string::npos);  // schemas rendered by the chat module
+
+    // One generated stretch per turn, one observation (loss mask 0) between turns.
+    const Runs runs = SplitRuns(record);
+    const int turns = t["steps"].get<int>();
+    ASSERT_EQ(static_cast<int>(runs.generated.size()), turns);
+    ASSERT_EQ(static_cast<int>(runs.observed.size()), turns - 1);
+
+    // The trajectory's messages are what the engine generated: each turn
+    // that parses is the next assistant message, the others are its format
+    // errors; the worker's observations are the appended tokens, in order.
+    // (The trajectory also records what the last turn led to — its tool
+    // results or format error — which no later turn saw.)
+    std::vector<Json> assistants, observations, unseen;
+    for (size_t i = 2; i < t["messages"].size(); ++i) {
+      const Json& m = t["messages"][i];
+      if (m["role"] == "assistant") {
+        assistants.push_back(m);
+        observations.insert(observations.end(), unseen.begin(), unseen.end());
+        unseen.clear();
+      } else {
+        unseen.push_back(m);
+      }
+    }
+    int parsed = 0, failed = 0;
+    for (int turn = 0; turn < turns; ++turn) {
+      v1::GenerateReply reply =
+          rpc::ReplyFromCompletion(Text(runs.generated[turn]), chat::ThinkingMode::kThinking, turn);
+      if (reply.has_assistant()) {
+        ASSERT_LT(parsed, static_cast<int>(assistants.size()));
+        EXPECT_EQ(assistants[parsed++]["content"], reply.assistant().content());
+      } else {
+        ++failed;
+      }
+    }
+    EXPECT_EQ(parsed, static_cast<int>(assistants.size()));
+    EXPECT_EQ(failed, t["format_errors"].get<int>());
+    // After the last assistant message: its tool results, then one format
+    // error per failed turn. Only what the last turn led to is unseen.
+    const bool last_failed =
+        !rpc::ReplyFromCompletion(Text(runs.generated.back()), chat::ThinkingMode::kThinking, 0)
+             .has_assistant();
+    if (last_failed) {
+      unseen.pop_back();
+      observations.insert(observations.end(), unseen.begin(), unseen.end());
+    }
+    std::string appended;
+    for (const auto& run : runs.observed) appended += Text(run);
+    size_t at = 0;
+    for (const Json& observation : observations) {
+      at = appended.find(observation["content"].get<std::string>(), at);
+      ASSERT_NE(at, std::string::npos) << observation.dump() << "\nnot in\n" << appended;
+    }
+  }
+}
+
+TEST_F(AgentTrainTest, WorkerKilledMidRunFailsOnlyItsEpisodes) {
+  TempDir dir;
+  const std::string run_dir = dir / "run";
+  TrainProcess train(run_dir, dir / "model", 3);
+  // Once episodes flow, kill -9 a worker while its load report shows an
+  // episode in its sandboxes.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while (ReadJsonl(run_dir + "/trajectories.jsonl").size() < 2 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  std::vector<WorkerProcess> workers = WorkerChildren(train.pid());
+  ASSERT_EQ(workers.size(), 2u);
+  rpc::PoolOptions options;
+  for (const WorkerProcess& w : workers) options.targets.push_back(w.target);
+  rpc::WorkerPool pool(options);
+  bool killed = false;
+  while (!killed && std::chrono::steady_clock::now() < deadline) {
+    std::vector<rpc::WorkerLoad> loads = pool.Loads();
+    for (size_t i = 0; i < loads.size() && !killed; ++i) {
+      if (loads[i].live > 0) killed = ::kill(workers[i].pid, SIGKILL) == 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(killed);
+
+  ASSERT_EQ(train.Wait(), 0) << testing::ReadAll(run_dir + ".out");
+  auto metrics = metrics::ReadMetrics(run_dir + "/metrics.jsonl");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  int steps = 0, failed = 0;
+  for (const Json& r : *metrics) {
+    if (!r.contains("loss")) continue;
+    ++steps;
+    failed += r["episodes_failed"].get<int>();
+  }
+  EXPECT_EQ(steps, 3);
+  int lost = 0;
+  for (const Json& record : ReadJsonl(run_dir + "/trajectories.jsonl")) {
+    const Json& t = record["trajectory"];
+    if (!t["penalty"].get<bool>()) continue;
+    const std::string reason = t["failure_reason"];
+    EXPECT_TRUE(reason.rfind("worker_lost", 0) == 0 || reason.rfind("no_sandbox", 0) == 0)
+        << reason;
+    ++lost;
+  }
+  EXPECT_GE(lost, 1);
+  EXPECT_GE(failed, 1);  // trained on with sandbox.failure_reward
+}
+
+}  // namespace
+}  // namespace loom
