@@ -16,6 +16,9 @@ struct PaddedLayout {
   at::Tensor unpad_index;   // [T] int64 padded slot of each packed row
   at::Tensor q_start;       // [B] int64 key index of each sample's first query
   at::Tensor key_len;       // [B] int64 keys visible to each sample
+  // Additive attention mask, built once and shared by every layer: query i of
+  // sample b sees key j iff q_start[b] + i >= j and j < key_len[b].
+  at::Tensor mask;          // [B, Nq, S] float32, 0 or -inf; S = max key_len
 };
 
 // `new_tokens[b]` packed rows for sample b, which already has `cached[b]`

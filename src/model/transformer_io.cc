@@ -94,6 +94,7 @@ std::unique_ptr<Transformer> Transformer::RandomInit(const ModelConfig& config, 
     *slot.tensor = t.to(target).set_requires_grad(options.requires_grad);
   }
   ModelWeights& w = *model->weights_;
+  FuseProjections(w);
   if (config.tie_word_embeddings) w.lm_head = w.embed;
   return model;
 }
@@ -118,6 +119,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromTensors(const Mode
     return absl::InternalError(absl::StrCat("loading tensors: ", e.what_without_backtrace()));
   }
   ModelWeights& w = *model->weights_;
+  FuseProjections(w);
   if (config.tie_word_embeddings) w.lm_head = w.embed;
   return model;
 }

@@ -75,9 +75,9 @@ absl::StatusOr<ScoreResult> Transformer::Score(const PackedBatch& batch,
     input.tokens = batch.tokens.to(device);
     input.positions = (batch.positions.defined() ? batch.positions
                                                  : DefaultPositions(batch.lengths)).to(device);
-    input.layout = &layout;
-    input.kv = [&layout](int64_t, const at::Tensor& k, const at::Tensor& v) {
-      return std::make_pair(Pad(k, layout), Pad(v, layout));
+    input.attention = [&layout](int64_t, const at::Tensor& q, const at::Tensor& k,
+                                const at::Tensor& v) {
+      return PaddedAttention(q, Pad(k, layout), Pad(v, layout), layout);
     };
     if (batch.replay_routing.defined()) input.replay = batch.replay_routing.to(device);
     ScoreResult result;

@@ -1,4 +1,4 @@
-// Hugging Face parameter names and shapes.
+// Hugging Face parameter names and shapes, and the fused projection storage.
 
 #include "weights.h"
 
@@ -68,6 +68,61 @@ std::vector<ParamSlot> ParamSlots(const ModelConfig& c, ModelWeights& w) {
     slots.push_back({"lm_head.weight", &w.lm_head, {c.vocab_size, h}, InitKind::kNormal});
   }
   return slots;
+}
+
+namespace {
+
+// Concatenates `parts` into new storage and rebinds each to a leaf view of it.
+at::Tensor Fuse(std::vector<at::Tensor*> parts) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> values;
+  for (at::Tensor* part : parts) values.push_back(*part);
+  at::Tensor fused = at::cat(values);
+  int64_t row = 0;
+  for (at::Tensor* part : parts) {
+    const bool requires_grad = part->requires_grad();
+    const int64_t rows = part->size(0);
+    // detach(): a leaf that shares storage with `fused`, not an autograd view of it.
+    *part = fused.narrow(0, row, rows).detach().set_requires_grad(requires_grad);
+    row += rows;
+  }
+  return fused;
+}
+
+void FuseMlp(MlpWeights& mlp) { mlp.gate_up = Fuse({&mlp.gate, &mlp.up}); }
+
+// True when a forward must build graph edges to `leaf`.
+bool NeedsGrad(const at::Tensor& leaf) {
+  return at::GradMode::is_enabled() && leaf.requires_grad();
+}
+
+}  // namespace
+
+void FuseProjections(ModelWeights& weights) {
+  for (LayerWeights& layer : weights.layers) {
+    layer.qkv = Fuse({&layer.q, &layer.k, &layer.v});
+    if (layer.q_bias.defined()) layer.qkv_bias = Fuse({&layer.q_bias, &layer.k_bias, &layer.v_bias});
+    if (layer.mlp.gate.defined()) FuseMlp(layer.mlp);
+    for (MlpWeights& expert : layer.experts) FuseMlp(expert);
+  }
+}
+
+at::Tensor QkvWeight(const LayerWeights& w) {
+  if (NeedsGrad(w.q) || NeedsGrad(w.k) || NeedsGrad(w.v)) return at::cat({w.q, w.k, w.v});
+  return w.qkv;
+}
+
+at::Tensor QkvBias(const LayerWeights& w) {
+  if (!w.q_bias.defined()) return {};
+  if (NeedsGrad(w.q_bias) || NeedsGrad(w.k_bias) || NeedsGrad(w.v_bias)) {
+    return at::cat({w.q_bias, w.k_bias, w.v_bias});
+  }
+  return w.qkv_bias;
+}
+
+at::Tensor GateUpWeight(const MlpWeights& w) {
+  if (NeedsGrad(w.gate) || NeedsGrad(w.up)) return at::cat({w.gate, w.up});
+  return w.gate_up;
 }
 
 bool IsIgnoredTensorName(const std::string& name) {

@@ -12,10 +12,17 @@
 
 namespace loom::model {
 
+// The HF-named projection matrices are leaves of their own (the optimizer and
+// checkpoints see them under their HF names), but they share storage with one
+// fused matrix per layer (FuseProjections): gate and up are rows of gate_up,
+// q, k and v rows of qkv. An in-place update of a named parameter (AdamW,
+// LoadStateDict) is therefore seen by the fused matrix without a copy, and
+// inference runs one GEMM where HF runs two or three.
 struct MlpWeights {
-  at::Tensor gate;  // [I, H]
-  at::Tensor up;    // [I, H]
-  at::Tensor down;  // [H, I]
+  at::Tensor gate;     // [I, H], rows [0, I) of gate_up
+  at::Tensor up;       // [I, H], rows [I, 2I) of gate_up
+  at::Tensor down;     // [H, I]
+  at::Tensor gate_up;  // [2I, H] fused storage of gate and up
 };
 
 struct LayerWeights {
@@ -23,6 +30,8 @@ struct LayerWeights {
   at::Tensor post_norm;   // [H] post_attention_layernorm
   at::Tensor q, k, v, o;  // [nh*hd, H], [kvh*hd, H], [kvh*hd, H], [H, nh*hd]
   at::Tensor q_bias, k_bias, v_bias, o_bias;  // undefined when the arch has none
+  at::Tensor qkv;       // [(nh + 2 kvh) * hd, H] fused storage of q, k, v
+  at::Tensor qkv_bias;  // [(nh + 2 kvh) * hd] fused storage of the biases, or undefined
   at::Tensor q_norm, k_norm;                  // [hd], qwen3 only
   MlpWeights mlp;                             // dense layers
   at::Tensor router;                          // [E, H], MoE layers
@@ -50,6 +59,18 @@ struct ParamSlot {
 // Sizes `weights` for `config` (layers, experts) and lists every parameter
 // slot in a fixed order. A tied lm_head is not a slot.
 std::vector<ParamSlot> ParamSlots(const ModelConfig& config, ModelWeights& weights);
+
+// Moves q/k/v (and their biases) and gate/up of every layer into fused
+// storage and rebinds the named tensors as leaf views of it, keeping their
+// requires_grad. Call once after the named tensors are set.
+void FuseProjections(ModelWeights& weights);
+
+// The fused weights to run a forward with. Without autograd these are the
+// fused storage itself; when autograd must reach the named leaves they are
+// concatenated from them (a cheap copy next to the GEMMs it saves).
+at::Tensor QkvWeight(const LayerWeights& w);      // [(nh + 2 kvh) * hd, H]
+at::Tensor QkvBias(const LayerWeights& w);        // [(nh + 2 kvh) * hd] or undefined
+at::Tensor GateUpWeight(const MlpWeights& w);     // [2I, H]
 
 // True for checkpoint tensors that are derived buffers, not parameters
 // (old HF checkpoints store rotary inv_freq).
