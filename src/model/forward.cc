@@ -10,11 +10,10 @@ at::Tensor SelfAttention(const ModelConfig& c, const LayerWeights& w, int64_t la
                          const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                          const StackInput& input) {
   const int64_t t = x.size(0), hd = c.head_dim;
-  const int64_t nq = c.num_attention_heads * hd, nkv = c.num_key_value_heads * hd;
-  at::Tensor qkv = Linear(x, QkvWeight(w), QkvBias(w));  // [T, nq + 2 nkv]
-  at::Tensor q = qkv.narrow(1, 0, nq).view({t, c.num_attention_heads, hd});
-  at::Tensor k = qkv.narrow(1, nq, nkv).view({t, c.num_key_value_heads, hd});
-  at::Tensor v = qkv.narrow(1, nq + nkv, nkv).view({t, c.num_key_value_heads, hd});
+  std::vector<at::Tensor> parts = ProjectQkv(w, x);
+  at::Tensor q = parts[0].view({t, c.num_attention_heads, hd});
+  at::Tensor k = parts[1].view({t, c.num_key_value_heads, hd});
+  at::Tensor v = parts[2].view({t, c.num_key_value_heads, hd});
   if (w.q_norm.defined()) {
     q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
     k = RmsNorm(k, w.k_norm, c.rms_norm_eps);

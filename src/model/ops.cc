@@ -58,9 +58,8 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 }
 
 at::Tensor Mlp(const MlpWeights& w, const at::Tensor& x) {
-  const int64_t inter = w.down.size(1);
-  at::Tensor gate_up = Linear(x, GateUpWeight(w));  // [T, 2I]
-  at::Tensor gate = gate_up.narrow(-1, 0, inter), up = gate_up.narrow(-1, inter, inter);
+  std::vector<at::Tensor> gate_up = ProjectGateUp(w, x);  // [T, I] each
+  at::Tensor gate = gate_up[0], up = gate_up[1];
   // Without autograd nothing needs the pre-activations: work in place.
   at::Tensor hidden = at::GradMode::is_enabled() ? at::silu(gate) * up : at::silu_(gate).mul_(up);
   return Linear(hidden, w.down);

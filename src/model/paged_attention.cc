@@ -15,13 +15,39 @@ struct Shape {
   int64_t heads, kv_heads, head_dim, block_size, table_stride;
 };
 
+// Scratch space of one worker, reused across the groups it handles.
+struct Scratch {
+  std::vector<float> query, scores, acc;
+};
+
+// q . k with eight independent partial sums, which the compiler can keep in
+// vector lanes (one serial float sum cannot be reordered, so never vectorizes).
+template <typename T>
+float Dot(const float* q, const T* k, int64_t n) {
+  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8) {
+    for (int j = 0; j < 8; ++j) part[j] += q[d + j] * static_cast<float>(k[d + j]);
+  }
+  float sum = 0.0f;
+  for (; d < n; ++d) sum += q[d] * static_cast<float>(k[d]);
+  for (int j = 0; j < 8; ++j) sum += part[j];
+  return sum;
+}
+
 // Attention of the `group` query heads that share KV head `h` of sample `b`.
 template <typename T>
 void AttendOneGroup(const T* q, const T* key, const T* value, const int32_t* table,
-                    int64_t keys, int64_t b, int64_t h, const Shape& s, T* out) {
+                    int64_t keys, int64_t b, int64_t h, const Shape& s, Scratch& scratch,
+                    T* out) {
   const int64_t hd = s.head_dim, group = s.heads / s.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<float> query(group * hd), scores(group * keys), acc(group * hd, 0.0f);
+  scratch.query.resize(group * hd);
+  scratch.scores.resize(group * keys);
+  scratch.acc.assign(group * hd, 0.0f);
+  float* query = scratch.query.data();
+  float* scores = scratch.scores.data();
+  float* acc = scratch.acc.data();
   const T* q_rows = q + (b * s.heads + h * group) * hd;
   for (int64_t i = 0; i < group * hd; ++i) query[i] = static_cast<float>(q_rows[i]) * scale;
   auto row = [&](const T* pool, int64_t t) {
@@ -31,15 +57,10 @@ void AttendOneGroup(const T* q, const T* key, const T* value, const int32_t* tab
   };
   for (int64_t t = 0; t < keys; ++t) {
     const T* k = row(key, t);
-    for (int64_t g = 0; g < group; ++g) {
-      const float* qg = query.data() + g * hd;
-      float dot = 0.0f;
-      for (int64_t d = 0; d < hd; ++d) dot += qg[d] * static_cast<float>(k[d]);
-      scores[g * keys + t] = dot;
-    }
+    for (int64_t g = 0; g < group; ++g) scores[g * keys + t] = Dot(query + g * hd, k, hd);
   }
   for (int64_t g = 0; g < group; ++g) {
-    float* sg = scores.data() + g * keys;
+    float* sg = scores + g * keys;
     const float max = *std::max_element(sg, sg + keys);
     float sum = 0.0f;
     for (int64_t t = 0; t < keys; ++t) sum += (sg[t] = std::exp(sg[t] - max));
@@ -49,7 +70,7 @@ void AttendOneGroup(const T* q, const T* key, const T* value, const int32_t* tab
     const T* v = row(value, t);
     for (int64_t g = 0; g < group; ++g) {
       const float p = scores[g * keys + t];
-      float* ag = acc.data() + g * hd;
+      float* ag = acc + g * hd;
       for (int64_t d = 0; d < hd; ++d) ag[d] += p * static_cast<float>(v[d]);
     }
   }
@@ -68,9 +89,10 @@ void Attend(const at::Tensor& q, const at::Tensor& key, const at::Tensor& value,
   T* op = out.data_ptr<T>();
   const int64_t batch = q.size(0);
   at::parallel_for(0, batch * s.kv_heads, 1, [&](int64_t begin, int64_t end) {
+    Scratch scratch;
     for (int64_t i = begin; i < end; ++i) {
       const int64_t b = i / s.kv_heads, h = i % s.kv_heads;
-      AttendOneGroup<T>(qp, kp, vp, tp + b * s.table_stride, lp[b], b, h, s, op);
+      AttendOneGroup<T>(qp, kp, vp, tp + b * s.table_stride, lp[b], b, h, s, scratch, op);
     }
   });
 }

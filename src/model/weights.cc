@@ -2,6 +2,8 @@
 
 #include "weights.h"
 
+#include "ops.h"
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
@@ -107,22 +109,18 @@ void FuseProjections(ModelWeights& weights) {
   }
 }
 
-at::Tensor QkvWeight(const LayerWeights& w) {
-  if (NeedsGrad(w.q) || NeedsGrad(w.k) || NeedsGrad(w.v)) return at::cat({w.q, w.k, w.v});
-  return w.qkv;
-}
-
-at::Tensor QkvBias(const LayerWeights& w) {
-  if (!w.q_bias.defined()) return {};
-  if (NeedsGrad(w.q_bias) || NeedsGrad(w.k_bias) || NeedsGrad(w.v_bias)) {
-    return at::cat({w.q_bias, w.k_bias, w.v_bias});
+std::vector<at::Tensor> ProjectQkv(const LayerWeights& w, const at::Tensor& x) {
+  if (NeedsGrad(w.q) || NeedsGrad(w.k) || NeedsGrad(w.v)) {
+    return {at::linear(x, w.q, w.q_bias), at::linear(x, w.k, w.k_bias),
+            at::linear(x, w.v, w.v_bias)};
   }
-  return w.qkv_bias;
+  return Linear(x, w.qkv, w.qkv_bias).split_with_sizes({w.q.size(0), w.k.size(0), w.v.size(0)},
+                                                       1);
 }
 
-at::Tensor GateUpWeight(const MlpWeights& w) {
-  if (NeedsGrad(w.gate) || NeedsGrad(w.up)) return at::cat({w.gate, w.up});
-  return w.gate_up;
+std::vector<at::Tensor> ProjectGateUp(const MlpWeights& w, const at::Tensor& x) {
+  if (NeedsGrad(w.gate) || NeedsGrad(w.up)) return {at::linear(x, w.gate), at::linear(x, w.up)};
+  return Linear(x, w.gate_up).chunk(2, -1);
 }
 
 bool IsIgnoredTensorName(const std::string& name) {

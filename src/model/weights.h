@@ -65,12 +65,14 @@ std::vector<ParamSlot> ParamSlots(const ModelConfig& config, ModelWeights& weigh
 // requires_grad. Call once after the named tensors are set.
 void FuseProjections(ModelWeights& weights);
 
-// The fused weights to run a forward with. Without autograd these are the
-// fused storage itself; when autograd must reach the named leaves they are
-// concatenated from them (a cheap copy next to the GEMMs it saves).
-at::Tensor QkvWeight(const LayerWeights& w);      // [(nh + 2 kvh) * hd, H]
-at::Tensor QkvBias(const LayerWeights& w);        // [(nh + 2 kvh) * hd] or undefined
-at::Tensor GateUpWeight(const MlpWeights& w);     // [2I, H]
+// x: [T, H] through q, k and v -> {[T, nh*hd], [T, kvh*hd], [T, kvh*hd]}.
+// Without autograd one GEMM on the fused storage; when autograd must reach the
+// named leaves, three GEMMs on them (for the many rows of a training batch
+// that costs the same, and spares concatenating weights and gradients).
+std::vector<at::Tensor> ProjectQkv(const LayerWeights& w, const at::Tensor& x);
+
+// x: [T, H] through gate and up -> {[T, I], [T, I]}, chosen as ProjectQkv.
+std::vector<at::Tensor> ProjectGateUp(const MlpWeights& w, const at::Tensor& x);
 
 // True for checkpoint tensors that are derived buffers, not parameters
 // (old HF checkpoints store rotary inv_freq).
