@@ -137,9 +137,9 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const std::string
   return model;
 }
 
-absl::Status Transformer::Save(const std::string& dir) const {
+absl::Status Transformer::Save(const std::string& dir, int64_t max_shard_bytes) const {
   if (auto status = MakeDirs(dir); !status.ok()) return status;
-  if (auto status = WriteSafetensors(dir + "/model.safetensors", StateDict()); !status.ok()) {
+  if (auto status = WriteModelTensors(dir, StateDict(), max_shard_bytes); !status.ok()) {
     return status;
   }
   return WriteFileAtomic(dir + "/config.json", ModelConfigToJson(config_));

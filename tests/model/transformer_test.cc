@@ -3,6 +3,8 @@
 
 #include "loom/model/transformer.h"
 
+#include <filesystem>
+
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -233,6 +235,25 @@ TEST(SaveLoadTest, RoundTripIsBitExact) {
         EXPECT_EQ(a[i].first, b[i].first);
         EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << arch << " " << a[i].first;
       }
+    }
+  }
+}
+
+TEST(SaveLoadTest, ShardedRoundTripIsBitExact) {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    LoadOptions options;
+    options.dtype = dtype;
+    auto model = TestModel(TestConfig("qwen3_moe"), 31, options);
+    loom::testing::TempDir dir;
+    ASSERT_TRUE(model->Save(dir.path(), /*max_shard_bytes=*/4096).ok());
+    EXPECT_FALSE(std::filesystem::exists(dir / "model.safetensors"));
+    EXPECT_TRUE(std::filesystem::exists(dir / "model.safetensors.index.json"));
+    auto loaded = Transformer::Load(dir.path(), options);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    auto a = model->NamedParameters(), b = (*loaded)->NamedParameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
     }
   }
 }
