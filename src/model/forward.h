@@ -27,12 +27,12 @@ struct StackInput {
   at::Tensor tokens;     // [T] int64
   at::Tensor positions;  // [T] int64
   AttentionFn attention;
-  at::Tensor replay;     // [T, n_moe, k] integer, or undefined
+  at::Tensor replay;  // [T, n_moe, k] integer, or undefined
 };
 
 // Embedding, every decoder layer and the final norm.  -> hidden [T, H].
 // `routing` (if not null) receives [T, n_moe, k] kRoutingDtype for MoE models.
-at::Tensor RunStack(const ModelConfig& config, const ModelWeights& weights,
-                    const StackInput& input, at::Tensor* routing);
+at::Tensor RunStack(const ModelConfig& config, const ModelWeights& weights, const StackInput& input,
+                    at::Tensor* routing);
 
 }  // namespace loom::model

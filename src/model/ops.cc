@@ -24,9 +24,9 @@ std::pair<at::Tensor, at::Tensor> RopeTables(const at::Tensor& positions, int64_
                                              double theta, at::ScalarType dtype) {
   auto f32 = at::TensorOptions().dtype(at::kFloat).device(positions.device());
   at::Tensor exponent = at::arange(0, head_dim, 2, f32.dtype(at::kLong)).to(at::kFloat) / head_dim;
-  at::Tensor inv_freq = 1.0 / at::pow(theta, exponent);            // [hd/2]
+  at::Tensor inv_freq = 1.0 / at::pow(theta, exponent);                              // [hd/2]
   at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);  // [T, hd/2]
-  at::Tensor emb = at::cat({freqs, freqs}, -1);                   // [T, hd]
+  at::Tensor emb = at::cat({freqs, freqs}, -1);                                      // [T, hd]
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 
@@ -49,8 +49,8 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
                       .reshape({b, kvh, g * nq, hd});
   // [B, kvh, S, hd] contiguous, so K^T is a view matmul needs no copy of.
   at::Tensor kt = k.permute({0, 2, 1, 3}).contiguous().transpose(2, 3);  // [B, kvh, hd, S]
-  at::Tensor vt = v.permute({0, 2, 1, 3});                                // [B, kvh, S, hd]
-  at::Tensor scores = at::matmul(qg, kt);                                 // [B, kvh, g*Nq, S]
+  at::Tensor vt = v.permute({0, 2, 1, 3});                               // [B, kvh, S, hd]
+  at::Tensor scores = at::matmul(qg, kt);                                // [B, kvh, g*Nq, S]
   scores.view({b, kvh, g, nq, s}).add_(mask.view({b, 1, 1, nq, s}));
   at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   at::Tensor out = at::matmul(probs, vt);  // [B, kvh, g*Nq, hd]
@@ -68,9 +68,9 @@ at::Tensor Mlp(const MlpWeights& w, const at::Tensor& x) {
 at::Tensor MoeBlock(const LayerWeights& w, const ModelConfig& config, const at::Tensor& x,
                     const at::Tensor& replay, at::Tensor* chosen) {
   const int64_t k = config.num_experts_per_tok, e_count = config.num_experts;
-  at::Tensor probs = at::softmax(Linear(x, w.router), -1, at::kFloat);  // [T, E]
+  at::Tensor probs = at::softmax(Linear(x, w.router), -1, at::kFloat);              // [T, E]
   at::Tensor experts = replay.defined() ? replay : std::get<1>(probs.topk(k, -1));  // [T, k]
-  at::Tensor gates = probs.gather(1, experts);                             // [T, k]
+  at::Tensor gates = probs.gather(1, experts);                                      // [T, k]
   if (config.norm_topk_prob) gates = gates / gates.sum(-1, /*keepdim=*/true);
   gates = gates.to(x.scalar_type());
   if (chosen != nullptr) *chosen = experts;

@@ -37,9 +37,8 @@ float Dot(const float* q, const T* k, int64_t n) {
 
 // Attention of the `group` query heads that share KV head `h` of sample `b`.
 template <typename T>
-void AttendOneGroup(const T* q, const T* key, const T* value, const int32_t* table,
-                    int64_t keys, int64_t b, int64_t h, const Shape& s, Scratch& scratch,
-                    T* out) {
+void AttendOneGroup(const T* q, const T* key, const T* value, const int32_t* table, int64_t keys,
+                    int64_t b, int64_t h, const Shape& s, Scratch& scratch, T* out) {
   const int64_t hd = s.head_dim, group = s.heads / s.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   scratch.query.resize(group * hd);
@@ -51,8 +50,8 @@ void AttendOneGroup(const T* q, const T* key, const T* value, const int32_t* tab
   const T* q_rows = q + (b * s.heads + h * group) * hd;
   for (int64_t i = 0; i < group * hd; ++i) query[i] = static_cast<float>(q_rows[i]) * scale;
   auto row = [&](const T* pool, int64_t t) {
-    const int64_t slot = static_cast<int64_t>(table[t / s.block_size]) * s.block_size +
-                         t % s.block_size;
+    const int64_t slot =
+        static_cast<int64_t>(table[t / s.block_size]) * s.block_size + t % s.block_size;
     return pool + (slot * s.kv_heads + h) * hd;
   };
   for (int64_t t = 0; t < keys; ++t) {
@@ -103,11 +102,11 @@ bool PagedDecodeAttentionSupports(at::Device device, at::ScalarType dtype) {
   return device.is_cpu() && (dtype == at::kFloat || dtype == at::kBFloat16);
 }
 
-at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& key,
-                                const at::Tensor& value, const at::Tensor& block_table,
-                                const at::Tensor& key_len) {
-  TORCH_INTERNAL_ASSERT(PagedDecodeAttentionSupports(q.device(), q.scalar_type()) && key.is_contiguous() &&
-                        value.is_contiguous() && block_table.scalar_type() == at::kInt &&
+at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& key, const at::Tensor& value,
+                                const at::Tensor& block_table, const at::Tensor& key_len) {
+  TORCH_INTERNAL_ASSERT(PagedDecodeAttentionSupports(q.device(), q.scalar_type()) &&
+                        key.is_contiguous() && value.is_contiguous() &&
+                        block_table.scalar_type() == at::kInt &&
                         key_len.scalar_type() == at::kLong);
   at::Tensor qc = q.contiguous(), table = block_table.contiguous();
   at::Tensor out = at::empty_like(qc);

@@ -21,8 +21,7 @@ bool PagedDecodeAttentionSupports(at::Device device, at::ScalarType dtype);
 // block_table: [B, max_blocks] int32 block ids of each sample
 // key_len:     [B] int64 keys each sample attends to (its length incl. the new token)
 // Softmax in float32, scaled by 1/sqrt(hd), no mask beyond key_len.  -> [B, nh, hd]
-at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& key,
-                                const at::Tensor& value, const at::Tensor& block_table,
-                                const at::Tensor& key_len);
+at::Tensor PagedDecodeAttention(const at::Tensor& q, const at::Tensor& key, const at::Tensor& value,
+                                const at::Tensor& block_table, const at::Tensor& key_len);
 
 }  // namespace loom::model

@@ -35,8 +35,8 @@ struct DtypeInfo {
 };
 
 const DtypeInfo kDtypes[] = {
-    {"F32", at::kFloat, 4}, {"F16", at::kHalf, 2},  {"BF16", at::kBFloat16, 2},
-    {"I64", at::kLong, 8},  {"I32", at::kInt, 4},   {"I16", at::kShort, 2},
+    {"F32", at::kFloat, 4}, {"F16", at::kHalf, 2}, {"BF16", at::kBFloat16, 2},
+    {"I64", at::kLong, 8},  {"I32", at::kInt, 4},  {"I16", at::kShort, 2},
     {"U8", at::kByte, 1},
 };
 
@@ -101,9 +101,9 @@ int64_t CheckedNumel(const std::vector<int64_t>& shape, uint64_t limit) {
   return static_cast<int64_t>(n);
 }
 
-absl::StatusOr<at::Tensor> TensorFromEntry(const std::shared_ptr<Mapping>& map,
-                                           uint64_t data_start, const std::string& name,
-                                           const json& entry, const std::string& path,
+absl::StatusOr<at::Tensor> TensorFromEntry(const std::shared_ptr<Mapping>& map, uint64_t data_start,
+                                           const std::string& name, const json& entry,
+                                           const std::string& path,
                                            std::vector<std::pair<uint64_t, uint64_t>>& spans) {
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", name, "': ", why));
@@ -145,7 +145,8 @@ absl::StatusOr<at::Tensor> TensorFromEntry(const std::shared_ptr<Mapping>& map,
     return copy;
   }
   std::shared_ptr<Mapping> keep = map;
-  return at::from_blob(const_cast<uint8_t*>(ptr), shape, [keep](void*) {}, options);
+  return at::from_blob(
+      const_cast<uint8_t*>(ptr), shape, [keep](void*) {}, options);
 }
 
 }  // namespace
@@ -278,8 +279,8 @@ absl::Status RemoveStaleModelFiles(const std::string& dir, const std::set<std::s
     const bool model_file = name == kIndexName || name == kSingleName || IsShardName(name);
     if (!model_file || keep.count(name)) continue;
     if (!std::filesystem::remove(entry.path(), ec) && ec) {
-      return absl::InternalError(absl::StrCat(entry.path().string(), ": cannot remove stale file: ",
-                                              ec.message()));
+      return absl::InternalError(
+          absl::StrCat(entry.path().string(), ": cannot remove stale file: ", ec.message()));
     }
   }
   if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot list: ", ec.message()));

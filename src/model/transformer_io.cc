@@ -33,8 +33,7 @@ absl::Status MakeDirs(const std::string& dir) {
 }
 
 // Every problem of `tensors` against `slots`, one per line ("" = none).
-std::string CheckTensors(const std::vector<ParamSlot>& slots, const TensorMap& tensors,
-                         bool tied) {
+std::string CheckTensors(const std::vector<ParamSlot>& slots, const TensorMap& tensors, bool tied) {
   std::vector<std::string> missing, unexpected, misshapen;
   std::set<std::string> expected;
   for (const ParamSlot& slot : slots) {
@@ -55,7 +54,8 @@ std::string CheckTensors(const std::vector<ParamSlot>& slots, const TensorMap& t
     unexpected.push_back(name);
   }
   std::string message;
-  if (!missing.empty()) absl::StrAppend(&message, "missing tensors: ", absl::StrJoin(missing, ", "), "\n");
+  if (!missing.empty())
+    absl::StrAppend(&message, "missing tensors: ", absl::StrJoin(missing, ", "), "\n");
   if (!unexpected.empty()) {
     absl::StrAppend(&message, "unexpected tensors: ", absl::StrJoin(unexpected, ", "), "\n");
   }

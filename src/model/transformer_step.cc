@@ -2,10 +2,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "forward.h"
-#include "ops.h"
-#include "paged_attention.h"
 #include "loom/config/check.h"
 #include "loom/model/transformer.h"
+#include "ops.h"
+#include "paged_attention.h"
 
 namespace loom::model {
 namespace {
@@ -36,13 +36,12 @@ absl::Status CheckInputs(const std::vector<StepInput>& batch, const ModelConfig&
       }
     }
     const int64_t total = in.seq->length + static_cast<int64_t>(in.tokens.size());
-    blocks_needed += std::max<int64_t>(
-        0, pool.BlocksFor(total) - static_cast<int64_t>(in.seq->blocks.size()));
+    blocks_needed +=
+        std::max<int64_t>(0, pool.BlocksFor(total) - static_cast<int64_t>(in.seq->blocks.size()));
   }
   if (blocks_needed > pool.free_blocks()) {
-    return absl::ResourceExhaustedError(absl::StrCat("KV pool full: the step needs ",
-                                                     blocks_needed, " blocks, ",
-                                                     pool.free_blocks(), " free"));
+    return absl::ResourceExhaustedError(absl::StrCat("KV pool full: the step needs ", blocks_needed,
+                                                     " blocks, ", pool.free_blocks(), " free"));
   }
   return absl::OkStatus();
 }
@@ -69,8 +68,8 @@ at::Tensor ReadSlots(const std::vector<StepInput>& batch, const KvBlockPool& poo
 at::Tensor BlockTable(const std::vector<StepInput>& batch) {
   size_t width = 0;
   for (const auto& in : batch) width = std::max(width, in.seq->blocks.size());
-  at::Tensor table = at::zeros({static_cast<int64_t>(batch.size()), static_cast<int64_t>(width)},
-                               at::kInt);
+  at::Tensor table =
+      at::zeros({static_cast<int64_t>(batch.size()), static_cast<int64_t>(width)}, at::kInt);
   int32_t* rows = table.data_ptr<int32_t>();
   for (size_t b = 0; b < batch.size(); ++b) {
     const std::vector<int32_t>& blocks = batch[b].seq->blocks;

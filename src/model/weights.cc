@@ -103,7 +103,8 @@ bool NeedsGrad(const at::Tensor& leaf) {
 void FuseProjections(ModelWeights& weights) {
   for (LayerWeights& layer : weights.layers) {
     layer.qkv = Fuse({&layer.q, &layer.k, &layer.v});
-    if (layer.q_bias.defined()) layer.qkv_bias = Fuse({&layer.q_bias, &layer.k_bias, &layer.v_bias});
+    if (layer.q_bias.defined())
+      layer.qkv_bias = Fuse({&layer.q_bias, &layer.k_bias, &layer.v_bias});
     if (layer.mlp.gate.defined()) FuseMlp(layer.mlp);
     for (MlpWeights& expert : layer.experts) FuseMlp(expert);
   }
@@ -114,8 +115,7 @@ std::vector<at::Tensor> ProjectQkv(const LayerWeights& w, const at::Tensor& x) {
     return {at::linear(x, w.q, w.q_bias), at::linear(x, w.k, w.k_bias),
             at::linear(x, w.v, w.v_bias)};
   }
-  return Linear(x, w.qkv, w.qkv_bias).split_with_sizes({w.q.size(0), w.k.size(0), w.v.size(0)},
-                                                       1);
+  return Linear(x, w.qkv, w.qkv_bias).split_with_sizes({w.q.size(0), w.k.size(0), w.v.size(0)}, 1);
 }
 
 std::vector<at::Tensor> ProjectGateUp(const MlpWeights& w, const at::Tensor& x) {

@@ -26,17 +26,17 @@ struct MlpWeights {
 };
 
 struct LayerWeights {
-  at::Tensor input_norm;  // [H]
-  at::Tensor post_norm;   // [H] post_attention_layernorm
-  at::Tensor q, k, v, o;  // [nh*hd, H], [kvh*hd, H], [kvh*hd, H], [H, nh*hd]
+  at::Tensor input_norm;                      // [H]
+  at::Tensor post_norm;                       // [H] post_attention_layernorm
+  at::Tensor q, k, v, o;                      // [nh*hd, H], [kvh*hd, H], [kvh*hd, H], [H, nh*hd]
   at::Tensor q_bias, k_bias, v_bias, o_bias;  // undefined when the arch has none
-  at::Tensor qkv;       // [(nh + 2 kvh) * hd, H] fused storage of q, k, v
-  at::Tensor qkv_bias;  // [(nh + 2 kvh) * hd] fused storage of the biases, or undefined
-  at::Tensor q_norm, k_norm;                  // [hd], qwen3 only
-  MlpWeights mlp;                             // dense layers
-  at::Tensor router;                          // [E, H], MoE layers
-  std::vector<MlpWeights> experts;            // [E], MoE layers
-  int64_t moe_index = -1;                     // column in routing tensors; -1 = dense
+  at::Tensor qkv;                             // [(nh + 2 kvh) * hd, H] fused storage of q, k, v
+  at::Tensor qkv_bias;              // [(nh + 2 kvh) * hd] fused storage of the biases, or undefined
+  at::Tensor q_norm, k_norm;        // [hd], qwen3 only
+  MlpWeights mlp;                   // dense layers
+  at::Tensor router;                // [E, H], MoE layers
+  std::vector<MlpWeights> experts;  // [E], MoE layers
+  int64_t moe_index = -1;           // column in routing tensors; -1 = dense
 };
 
 struct ModelWeights {

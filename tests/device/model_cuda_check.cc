@@ -15,10 +15,10 @@
 #include <iostream>
 #include <random>
 
-#include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 #include <torch/optim/adamw.h>
 #include <torch/version.h>
+#include <nlohmann/json.hpp>
 
 #include "loom/model/transformer.h"
 #include "model/test_models.h"
@@ -142,8 +142,8 @@ double TrainTokensPerSecond(Transformer& m, bool quick) {
   const at::Device device = m.device();
   m.SetRequiresGrad(true);
   torch::optim::AdamW opt(m.Parameters(), torch::optim::AdamWOptions(1e-4));
-  PackedBatch packed = TeacherForcingBatch(Sequences(std::vector<int64_t>(8, 256),
-                                                     m.config().vocab_size));
+  PackedBatch packed =
+      TeacherForcingBatch(Sequences(std::vector<int64_t>(8, 256), m.config().vocab_size));
   const int steps = quick ? 1 : 5;
   double seconds = 0;
   for (int s = 0; s <= steps; ++s) {  // step 0 warms up

@@ -117,27 +117,34 @@ TEST(SafetensorsTest, ModelTensorsRemoveTheOtherLayoutsStaleFiles) {
 }
 
 TEST(SafetensorsTest, MalformedFilesAreClearErrors) {
-  const std::string ok_entry = R"({"x": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}})";
+  const std::string ok_entry =
+      R"({"x": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}})";
   std::vector<Malformed> cases = {
       {"empty", "", "too short"},
       {"header length beyond the file", RawFile(ok_entry, 16, 1ull << 40), "exceeds the file"},
       {"header length huge", RawFile(ok_entry, 16, ~0ull), "exceeds the file"},
       {"not json", RawFile("{oops", 0), "not a JSON object"},
       {"data truncated", RawFile(ok_entry, 8), "truncated"},
-      {"shape lies", RawFile(R"({"x": {"dtype": "F32", "shape": [3, 2], "data_offsets": [0, 16]}})", 16),
+      {"shape lies",
+       RawFile(R"({"x": {"dtype": "F32", "shape": [3, 2], "data_offsets": [0, 16]}})", 16),
        "does not match"},
       {"overflowing shape",
-       RawFile(R"({"x": {"dtype": "F32", "shape": [4294967296, 4294967296, 4], "data_offsets": [0, 16]}})", 16),
+       RawFile(
+           R"({"x": {"dtype": "F32", "shape": [4294967296, 4294967296, 4], "data_offsets": [0, 16]}})",
+           16),
        "does not match"},
-      {"negative dim", RawFile(R"({"x": {"dtype": "F32", "shape": [-1, 4], "data_offsets": [0, 16]}})", 16),
+      {"negative dim",
+       RawFile(R"({"x": {"dtype": "F32", "shape": [-1, 4], "data_offsets": [0, 16]}})", 16),
        "does not match"},
-      {"unknown dtype", RawFile(R"({"x": {"dtype": "F8_E4M3", "shape": [16], "data_offsets": [0, 16]}})", 16),
+      {"unknown dtype",
+       RawFile(R"({"x": {"dtype": "F8_E4M3", "shape": [16], "data_offsets": [0, 16]}})", 16),
        "unsupported dtype"},
-      {"offsets reversed", RawFile(R"({"x": {"dtype": "U8", "shape": [0], "data_offsets": [9, 3]}})", 16),
-       "exceed"},
+      {"offsets reversed",
+       RawFile(R"({"x": {"dtype": "U8", "shape": [0], "data_offsets": [9, 3]}})", 16), "exceed"},
       {"overlap",
        RawFile(R"({"x": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]},
-                   "y": {"dtype": "U8", "shape": [8], "data_offsets": [4, 12]}})", 16),
+                   "y": {"dtype": "U8", "shape": [8], "data_offsets": [4, 12]}})",
+               16),
        "overlap"},
       {"entry not an object", RawFile(R"({"x": 5})", 0), "needs dtype"},
   };

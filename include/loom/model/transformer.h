@@ -70,8 +70,7 @@ class Transformer {
   // model.safetensors.index.json when they do not fit in one (see
   // WriteModelTensors). The directory is created if missing; tokenizer.json
   // is not touched.
-  absl::Status Save(const std::string& dir,
-                    int64_t max_shard_bytes = kDefaultMaxShardBytes) const;
+  absl::Status Save(const std::string& dir, int64_t max_shard_bytes = kDefaultMaxShardBytes) const;
 
   // Every parameter under its HF name, sharing storage with the model (an
   // optimizer updating these updates the model). Tied lm_head is not listed.

@@ -13,10 +13,9 @@ template <typename T>
 class StatusOr {
  public:
   StatusOr(const Status& status) : status_(status) {}  // NOLINT: implicit as in absl
-  template <typename U,
-            typename = std::enable_if_t<!std::is_same_v<std::decay_t<U>, Status> &&
-                                        !std::is_same_v<std::decay_t<U>, StatusOr> &&
-                                        std::is_constructible_v<T, U&&>>>
+  template <typename U, typename = std::enable_if_t<!std::is_same_v<std::decay_t<U>, Status> &&
+                                                    !std::is_same_v<std::decay_t<U>, StatusOr> &&
+                                                    std::is_constructible_v<T, U&&>>>
   StatusOr(U&& value) : value_(std::forward<U>(value)) {}  // NOLINT
 
   bool ok() const { return status_.ok(); }
