@@ -36,6 +36,8 @@ COMMON=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CXX_STANDARD="$CXX_STD"
 
 # (a) Build. First the CMake way (Torch_DIR); if torch's CMake config cannot
 # be used here (CUDA toolkit detection, nvtx, ...), the paths python reports.
+# Fresh build folders: a carried CMakeCache from another machine is refused.
+rm -rf .device/build .device/build-py
 BUILD=.device/build
 build_mode=find_package
 start=$(date +%s)

@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 LOOM=${LOOM:-build/bin/loom}
 PY=${PYTHON:-/usr/bin/python3}
-rm -rf .device/models .device/deps
+rm -rf .device/models .device/deps .device/build .device/build-py
 mkdir -p .device/models .device/deps/include
 cp -r /usr/include/nlohmann .device/deps/include/
 
