@@ -10,22 +10,26 @@ at::Tensor SelfAttention(const ModelConfig& c, const LayerWeights& w, int64_t la
                          const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                          const StackInput& input) {
   const int64_t t = x.size(0), hd = c.head_dim;
-  at::Tensor q = at::linear(x, w.q, w.q_bias).view({t, c.num_attention_heads, hd});
-  at::Tensor k = at::linear(x, w.k, w.k_bias).view({t, c.num_key_value_heads, hd});
-  at::Tensor v = at::linear(x, w.v, w.v_bias).view({t, c.num_key_value_heads, hd});
+  std::vector<at::Tensor> parts = ProjectQkv(w, x);
+  at::Tensor q = parts[0].view({t, c.num_attention_heads, hd});
+  at::Tensor k = parts[1].view({t, c.num_key_value_heads, hd});
+  at::Tensor v = parts[2].view({t, c.num_key_value_heads, hd});
   if (w.q_norm.defined()) {
     q = RmsNorm(q, w.q_norm, c.rms_norm_eps);
     k = RmsNorm(k, w.k_norm, c.rms_norm_eps);
   }
   q = ApplyRope(q, cos, sin);
   k = ApplyRope(k, cos, sin);
-  auto [keys, values] = input.kv(layer, k, v);
-  const PaddedLayout& layout = *input.layout;
-  at::Tensor out = Attention(Pad(q, layout), keys, values, layout.q_start, layout.key_len);
-  return at::linear(Unpad(out, layout).reshape({t, -1}), w.o, w.o_bias);
+  at::Tensor out = input.attention(layer, q, k, v);
+  return Linear(out.reshape({t, -1}), w.o, w.o_bias);
 }
 
 }  // namespace
+
+at::Tensor PaddedAttention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                           const PaddedLayout& layout) {
+  return Unpad(Attention(Pad(q, layout), keys, values, layout.mask), layout);
+}
 
 at::Tensor RunStack(const ModelConfig& c, const ModelWeights& w, const StackInput& input,
                     at::Tensor* routing) {

@@ -6,6 +6,14 @@
 
 namespace loom::model {
 
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  if (x.size(0) != 1 || x.dim() != 2 || !x.device().is_cpu() || at::GradMode::is_enabled()) {
+    return at::linear(x, w, b);
+  }
+  at::Tensor row = x.select(0, 0);
+  return (b.defined() ? at::addmv(b, w, row) : at::mv(w, row)).unsqueeze(0);
+}
+
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
@@ -16,9 +24,9 @@ std::pair<at::Tensor, at::Tensor> RopeTables(const at::Tensor& positions, int64_
                                              double theta, at::ScalarType dtype) {
   auto f32 = at::TensorOptions().dtype(at::kFloat).device(positions.device());
   at::Tensor exponent = at::arange(0, head_dim, 2, f32.dtype(at::kLong)).to(at::kFloat) / head_dim;
-  at::Tensor inv_freq = 1.0 / at::pow(theta, exponent);            // [hd/2]
+  at::Tensor inv_freq = 1.0 / at::pow(theta, exponent);                              // [hd/2]
   at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);  // [T, hd/2]
-  at::Tensor emb = at::cat({freqs, freqs}, -1);                   // [T, hd]
+  at::Tensor emb = at::cat({freqs, freqs}, -1);                                      // [T, hd]
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 
@@ -30,36 +38,39 @@ at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 }
 
 at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const at::Tensor& q_start, const at::Tensor& key_len) {
+                     const at::Tensor& mask) {
   const int64_t b = q.size(0), nq = q.size(1), nh = q.size(2), hd = q.size(3);
   const int64_t s = k.size(1), kvh = k.size(2), g = nh / kvh;
-  // Group the query heads that share a KV head: [B, kvh, g*Nq, hd].
-  at::Tensor qg = q.view({b, nq, kvh, g, hd}).permute({0, 2, 3, 1, 4}).reshape({b, kvh, g * nq, hd});
-  at::Tensor kt = k.permute({0, 2, 3, 1});  // [B, kvh, hd, S]
-  at::Tensor vt = v.permute({0, 2, 1, 3});  // [B, kvh, S, hd]
-  at::Tensor scores = at::matmul(qg, kt).mul_(1.0 / std::sqrt(static_cast<double>(hd)));
-  auto long_options = at::TensorOptions().dtype(at::kLong).device(q.device());
-  at::Tensor j = at::arange(s, long_options).view({1, 1, s});
-  at::Tensor i = at::arange(nq, long_options).view({1, nq, 1});
-  at::Tensor visible = (j <= q_start.view({b, 1, 1}) + i) & (j < key_len.view({b, 1, 1}));
-  at::Tensor masked = scores.view({b, kvh, g, nq, s})
-                          .masked_fill(visible.logical_not().view({b, 1, 1, nq, s}),
-                                       -std::numeric_limits<float>::infinity());
-  at::Tensor probs = at::softmax(masked, -1, at::kFloat).to(q.scalar_type());
-  at::Tensor out = at::matmul(probs.view({b, kvh, g * nq, s}), vt);  // [B, kvh, g*Nq, hd]
+  // Group the query heads that share a KV head: [B, kvh, g*Nq, hd]. Scaling q
+  // here touches hd values per query where scaling the scores touches S.
+  at::Tensor qg = (q * (1.0 / std::sqrt(static_cast<double>(hd))))
+                      .view({b, nq, kvh, g, hd})
+                      .permute({0, 2, 3, 1, 4})
+                      .reshape({b, kvh, g * nq, hd});
+  // [B, kvh, S, hd] contiguous, so K^T is a view matmul needs no copy of.
+  at::Tensor kt = k.permute({0, 2, 1, 3}).contiguous().transpose(2, 3);  // [B, kvh, hd, S]
+  at::Tensor vt = v.permute({0, 2, 1, 3});                               // [B, kvh, S, hd]
+  at::Tensor scores = at::matmul(qg, kt);                                // [B, kvh, g*Nq, S]
+  scores.view({b, kvh, g, nq, s}).add_(mask.view({b, 1, 1, nq, s}));
+  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  at::Tensor out = at::matmul(probs, vt);  // [B, kvh, g*Nq, hd]
   return out.view({b, kvh, g, nq, hd}).permute({0, 3, 1, 2, 4}).reshape({b, nq, nh, hd});
 }
 
 at::Tensor Mlp(const MlpWeights& w, const at::Tensor& x) {
-  return at::linear(at::silu(at::linear(x, w.gate)) * at::linear(x, w.up), w.down);
+  std::vector<at::Tensor> gate_up = ProjectGateUp(w, x);  // [T, I] each
+  at::Tensor gate = gate_up[0], up = gate_up[1];
+  // Without autograd nothing needs the pre-activations: work in place.
+  at::Tensor hidden = at::GradMode::is_enabled() ? at::silu(gate) * up : at::silu_(gate).mul_(up);
+  return Linear(hidden, w.down);
 }
 
 at::Tensor MoeBlock(const LayerWeights& w, const ModelConfig& config, const at::Tensor& x,
                     const at::Tensor& replay, at::Tensor* chosen) {
   const int64_t k = config.num_experts_per_tok, e_count = config.num_experts;
-  at::Tensor probs = at::softmax(at::linear(x, w.router), -1, at::kFloat);  // [T, E]
+  at::Tensor probs = at::softmax(Linear(x, w.router), -1, at::kFloat);              // [T, E]
   at::Tensor experts = replay.defined() ? replay : std::get<1>(probs.topk(k, -1));  // [T, k]
-  at::Tensor gates = probs.gather(1, experts);                             // [T, k]
+  at::Tensor gates = probs.gather(1, experts);                                      // [T, k]
   if (config.norm_topk_prob) gates = gates / gates.sum(-1, /*keepdim=*/true);
   gates = gates.to(x.scalar_type());
   if (chosen != nullptr) *chosen = experts;

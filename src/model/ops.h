@@ -9,6 +9,12 @@
 
 namespace loom::model {
 
+// at::linear (y = x w^T + b). x: [T, in], w: [out, in] -> [T, out]. A single
+// row without autograd on the CPU runs as a matrix-vector product: BLAS gemv
+// streams the weight once, where gemm with one row runs several times slower
+// (batch-1 decode is all such rows).
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
+
 // RMSNorm computed in float32, cast back, then scaled: w * (x / rms(x)).
 // x: [..., D], weight: [D] -> [..., D]
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
@@ -22,12 +28,11 @@ at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 
 // Grouped-query attention over padded batches.
 //   q: [B, Nq, nh, hd]; k, v: [B, S, kvh, hd]
-//   q_start: [B] int64 key index of each sample's first query
-//   key_len: [B] int64 valid keys per sample
-// Query i of sample b sees keys j <= q_start[b] + i with j < key_len[b].
+//   mask: [B, Nq, S] float32 additive mask (0 visible, -inf hidden; see
+//         PaddedLayout::mask); every query must see at least one key
 // Softmax in float32.  -> [B, Nq, nh, hd]
 at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                     const at::Tensor& q_start, const at::Tensor& key_len);
+                     const at::Tensor& mask);
 
 // SwiGLU MLP: down(silu(gate x) * up x). x: [T, H] -> [T, H]
 at::Tensor Mlp(const MlpWeights& w, const at::Tensor& x);

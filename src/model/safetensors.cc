@@ -8,7 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <set>
 
@@ -33,8 +35,8 @@ struct DtypeInfo {
 };
 
 const DtypeInfo kDtypes[] = {
-    {"F32", at::kFloat, 4}, {"F16", at::kHalf, 2},  {"BF16", at::kBFloat16, 2},
-    {"I64", at::kLong, 8},  {"I32", at::kInt, 4},   {"I16", at::kShort, 2},
+    {"F32", at::kFloat, 4}, {"F16", at::kHalf, 2}, {"BF16", at::kBFloat16, 2},
+    {"I64", at::kLong, 8},  {"I32", at::kInt, 4},  {"I16", at::kShort, 2},
     {"U8", at::kByte, 1},
 };
 
@@ -99,9 +101,9 @@ int64_t CheckedNumel(const std::vector<int64_t>& shape, uint64_t limit) {
   return static_cast<int64_t>(n);
 }
 
-absl::StatusOr<at::Tensor> TensorFromEntry(const std::shared_ptr<Mapping>& map,
-                                           uint64_t data_start, const std::string& name,
-                                           const json& entry, const std::string& path,
+absl::StatusOr<at::Tensor> TensorFromEntry(const std::shared_ptr<Mapping>& map, uint64_t data_start,
+                                           const std::string& name, const json& entry,
+                                           const std::string& path,
                                            std::vector<std::pair<uint64_t, uint64_t>>& spans) {
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", name, "': ", why));
@@ -143,7 +145,8 @@ absl::StatusOr<at::Tensor> TensorFromEntry(const std::shared_ptr<Mapping>& map,
     return copy;
   }
   std::shared_ptr<Mapping> keep = map;
-  return at::from_blob(const_cast<uint8_t*>(ptr), shape, [keep](void*) {}, options);
+  return at::from_blob(
+      const_cast<uint8_t*>(ptr), shape, [keep](void*) {}, options);
 }
 
 }  // namespace
@@ -247,6 +250,73 @@ absl::Status WriteSafetensors(const std::string& path, const TensorMap& tensors)
     out.append(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
   }
   return WriteFileAtomic(path, out);
+}
+
+namespace {
+
+constexpr char kIndexName[] = "model.safetensors.index.json";
+constexpr char kSingleName[] = "model.safetensors";
+
+std::string ShardName(size_t i, size_t n) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, n);
+  return name;
+}
+
+bool IsShardName(const std::string& name) {
+  unsigned a = 0, b = 0;
+  char tail[32] = {0};
+  return std::sscanf(name.c_str(), "model-%5u-of-%5u%31s", &a, &b, tail) == 3 &&
+         std::string(tail) == ".safetensors" && name.size() == ShardName(0, 1).size();
+}
+
+// Removes DIR's model files that `keep` does not name (stale shards, the
+// index or the single file of the other layout).
+absl::Status RemoveStaleModelFiles(const std::string& dir, const std::set<std::string>& keep) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool model_file = name == kIndexName || name == kSingleName || IsShardName(name);
+    if (!model_file || keep.count(name)) continue;
+    if (!std::filesystem::remove(entry.path(), ec) && ec) {
+      return absl::InternalError(
+          absl::StrCat(entry.path().string(), ": cannot remove stale file: ", ec.message()));
+    }
+  }
+  if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot list: ", ec.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteModelTensors(const std::string& dir, const TensorMap& tensors,
+                               int64_t max_shard_bytes) {
+  std::vector<TensorMap> shards(1);
+  int64_t total = 0, in_shard = 0;
+  for (const auto& [name, tensor] : tensors) {
+    const int64_t bytes = static_cast<int64_t>(tensor.numel() * tensor.element_size());
+    if (in_shard > 0 && in_shard + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().emplace(name, tensor);
+    in_shard += bytes;
+    total += bytes;
+  }
+  if (shards.size() == 1) {
+    if (auto s = WriteSafetensors(dir + "/" + kSingleName, tensors); !s.ok()) return s;
+    return RemoveStaleModelFiles(dir, {kSingleName});
+  }
+  json index = {{"metadata", {{"total_size", total}}}, {"weight_map", json::object()}};
+  std::set<std::string> written = {kIndexName};
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string file = ShardName(i, shards.size());
+    if (auto s = WriteSafetensors(dir + "/" + file, shards[i]); !s.ok()) return s;
+    for (const auto& [name, tensor] : shards[i]) index["weight_map"][name] = file;
+    written.insert(file);
+  }
+  if (auto s = WriteFileAtomic(dir + "/" + kIndexName, index.dump(2) + "\n"); !s.ok()) return s;
+  return RemoveStaleModelFiles(dir, written);
 }
 
 }  // namespace loom::model

@@ -33,8 +33,7 @@ absl::Status MakeDirs(const std::string& dir) {
 }
 
 // Every problem of `tensors` against `slots`, one per line ("" = none).
-std::string CheckTensors(const std::vector<ParamSlot>& slots, const TensorMap& tensors,
-                         bool tied) {
+std::string CheckTensors(const std::vector<ParamSlot>& slots, const TensorMap& tensors, bool tied) {
   std::vector<std::string> missing, unexpected, misshapen;
   std::set<std::string> expected;
   for (const ParamSlot& slot : slots) {
@@ -55,7 +54,8 @@ std::string CheckTensors(const std::vector<ParamSlot>& slots, const TensorMap& t
     unexpected.push_back(name);
   }
   std::string message;
-  if (!missing.empty()) absl::StrAppend(&message, "missing tensors: ", absl::StrJoin(missing, ", "), "\n");
+  if (!missing.empty())
+    absl::StrAppend(&message, "missing tensors: ", absl::StrJoin(missing, ", "), "\n");
   if (!unexpected.empty()) {
     absl::StrAppend(&message, "unexpected tensors: ", absl::StrJoin(unexpected, ", "), "\n");
   }
@@ -94,6 +94,7 @@ std::unique_ptr<Transformer> Transformer::RandomInit(const ModelConfig& config, 
     *slot.tensor = t.to(target).set_requires_grad(options.requires_grad);
   }
   ModelWeights& w = *model->weights_;
+  FuseProjections(w);
   if (config.tie_word_embeddings) w.lm_head = w.embed;
   return model;
 }
@@ -118,6 +119,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::FromTensors(const Mode
     return absl::InternalError(absl::StrCat("loading tensors: ", e.what_without_backtrace()));
   }
   ModelWeights& w = *model->weights_;
+  FuseProjections(w);
   if (config.tie_word_embeddings) w.lm_head = w.embed;
   return model;
 }
@@ -135,9 +137,9 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(const std::string
   return model;
 }
 
-absl::Status Transformer::Save(const std::string& dir) const {
+absl::Status Transformer::Save(const std::string& dir, int64_t max_shard_bytes) const {
   if (auto status = MakeDirs(dir); !status.ok()) return status;
-  if (auto status = WriteSafetensors(dir + "/model.safetensors", StateDict()); !status.ok()) {
+  if (auto status = WriteModelTensors(dir, StateDict(), max_shard_bytes); !status.ok()) {
     return status;
   }
   return WriteFileAtomic(dir + "/config.json", ModelConfigToJson(config_));

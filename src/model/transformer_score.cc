@@ -12,8 +12,8 @@ absl::Status CheckIds(const at::Tensor& ids, int64_t lo, int64_t hi, const char*
   if (ids.numel() == 0) return absl::OkStatus();
   int64_t min = ids.min().item<int64_t>(), max = ids.max().item<int64_t>();
   if (min < lo || max >= hi) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " out of range [", lo, ", ", hi,
-                                                   "): found ", min < lo ? min : max));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " out of range [", lo, ", ", hi, "): found ", min < lo ? min : max));
   }
   return absl::OkStatus();
 }
@@ -69,15 +69,15 @@ absl::StatusOr<ScoreResult> Transformer::Score(const PackedBatch& batch,
   if (auto status = ValidateBatch(batch, config_); !status.ok()) return status;
   try {
     const at::Device device = options_.device;
-    PaddedLayout layout = MakeLayout(batch.lengths,
-                                     std::vector<int64_t>(batch.lengths.size(), 0), device);
+    PaddedLayout layout =
+        MakeLayout(batch.lengths, std::vector<int64_t>(batch.lengths.size(), 0), device);
     StackInput input;
     input.tokens = batch.tokens.to(device);
-    input.positions = (batch.positions.defined() ? batch.positions
-                                                 : DefaultPositions(batch.lengths)).to(device);
-    input.layout = &layout;
-    input.kv = [&layout](int64_t, const at::Tensor& k, const at::Tensor& v) {
-      return std::make_pair(Pad(k, layout), Pad(v, layout));
+    input.positions =
+        (batch.positions.defined() ? batch.positions : DefaultPositions(batch.lengths)).to(device);
+    input.attention = [&layout](int64_t, const at::Tensor& q, const at::Tensor& k,
+                                const at::Tensor& v) {
+      return PaddedAttention(q, Pad(k, layout), Pad(v, layout), layout);
     };
     if (batch.replay_routing.defined()) input.replay = batch.replay_routing.to(device);
     ScoreResult result;
@@ -85,8 +85,8 @@ absl::StatusOr<ScoreResult> Transformer::Score(const PackedBatch& batch,
     at::Tensor targets = batch.targets.defined()
                              ? batch.targets.to(device)
                              : at::full({batch.tokens.size(0)}, -1, input.tokens.options());
-    result.logprobs = ChunkedTargetLogprobs(hidden, weights_->lm_head, targets,
-                                            options.chunk_tokens);
+    result.logprobs =
+        ChunkedTargetLogprobs(hidden, weights_->lm_head, targets, options.chunk_tokens);
     if (options.full_vocab_rows.defined()) {
       at::Tensor rows = hidden.index_select(0, options.full_vocab_rows.to(device));
       result.full_logprobs = FullLogprobs(rows, weights_->lm_head, options.chunk_tokens);

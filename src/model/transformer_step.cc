@@ -4,6 +4,8 @@
 #include "forward.h"
 #include "loom/config/check.h"
 #include "loom/model/transformer.h"
+#include "ops.h"
+#include "paged_attention.h"
 
 namespace loom::model {
 namespace {
@@ -34,13 +36,12 @@ absl::Status CheckInputs(const std::vector<StepInput>& batch, const ModelConfig&
       }
     }
     const int64_t total = in.seq->length + static_cast<int64_t>(in.tokens.size());
-    blocks_needed += std::max<int64_t>(
-        0, pool.BlocksFor(total) - static_cast<int64_t>(in.seq->blocks.size()));
+    blocks_needed +=
+        std::max<int64_t>(0, pool.BlocksFor(total) - static_cast<int64_t>(in.seq->blocks.size()));
   }
   if (blocks_needed > pool.free_blocks()) {
-    return absl::ResourceExhaustedError(absl::StrCat("KV pool full: the step needs ",
-                                                     blocks_needed, " blocks, ",
-                                                     pool.free_blocks(), " free"));
+    return absl::ResourceExhaustedError(absl::StrCat("KV pool full: the step needs ", blocks_needed,
+                                                     " blocks, ", pool.free_blocks(), " free"));
   }
   return absl::OkStatus();
 }
@@ -61,6 +62,20 @@ at::Tensor ReadSlots(const std::vector<StepInput>& batch, const KvBlockPool& poo
     }
   }
   return at::tensor(slots, at::kLong).view({static_cast<int64_t>(batch.size()), s});
+}
+
+// Each sample's block table, padded with block 0 to the longest: [B, max_blocks] int32.
+at::Tensor BlockTable(const std::vector<StepInput>& batch) {
+  size_t width = 0;
+  for (const auto& in : batch) width = std::max(width, in.seq->blocks.size());
+  at::Tensor table =
+      at::zeros({static_cast<int64_t>(batch.size()), static_cast<int64_t>(width)}, at::kInt);
+  int32_t* rows = table.data_ptr<int32_t>();
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const std::vector<int32_t>& blocks = batch[b].seq->blocks;
+    std::copy(blocks.begin(), blocks.end(), rows + b * width);
+  }
+  return table;
 }
 
 }  // namespace
@@ -89,18 +104,24 @@ absl::StatusOr<StepResult> Transformer::Step(const std::vector<StepInput>& batch
     }
     PaddedLayout layout = MakeLayout(counts, cached, device);
     at::Tensor writes = at::cat(write_slots).to(device);
-    at::Tensor reads = ReadSlots(batch, pool).to(device);
     StackInput input;
     input.tokens = at::tensor(tokens, at::kLong).to(device);
     input.positions = at::tensor(positions, at::kLong).to(device);
-    input.layout = &layout;
-    input.kv = [&](int64_t layer, const at::Tensor& k, const at::Tensor& v) {
-      at::Tensor kf = pool.key(layer).flatten(0, 1), vf = pool.value(layer).flatten(0, 1);
-      kf.index_copy_(0, writes, k);
-      vf.index_copy_(0, writes, v);
+    // Pure decode steps read the pool in place; others gather a padded copy.
+    const bool paged = layout.max_q == 1 && PagedDecodeAttentionSupports(device, options_.dtype);
+    at::Tensor table = paged ? BlockTable(batch) : at::Tensor();
+    at::Tensor reads = paged ? at::Tensor() : ReadSlots(batch, pool).to(device);
+    input.attention = [&](int64_t layer, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& v) {
+      at::Tensor& keys = pool.key(layer);
+      at::Tensor& values = pool.value(layer);
+      keys.flatten(0, 1).index_copy_(0, writes, k);
+      values.flatten(0, 1).index_copy_(0, writes, v);
+      if (paged) return PagedDecodeAttention(q, keys, values, table, layout.key_len);
       std::vector<int64_t> shape = {reads.size(0), reads.size(1), k.size(1), k.size(2)};
-      return std::make_pair(kf.index_select(0, reads.view(-1)).view(shape),
-                            vf.index_select(0, reads.view(-1)).view(shape));
+      return PaddedAttention(q, keys.flatten(0, 1).index_select(0, reads.view(-1)).view(shape),
+                             values.flatten(0, 1).index_select(0, reads.view(-1)).view(shape),
+                             layout);
     };
     StepResult result;
     at::Tensor hidden = RunStack(config_, *weights_, input, &result.routing);
@@ -111,7 +132,7 @@ absl::StatusOr<StepResult> Transformer::Step(const std::vector<StepInput>& batch
       last.push_back(result.routing_offsets.back() - 1);
     }
     at::Tensor rows = hidden.index_select(0, at::tensor(last, at::kLong).to(device));
-    result.logits = at::linear(rows, weights_->lm_head).to(at::kFloat);
+    result.logits = Linear(rows, weights_->lm_head).to(at::kFloat);
     for (size_t b = 0; b < batch.size(); ++b) batch[b].seq->length += counts[b];
     return result;
   } catch (const c10::Error& e) {

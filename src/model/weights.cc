@@ -1,6 +1,8 @@
-// Hugging Face parameter names and shapes.
+// Hugging Face parameter names and shapes, and the fused projection storage.
 
 #include "weights.h"
+
+#include "ops.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -68,6 +70,57 @@ std::vector<ParamSlot> ParamSlots(const ModelConfig& c, ModelWeights& w) {
     slots.push_back({"lm_head.weight", &w.lm_head, {c.vocab_size, h}, InitKind::kNormal});
   }
   return slots;
+}
+
+namespace {
+
+// Concatenates `parts` into new storage and rebinds each to a leaf view of it.
+at::Tensor Fuse(std::vector<at::Tensor*> parts) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> values;
+  for (at::Tensor* part : parts) values.push_back(*part);
+  at::Tensor fused = at::cat(values);
+  int64_t row = 0;
+  for (at::Tensor* part : parts) {
+    const bool requires_grad = part->requires_grad();
+    const int64_t rows = part->size(0);
+    // detach(): a leaf that shares storage with `fused`, not an autograd view of it.
+    *part = fused.narrow(0, row, rows).detach().set_requires_grad(requires_grad);
+    row += rows;
+  }
+  return fused;
+}
+
+void FuseMlp(MlpWeights& mlp) { mlp.gate_up = Fuse({&mlp.gate, &mlp.up}); }
+
+// True when a forward must build graph edges to `leaf`.
+bool NeedsGrad(const at::Tensor& leaf) {
+  return at::GradMode::is_enabled() && leaf.requires_grad();
+}
+
+}  // namespace
+
+void FuseProjections(ModelWeights& weights) {
+  for (LayerWeights& layer : weights.layers) {
+    layer.qkv = Fuse({&layer.q, &layer.k, &layer.v});
+    if (layer.q_bias.defined())
+      layer.qkv_bias = Fuse({&layer.q_bias, &layer.k_bias, &layer.v_bias});
+    if (layer.mlp.gate.defined()) FuseMlp(layer.mlp);
+    for (MlpWeights& expert : layer.experts) FuseMlp(expert);
+  }
+}
+
+std::vector<at::Tensor> ProjectQkv(const LayerWeights& w, const at::Tensor& x) {
+  if (NeedsGrad(w.q) || NeedsGrad(w.k) || NeedsGrad(w.v)) {
+    return {at::linear(x, w.q, w.q_bias), at::linear(x, w.k, w.k_bias),
+            at::linear(x, w.v, w.v_bias)};
+  }
+  return Linear(x, w.qkv, w.qkv_bias).split_with_sizes({w.q.size(0), w.k.size(0), w.v.size(0)}, 1);
+}
+
+std::vector<at::Tensor> ProjectGateUp(const MlpWeights& w, const at::Tensor& x) {
+  if (NeedsGrad(w.gate) || NeedsGrad(w.up)) return {at::linear(x, w.gate), at::linear(x, w.up)};
+  return Linear(x, w.gate_up).chunk(2, -1);
 }
 
 bool IsIgnoredTensorName(const std::string& name) {

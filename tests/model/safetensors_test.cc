@@ -2,7 +2,10 @@
 
 #include "loom/model/safetensors.h"
 
+#include <filesystem>
+
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "testing/temp_dir.h"
 
@@ -68,28 +71,80 @@ struct Malformed {
   const char* message_part;
 };
 
+// Tensors of 400 bytes each, named so that name order is a0, a1, ...
+TensorMap FourHundredByteTensors(int n) {
+  TensorMap tensors;
+  for (int i = 0; i < n; ++i) tensors["a" + std::to_string(i)] = at::full({100}, i, at::kFloat);
+  return tensors;
+}
+
+TEST(SafetensorsTest, ModelTensorsShardPastTheLimitWithAnHfIndex) {
+  TempDir dir;
+  TensorMap tensors = FourHundredByteTensors(5);
+  tensors["big"] = at::randn({300});  // 1200 bytes: over the limit, a shard of its own
+  ASSERT_TRUE(WriteModelTensors(dir.path(), tensors, /*max_shard_bytes=*/800).ok());
+  auto index = nlohmann::json::parse(loom::testing::ReadAll(dir / "model.safetensors.index.json"));
+  EXPECT_EQ(index["metadata"]["total_size"], 5 * 400 + 1200);
+  // Name order: a0 a1 | a2 a3 | a4 | big.
+  EXPECT_EQ(index["weight_map"]["a0"], "model-00001-of-00004.safetensors");
+  EXPECT_EQ(index["weight_map"]["a1"], "model-00001-of-00004.safetensors");
+  EXPECT_EQ(index["weight_map"]["a2"], "model-00002-of-00004.safetensors");
+  EXPECT_EQ(index["weight_map"]["a4"], "model-00003-of-00004.safetensors");
+  EXPECT_EQ(index["weight_map"]["big"], "model-00004-of-00004.safetensors");
+  auto read = ReadModelTensors(dir.path());
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), tensors.size());
+  for (const auto& [name, t] : tensors) EXPECT_TRUE(at::equal(read->at(name), t)) << name;
+}
+
+TEST(SafetensorsTest, ModelTensorsRemoveTheOtherLayoutsStaleFiles) {
+  TempDir dir;
+  dir.Write("model-00009-of-00009.safetensors", "stale");
+  dir.Write("tokenizer.json", "{}");
+  ASSERT_TRUE(WriteModelTensors(dir.path(), FourHundredByteTensors(1), 800).ok());
+  EXPECT_TRUE(std::filesystem::exists(dir / "model.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "model-00009-of-00009.safetensors"));
+  ASSERT_TRUE(WriteModelTensors(dir.path(), FourHundredByteTensors(4), 800).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir / "model.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "model-00002-of-00002.safetensors"));
+  ASSERT_TRUE(WriteModelTensors(dir.path(), FourHundredByteTensors(2), 800).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir / "model.safetensors.index.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "model-00001-of-00002.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "tokenizer.json"));
+  auto read = ReadModelTensors(dir.path());
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->size(), 2u);
+}
+
 TEST(SafetensorsTest, MalformedFilesAreClearErrors) {
-  const std::string ok_entry = R"({"x": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}})";
+  const std::string ok_entry =
+      R"({"x": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}})";
   std::vector<Malformed> cases = {
       {"empty", "", "too short"},
       {"header length beyond the file", RawFile(ok_entry, 16, 1ull << 40), "exceeds the file"},
       {"header length huge", RawFile(ok_entry, 16, ~0ull), "exceeds the file"},
       {"not json", RawFile("{oops", 0), "not a JSON object"},
       {"data truncated", RawFile(ok_entry, 8), "truncated"},
-      {"shape lies", RawFile(R"({"x": {"dtype": "F32", "shape": [3, 2], "data_offsets": [0, 16]}})", 16),
+      {"shape lies",
+       RawFile(R"({"x": {"dtype": "F32", "shape": [3, 2], "data_offsets": [0, 16]}})", 16),
        "does not match"},
       {"overflowing shape",
-       RawFile(R"({"x": {"dtype": "F32", "shape": [4294967296, 4294967296, 4], "data_offsets": [0, 16]}})", 16),
+       RawFile(
+           R"({"x": {"dtype": "F32", "shape": [4294967296, 4294967296, 4], "data_offsets": [0, 16]}})",
+           16),
        "does not match"},
-      {"negative dim", RawFile(R"({"x": {"dtype": "F32", "shape": [-1, 4], "data_offsets": [0, 16]}})", 16),
+      {"negative dim",
+       RawFile(R"({"x": {"dtype": "F32", "shape": [-1, 4], "data_offsets": [0, 16]}})", 16),
        "does not match"},
-      {"unknown dtype", RawFile(R"({"x": {"dtype": "F8_E4M3", "shape": [16], "data_offsets": [0, 16]}})", 16),
+      {"unknown dtype",
+       RawFile(R"({"x": {"dtype": "F8_E4M3", "shape": [16], "data_offsets": [0, 16]}})", 16),
        "unsupported dtype"},
-      {"offsets reversed", RawFile(R"({"x": {"dtype": "U8", "shape": [0], "data_offsets": [9, 3]}})", 16),
-       "exceed"},
+      {"offsets reversed",
+       RawFile(R"({"x": {"dtype": "U8", "shape": [0], "data_offsets": [9, 3]}})", 16), "exceed"},
       {"overlap",
        RawFile(R"({"x": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]},
-                   "y": {"dtype": "U8", "shape": [8], "data_offsets": [4, 12]}})", 16),
+                   "y": {"dtype": "U8", "shape": [8], "data_offsets": [4, 12]}})",
+               16),
        "overlap"},
       {"entry not an object", RawFile(R"({"x": 5})", 0), "needs dtype"},
   };

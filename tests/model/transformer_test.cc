@@ -3,6 +3,8 @@
 
 #include "loom/model/transformer.h"
 
+#include <filesystem>
+
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -136,8 +138,8 @@ TEST_P(ArchTest, Bfloat16FollowsFloat32) {
   KvSequence seq;
   auto step = (*bf16)->Step({{&seq, {1, 2, 3, 4, 5}}}, pool);
   ASSERT_TRUE(step.ok()) << step.status();
-  EXPECT_EQ(pool.BytesPerToken(), 2 * config.num_hidden_layers * config.num_key_value_heads *
-                                      config.head_dim * 2);
+  EXPECT_EQ(pool.BytesPerToken(),
+            2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, ArchTest, ::testing::ValuesIn(testing::AllArchs()));
@@ -171,7 +173,8 @@ TEST(RoutingTest, ReplayForcesTheRecordedExperts) {
   auto fresh = model->Score(batch);
   ASSERT_TRUE(fresh.ok());
   // Shift every choice to other experts: the log-probs must change.
-  batch.replay_routing = ((fresh->routing.to(at::kLong) + 1) % config.num_experts).to(kRoutingDtype);
+  batch.replay_routing =
+      ((fresh->routing.to(at::kLong) + 1) % config.num_experts).to(kRoutingDtype);
   auto forced = model->Score(batch);
   ASSERT_TRUE(forced.ok());
   EXPECT_TRUE(at::equal(forced->routing, batch.replay_routing));
@@ -237,6 +240,25 @@ TEST(SaveLoadTest, RoundTripIsBitExact) {
   }
 }
 
+TEST(SaveLoadTest, ShardedRoundTripIsBitExact) {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    LoadOptions options;
+    options.dtype = dtype;
+    auto model = TestModel(TestConfig("qwen3_moe"), 31, options);
+    loom::testing::TempDir dir;
+    ASSERT_TRUE(model->Save(dir.path(), /*max_shard_bytes=*/4096).ok());
+    EXPECT_FALSE(std::filesystem::exists(dir / "model.safetensors"));
+    EXPECT_TRUE(std::filesystem::exists(dir / "model.safetensors.index.json"));
+    auto loaded = Transformer::Load(dir.path(), options);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    auto a = model->NamedParameters(), b = (*loaded)->NamedParameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
+    }
+  }
+}
+
 TEST(SaveLoadTest, TiedEmbeddingsShareOneTensor) {
   ModelConfig config = TestConfig("qwen3");
   config.tie_word_embeddings = true;
@@ -262,8 +284,10 @@ TEST(SaveLoadTest, MissingUnexpectedAndMisshapenTensorsAreOneError) {
   auto result = Transformer::FromTensors(config, tensors, {});
   ASSERT_FALSE(result.ok());
   std::string message(result.status().message());
-  EXPECT_NE(message.find("missing tensors: model.layers.1.self_attn.q_proj.bias, model.norm.weight"),
-            std::string::npos) << message;
+  EXPECT_NE(
+      message.find("missing tensors: model.layers.1.self_attn.q_proj.bias, model.norm.weight"),
+      std::string::npos)
+      << message;
   EXPECT_NE(message.find("unexpected tensors: model.layers.0.extra.weight"), std::string::npos);
   EXPECT_NE(message.find("lm_head.weight is [3, 3], expected [97, 48]"), std::string::npos);
 }

@@ -35,4 +35,19 @@ absl::StatusOr<TensorMap> ReadModelTensors(const std::string& dir);
 // atomically, with metadata {"format": "pt"} as HF transformers expects.
 absl::Status WriteSafetensors(const std::string& path, const TensorMap& tensors);
 
+// Hugging Face's default max_shard_size ("5GB", decimal as HF counts it).
+inline constexpr int64_t kDefaultMaxShardBytes = 5'000'000'000;
+
+// Writes every tensor of a model directory in the layout ReadModelTensors and
+// HF transformers read: DIR/model.safetensors when the tensor data fits in
+// `max_shard_bytes`, else DIR/model-0000i-of-0000N.safetensors filled in
+// name order up to `max_shard_bytes` each (a larger tensor gets a shard of
+// its own) plus DIR/model.safetensors.index.json
+// ({"metadata": {"total_size": bytes}, "weight_map": {name: file}}). Each
+// file is written atomically, the index last; then the files of the other
+// layout and shards of an earlier save that the new one does not name are
+// removed, so neither reader can pick up stale weights.
+absl::Status WriteModelTensors(const std::string& dir, const TensorMap& tensors,
+                               int64_t max_shard_bytes = kDefaultMaxShardBytes);
+
 }  // namespace loom::model

@@ -65,9 +65,12 @@ class Transformer {
   static std::unique_ptr<Transformer> RandomInit(const ModelConfig& config, uint64_t seed,
                                                  const LoadOptions& options);
 
-  // Writes DIR/config.json and DIR/model.safetensors (parameters in their own
-  // dtype). The directory is created if missing; tokenizer.json is not touched.
-  absl::Status Save(const std::string& dir) const;
+  // Writes DIR/config.json and the parameters in their own dtype: one
+  // DIR/model.safetensors, or shards of at most `max_shard_bytes` plus
+  // model.safetensors.index.json when they do not fit in one (see
+  // WriteModelTensors). The directory is created if missing; tokenizer.json
+  // is not touched.
+  absl::Status Save(const std::string& dir, int64_t max_shard_bytes = kDefaultMaxShardBytes) const;
 
   // Every parameter under its HF name, sharing storage with the model (an
   // optimizer updating these updates the model). Tied lm_head is not listed.
