@@ -2,6 +2,7 @@
 
 #include "ops.h"
 
+#include <ATen/core/grad_mode.h>
 #include <cmath>
 
 namespace loom::model {

@@ -1,5 +1,6 @@
 // Transformer construction, parameters, load and save.
 
+#include <ATen/core/grad_mode.h>
 #include <sys/stat.h>
 
 #include <set>

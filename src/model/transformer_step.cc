@@ -1,5 +1,7 @@
 // Transformer::Step: the incremental forward over a paged KV cache.
 
+#include <ATen/core/grad_mode.h>
+
 #include "absl/strings/str_cat.h"
 #include "forward.h"
 #include "loom/config/check.h"

@@ -2,6 +2,8 @@
 
 #include "weights.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include "ops.h"
 
 #include "absl/strings/match.h"

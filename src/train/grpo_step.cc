@@ -125,6 +125,18 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
     lag_sum += version - oldest;
     lag_max = std::max(lag_max, version - oldest);
   }
+  // Subgroups whose rewards all agree carry no gradient (advantage 0).
+  std::map<uint64_t, std::pair<float, float>> reward_range;
+  for (size_t i = 0; i < n; ++i) {
+    auto it = reward_range
+                  .emplace(samples[i].info.subgroup_id,
+                           std::make_pair(rewards.total[i], rewards.total[i]))
+                  .first;
+    it->second.first = std::min(it->second.first, rewards.total[i]);
+    it->second.second = std::max(it->second.second, rewards.total[i]);
+  }
+  int64_t informative = 0;
+  for (const auto& [id, range] : reward_range) informative += range.first < range.second;
   at::Tensor advantages = algo::SubgroupAdvantages(
       at::tensor(rewards.total, at::kFloat), at::tensor(subgroup_ids, at::kLong),
       config.grpo.scale_by_std);
@@ -220,6 +232,8 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
       {"response_length_by_dataset", length_by_dataset.Json()},
       {"response_length_by_effort", length_by_effort.Json()},
       {"parse_rate", static_cast<double>(rewards.parsed) / static_cast<double>(n)},
+      {"informative_subgroup_fraction",
+       static_cast<double>(informative) / static_cast<double>(reward_range.size())},
       {"inflight_mean", dispatch.inflight_mean},
       {"inflight_min", dispatch.inflight_min},
       {"inflight_max", dispatch.inflight_max},

@@ -113,6 +113,7 @@ TEST(GrpoStepTest, OneStepFavoursTheRewardedCompletion) {
   EXPECT_DOUBLE_EQ((*record)["reward_task_mean"].get<double>(), 0.5) << record->dump();
   EXPECT_NEAR((*record)["ratio_mean"].get<double>(), 1.0, 1e-4) << record->dump();
   EXPECT_EQ(f.context->policy_version, 1);
+  EXPECT_DOUBLE_EQ((*record)["informative_subgroup_fraction"].get<double>(), 1.0);
 
   // The two completions share everything but the answer, so what must move
   // is the gap between them (Adam's first step also nudges every shared
@@ -136,7 +137,9 @@ TEST(GrpoStepTest, EqualRewardsLeaveTheWeightsAlone) {
   AdamW optimizer(f.model->NamedParameters(), {});
   GrpoStep step(*f.context, optimizer, algo::EffortLengthReward(f.config.grpo.length_reward, {100}),
                 -1);
-  ASSERT_TRUE(step.Train(samples, 0, {}, {}).ok());
+  auto record = step.Train(samples, 0, {}, {});
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_DOUBLE_EQ((*record)["informative_subgroup_fraction"].get<double>(), 0.0);
   EXPECT_DOUBLE_EQ(f.CompletionLogprob(samples[0]), before);  // advantage 0 everywhere
 }
 
