@@ -98,7 +98,7 @@ absl::Status RunGrpoStage(TrainContext& context) {
   const config::RunConfig& config = context.config;
   const config::GrpoStageSection& stage = config.train.grpo;
   AdamW optimizer(context.model.NamedParameters(),
-                  {stage.beta1, stage.beta2, 1e-8, stage.weight_decay});
+                  {stage.beta1, stage.beta2, stage.eps, stage.weight_decay});
   rollout::EngineOptions engine_options =
       rollout::EngineOptionsFromConfig(config.rollout, static_cast<uint64_t>(config.run.seed));
   engine_options.initial_version = context.policy_version;

@@ -69,7 +69,7 @@ class SftSampler {
 absl::Status RunSftStage(TrainContext& context) {
   const config::SftStageSection& sft = context.config.train.sft;
   AdamW optimizer(context.model.NamedParameters(),
-                  {sft.beta1, sft.beta2, 1e-8, sft.weight_decay});
+                  {sft.beta1, sft.beta2, sft.eps, sft.weight_decay});
   SftSampler sampler(context);
   metrics::ProgressLine progress(stdout, {static_cast<bool>(::isatty(1)), 0.2, 30.0});
   const int64_t eval_every = context.config.tasks.eval_every;

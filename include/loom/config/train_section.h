@@ -18,6 +18,7 @@ struct OptimizerFields {
   double weight_decay = 0.0;
   double beta1 = 0.9;
   double beta2 = 0.99;
+  double eps = 1e-8;
   double grad_clip = 1.0;
 
   template <class V>
@@ -34,6 +35,11 @@ struct OptimizerFields {
             Doc("Decoupled weight decay on matrices (not norms or biases).").Min(0));
     v.Field("beta1", beta1, Doc("AdamW first-moment decay.").Range(0, 0.999999));
     v.Field("beta2", beta2, Doc("AdamW second-moment decay.").Range(0, 0.999999));
+    v.Field("eps", eps,
+            Doc("AdamW denominator term. A larger value (1e-5 .. 1e-3) makes parameters whose "
+                "gradients are tiny and noisy, as in RL on small batches, move in proportion to "
+                "their gradient instead of by a full learning-rate step.")
+                .Min(0));
     v.Field("grad_clip", grad_clip,
             Doc("Clip the global gradient norm to this value; 0 = no clipping.").Min(0));
   }

@@ -26,7 +26,7 @@ struct DispatchBenchOptions {
   int batch_samples = 32;      // samples per training step
   int max_inflight = 64;
   int group_size = 4;          // samples per prompt
-  int max_staleness = 4;       // async.max_staleness of every async mode
+  int max_staleness = 8;       // async.max_staleness of every async mode (4 stalls on the tail)
   int64_t min_length = 8;      // shortest response (Pareto scale)
   int64_t max_length = 384;    // longest response (cap)
   double pareto_alpha = 1.1;   // tail index: smaller = heavier tail
