@@ -28,18 +28,6 @@ double Since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-model::ModelConfig BenchConfig() {
-  model::ModelConfig c = *model::DefaultModelConfig("llama");
-  c.vocab_size = 512;
-  c.hidden_size = 512;
-  c.intermediate_size = 1408;
-  c.num_hidden_layers = 6;
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 4;
-  c.head_dim = 64;
-  return c;
-}
-
 std::vector<int64_t> Prompt(int64_t n, int64_t seed, int64_t vocab) {
   std::vector<int64_t> p;
   for (int64_t i = 0; i < n; ++i) p.push_back((seed * 131 + i * 7919) % vocab);
@@ -168,7 +156,7 @@ int RunBench(const BenchOptions& o) {
   const int threads = o.threads > 0 ? o.threads
                                     : static_cast<int>(std::thread::hardware_concurrency());
   at::set_num_threads(threads);
-  model::ModelConfig config = BenchConfig();
+  model::ModelConfig config = model::SpeedBenchmarkConfig();
   auto m = model::Transformer::RandomInit(config, 0, {});
   json r = {{"model", {{"arch", "llama"}, {"parameters", m->NumParameters()}}},
             {"threads", threads}};

@@ -260,6 +260,18 @@ absl::StatusOr<ModelConfig> DefaultModelConfig(const std::string& arch) {
   return c;
 }
 
+ModelConfig SpeedBenchmarkConfig() {
+  ModelConfig c = *DefaultModelConfig("llama");
+  c.vocab_size = 512;
+  c.hidden_size = 512;
+  c.intermediate_size = 1408;
+  c.num_hidden_layers = 6;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 4;
+  c.head_dim = 64;
+  return c;
+}
+
 absl::Status ApplyConfigOverride(ModelConfig& config, const std::string& assignment) {
   size_t eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {

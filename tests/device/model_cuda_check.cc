@@ -83,18 +83,6 @@ double IncrementalVsFull(const Transformer& m) {
   return worst;
 }
 
-ModelConfig BenchConfig() {
-  ModelConfig c = *DefaultModelConfig("llama");
-  c.vocab_size = 512;
-  c.hidden_size = 512;
-  c.intermediate_size = 1408;
-  c.num_hidden_layers = 6;
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 4;
-  c.head_dim = 64;
-  return c;
-}
-
 double Seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -184,7 +172,7 @@ int Run(const std::string& out_path, bool quick) {
   LoadOptions bench;
   bench.dtype = cuda ? at::kBFloat16 : at::kFloat;
   bench.device = device;
-  auto m = Transformer::RandomInit(BenchConfig(), 0, bench);
+  auto m = Transformer::RandomInit(SpeedBenchmarkConfig(), 0, bench);
   json speed = Speed(*m, quick);
   speed["train_tokens_per_s"] = TrainTokensPerSecond(*m, quick);
   speed["dtype"] = cuda ? "bfloat16" : "float32";

@@ -70,6 +70,11 @@ std::string ModelConfigToJson(const ModelConfig& config);
 // CPU. `vocab_size` is left 0 for the caller to fill in.
 absl::StatusOr<ModelConfig> DefaultModelConfig(const std::string& arch);
 
+// The ~18M-parameter Llama of the speed targets (hidden 512, 6 layers, 8
+// heads, 4 KV heads, head_dim 64, intermediate 1408, vocab 512): what
+// `loom bench model` and the GPU check measure.
+ModelConfig SpeedBenchmarkConfig();
+
 // Applies one override `key=value` (any config.json key; the value is parsed
 // as JSON, falling back to a string) and re-validates. Unknown-but-harmless
 // keys land in `extra`.
