@@ -22,6 +22,7 @@
 #include "loom/rpc/chat_bridge.h"
 #include "loom/rpc/worker_pool.h"
 #include "loom/tokenizer/tiny.h"
+#include "testing/loom_process.h"
 #include "testing/temp_dir.h"
 
 namespace loom {
@@ -31,44 +32,13 @@ using testing::TempDir;
 using Json = nlohmann::json;
 
 // `loom train` on the agent test config as a child process.
-class TrainProcess {
+class TrainProcess : public testing::LoomProcess {
  public:
-  TrainProcess(const std::string& run_dir, const std::string& model_dir, int steps) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      const std::string log = run_dir + ".out";
-      FILE* out = std::freopen(log.c_str(), "a", stdout);
-      FILE* err = std::freopen(log.c_str(), "a", stderr);
-      (void)out;
-      (void)err;
-      const std::string set_model = "model.path=" + model_dir;
-      const std::string set_steps = "train.grpo.steps=" + std::to_string(steps);
-      std::vector<const char*> argv = {
-          LOOM_BINARY, "train",           "--config", LOOM_SOURCE_DIR "/configs/test/agent.yaml",
-          "--run-dir", run_dir.c_str(),   "--set",    set_model.c_str(),
-          "--set",     set_steps.c_str(), nullptr};
-      ::execv(LOOM_BINARY, const_cast<char* const*>(argv.data()));
-      ::_exit(127);
-    }
-  }
-  ~TrainProcess() {
-    if (exited_ < 0) {
-      ::kill(pid_, SIGKILL);
-      Wait();
-    }
-  }
-  pid_t pid() const { return pid_; }
-  int Wait() {
-    if (exited_ >= 0) return exited_;
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    exited_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return exited_;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int exited_ = -1;
+  TrainProcess(const std::string& run_dir, const std::string& model_dir, int steps)
+      : LoomProcess({"train", "--config", LOOM_SOURCE_DIR "/configs/test/agent.yaml", "--run-dir",
+                     run_dir, "--set", "model.path=" + model_dir, "--set",
+                     "train.grpo.steps=" + std::to_string(steps)},
+                    run_dir + ".out") {}
 };
 
 std::vector<Json> ReadJsonl(const std::string& path) {

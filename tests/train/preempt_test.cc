@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "loom/metrics/metrics_writer.h"
+#include "testing/loom_process.h"
 #include "testing/temp_dir.h"
 
 namespace loom {
@@ -59,49 +60,20 @@ int CountSteps(const std::string& path, const std::string& stage) {
 }
 
 // `loom train` on the preempt config as a child process.
-class TrainProcess {
+class TrainProcess : public testing::LoomProcess {
  public:
-  TrainProcess(const std::string& run_dir, const std::string& model_dir, bool resume) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      const std::string log = run_dir + ".out";
-      FILE* out = std::freopen(log.c_str(), "a", stdout);
-      FILE* err = std::freopen(log.c_str(), "a", stderr);
-      (void)out;
-      (void)err;
-      std::string set_model = "model.path=" + model_dir;
-      std::vector<const char*> argv = {
-          LOOM_BINARY, "train",         "--config", LOOM_SOURCE_DIR "/configs/test/preempt.yaml",
-          "--run-dir", run_dir.c_str(), "--set",    set_model.c_str()};
-      if (resume) {
-        argv.push_back("--resume");
-        argv.push_back("auto");
-      }
-      argv.push_back(nullptr);
-      ::execv(LOOM_BINARY, const_cast<char* const*>(argv.data()));
-      ::_exit(127);
-    }
-  }
-  void Signal(int signal_number) { ::kill(pid_, signal_number); }
-  // Exit status, or 128 + signal.
-  int Wait() {
-    if (exited_ >= 0) return exited_;
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    exited_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return exited_;
-  }
-  bool Running() {
-    if (exited_ >= 0) return false;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == 0) return true;
-    exited_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return false;
-  }
+  TrainProcess(const std::string& run_dir, const std::string& model_dir, bool resume)
+      : LoomProcess(Args(run_dir, model_dir, resume), run_dir + ".out") {}
 
  private:
-  pid_t pid_ = -1;
-  int exited_ = -1;
+  static std::vector<std::string> Args(const std::string& run_dir, const std::string& model_dir,
+                                       bool resume) {
+    std::vector<std::string> args = {"train", "--config",
+                                     LOOM_SOURCE_DIR "/configs/test/preempt.yaml", "--run-dir",
+                                     run_dir, "--set", "model.path=" + model_dir};
+    if (resume) args.insert(args.end(), {"--resume", "auto"});
+    return args;
+  }
 };
 
 // Waits until metrics.jsonl holds `lines` training steps of `stage` (or the
