@@ -4,6 +4,8 @@
 // The direction is checked by re-scoring both completions with the model
 // itself after the step, an independent path from the loss that moved it.
 
+#include "loom/train/grpo_step.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,7 +16,6 @@
 #include "loom/tasks/generator.h"
 #include "loom/tokenizer/tiny.h"
 #include "loom/train/encoding.h"
-#include "loom/train/grpo_step.h"
 #include "loom/train/run_dir.h"
 #include "testing/temp_dir.h"
 
@@ -59,8 +60,9 @@ struct Fixture {
     rollout::SampleState state;
     state.tokens = example.tokens;
     state.loss_mask = example.loss_mask;
-    state.prompt_length = static_cast<int64_t>(
-        std::find(example.loss_mask.begin(), example.loss_mask.end(), 1) - example.loss_mask.begin());
+    state.prompt_length =
+        static_cast<int64_t>(std::find(example.loss_mask.begin(), example.loss_mask.end(), 1) -
+                             example.loss_mask.begin());
     state.versions.assign(state.tokens.size(), -1);
     state.logprobs.assign(state.tokens.size(), 0.0f);
     const std::vector<float> current = TokenLogprobs(state.tokens);
@@ -69,7 +71,11 @@ struct Fixture {
       state.logprobs[t] = current[t];
     }
     state.generated = static_cast<int64_t>(state.tokens.size()) - state.prompt_length;
-    return {std::move(state), SampleInfo{std::move(judged_by), subgroup, 100, 0, 0}};
+    SampleInfo info;
+    info.problem = std::move(judged_by);
+    info.subgroup_id = subgroup;
+    info.effort = 100;
+    return {std::move(state), std::move(info)};
   }
 
   // log p(tokens[t] | tokens[<t]) for t >= 1 (index 0 holds 0).
@@ -79,23 +85,38 @@ struct Fixture {
     EXPECT_TRUE(scored.ok()) << scored.status();
     std::vector<float> out(tokens.size(), 0.0f);
     const at::Tensor lp = scored->logprobs.contiguous();
-    for (size_t t = 1; t < tokens.size(); ++t) out[t] = lp[static_cast<int64_t>(t) - 1].item<float>();
+    for (size_t t = 1; t < tokens.size(); ++t)
+      out[t] = lp[static_cast<int64_t>(t) - 1].item<float>();
     return out;
+  }
+
+  // An arithmetic problem with a reference (SFT) turn.
+  static std::shared_ptr<const tasks::Problem> Problem(uint64_t seed) {
+    auto generator = tasks::MakeGenerator("arithmetic");
+    EXPECT_TRUE(generator.ok()) << generator.status();
+    return std::make_shared<const tasks::Problem>((*generator)->Generate(seed, 2));
+  }
+
+  // One GrpoStep::Train on `samples` with a fresh AdamW.
+  absl::StatusOr<nlohmann::json> TrainOnce(const std::vector<TrainingSample>& samples) {
+    AdamW optimizer(model->NamedParameters(), {});
+    GrpoStep step(*context, optimizer, algo::EffortLengthReward(config.grpo.length_reward, {100}),
+                  -1);
+    return step.Train(samples, 0, {}, {});
   }
 
   double CompletionLogprob(const TrainingSample& sample) const {
     const std::vector<float> lp = TokenLogprobs(sample.state.tokens);
     double sum = 0;
-    for (size_t t = static_cast<size_t>(sample.state.prompt_length); t < lp.size(); ++t) sum += lp[t];
+    for (size_t t = static_cast<size_t>(sample.state.prompt_length); t < lp.size(); ++t)
+      sum += lp[t];
     return sum;
   }
 };
 
 TEST(GrpoStepTest, OneStepFavoursTheRewardedCompletion) {
   Fixture f;
-  auto generator = tasks::MakeGenerator("arithmetic");
-  ASSERT_TRUE(generator.ok());
-  auto problem = std::make_shared<const tasks::Problem>((*generator)->Generate(11, 2));
+  auto problem = Fixture::Problem(11);
   tasks::Problem wrong = *problem;
   (*wrong.reference)["content"] = problem->answer + "1";  // a different number
 
@@ -105,10 +126,7 @@ TEST(GrpoStepTest, OneStepFavoursTheRewardedCompletion) {
   const double right_before = f.CompletionLogprob(samples[0]);
   const double wrong_before = f.CompletionLogprob(samples[1]);
 
-  AdamW optimizer(f.model->NamedParameters(), {});
-  GrpoStep step(*f.context, optimizer, algo::EffortLengthReward(f.config.grpo.length_reward, {100}),
-                -1);
-  auto record = step.Train(samples, 0, {}, {});
+  auto record = f.TrainOnce(samples);
   ASSERT_TRUE(record.ok()) << record.status();
   EXPECT_DOUBLE_EQ((*record)["reward_task_mean"].get<double>(), 0.5) << record->dump();
   EXPECT_NEAR((*record)["ratio_mean"].get<double>(), 1.0, 1e-4) << record->dump();
@@ -127,20 +145,16 @@ TEST(GrpoStepTest, OneStepFavoursTheRewardedCompletion) {
 
 TEST(GrpoStepTest, EqualRewardsLeaveTheWeightsAlone) {
   Fixture f;
-  auto generator = tasks::MakeGenerator("arithmetic");
-  ASSERT_TRUE(generator.ok());
-  auto problem = std::make_shared<const tasks::Problem>((*generator)->Generate(12, 2));
+  auto problem = Fixture::Problem(12);
   std::vector<TrainingSample> samples;
   samples.push_back(f.Sample(problem, *problem, 1));
   samples.push_back(f.Sample(problem, *problem, 1));
   const double before = f.CompletionLogprob(samples[0]);
-  AdamW optimizer(f.model->NamedParameters(), {});
-  GrpoStep step(*f.context, optimizer, algo::EffortLengthReward(f.config.grpo.length_reward, {100}),
-                -1);
-  auto record = step.Train(samples, 0, {}, {});
+  auto record = f.TrainOnce(samples);
   ASSERT_TRUE(record.ok()) << record.status();
   EXPECT_DOUBLE_EQ((*record)["informative_subgroup_fraction"].get<double>(), 0.0);
-  EXPECT_DOUBLE_EQ(f.CompletionLogprob(samples[0]), before);  // advantage 0 everywhere
+  EXPECT_DOUBLE_EQ(f.CompletionLogprob(samples[0]),
+                   before);  // advantage 0 everywhere
 }
 
 }  // namespace
