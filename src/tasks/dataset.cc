@@ -53,6 +53,9 @@ class GeneratedDataset : public Dataset {
           static_cast<int>(rng.Uniform(spec_.min_difficulty, spec_.max_difficulty));
       Problem problem = generator_->Generate(rng.Next(), difficulty);
       if (IsHeldOut(problem.messages, spec_.eval_fraction) != (split == Split::kEval)) continue;
+      if (split == Split::kTrain && rng.UniformReal() < spec_.answer_only_fraction) {
+        (*problem.reference)["reasoning_content"] = "";
+      }
       problem.dataset = name_;
       problem.id = name_ + "/" + SplitName(split) + "/" + std::to_string(index);
       if (!spec_.system_prompt.empty()) {

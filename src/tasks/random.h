@@ -32,6 +32,8 @@ class Rng {
     const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
     return lo + static_cast<int64_t>(Next() % span);
   }
+  // Uniform in [0, 1), from the top 53 bits.
+  double UniformReal() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 
  private:
   uint64_t state_;

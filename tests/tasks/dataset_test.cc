@@ -93,6 +93,34 @@ TEST(DatasetTest, NoEvalFractionMeansNoEvalSet) {
   EXPECT_TRUE(Load(spec)->Eval().empty());
 }
 
+TEST(DatasetTest, AnswerOnlyFractionEmptiesThatShareOfTrainingReasoningAndNothingElse) {
+  auto full = Load(Spec("arithmetic"));
+  auto spec = Spec("arithmetic");
+  spec.answer_only_fraction = 0.6;
+  auto terse = Load(spec);
+  int answer_only = 0;
+  const int n = 2000;
+  for (uint64_t i = 0; i < n; ++i) {
+    const Problem a = full->Train(i), b = terse->Train(i);
+    ASSERT_EQ(a.messages, b.messages) << i;
+    ASSERT_EQ(a.answer, b.answer) << i;
+    ASSERT_EQ((*a.reference)["content"], (*b.reference)["content"]) << i;
+    ASSERT_NE((*a.reference)["reasoning_content"], "") << i;
+    const auto& reasoning = (*b.reference)["reasoning_content"];
+    if (reasoning == "") {
+      ++answer_only;
+    } else {
+      ASSERT_EQ(reasoning, (*a.reference)["reasoning_content"]) << i;
+    }
+  }
+  // Binomial(2000, 0.6): the standard deviation is about 22.
+  EXPECT_NEAR(answer_only, 0.6 * n, 110);
+  ASSERT_EQ(full->Eval().size(), terse->Eval().size());
+  for (size_t i = 0; i < terse->Eval().size(); ++i) {
+    EXPECT_EQ(terse->Eval()[i].reference, full->Eval()[i].reference);
+  }
+}
+
 std::string Line(int i) {
   return R"({"messages":[{"role":"user","content":"q)" + std::to_string(i) + R"("}],"answer":")" +
          std::to_string(i) + "\"}\n";

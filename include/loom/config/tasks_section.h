@@ -26,6 +26,7 @@ struct DatasetSection {
   double eval_fraction = 0.1;  // share of the problem space held out
   int eval_size = 64;          // held-out problems evaluated (generators)
   std::string system_prompt;   // "" = no system message
+  double answer_only_fraction = 0;  // generators: SFT references without the worked reasoning
 
   template <class V>
   void Visit(V& v) {
@@ -76,6 +77,13 @@ struct DatasetSection {
                 .Min(0));
     v.Field("system_prompt", system_prompt,
             Doc("Generators: system message prepended to every prompt; empty for none."));
+    v.Field("answer_only_fraction", answer_only_fraction,
+            Doc("Generators: share of training problems whose SFT reference gives only the "
+                "final answer, with empty reasoning (chosen per problem, deterministically). "
+                "Makes the demonstrations deliberately incomplete: above 0.5 the SFT model "
+                "answers without working by default, and GRPO has to find that working it "
+                "out pays. Held-out problems and verifiers are unaffected.")
+                .Range(0, 1));
   }
 
   void Validate(ErrorSink& errors) const {
