@@ -1,5 +1,7 @@
 // Transformer::Score: the training / scoring forward over a packed batch.
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "forward.h"
 #include "logprobs.h"
@@ -67,6 +69,10 @@ at::Tensor DefaultPositions(const std::vector<int64_t>& lengths) {
 absl::StatusOr<ScoreResult> Transformer::Score(const PackedBatch& batch,
                                                const ScoreOptions& options) const {
   if (auto status = ValidateBatch(batch, config_); !status.ok()) return status;
+  if (!(options.temperature > 0) || !std::isfinite(options.temperature)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Score: temperature must be > 0, got ", options.temperature));
+  }
   try {
     const at::Device device = options_.device;
     PaddedLayout layout =
@@ -82,6 +88,8 @@ absl::StatusOr<ScoreResult> Transformer::Score(const PackedBatch& batch,
     if (batch.replay_routing.defined()) input.replay = batch.replay_routing.to(device);
     ScoreResult result;
     at::Tensor hidden = RunStack(config_, *weights_, input, &result.routing);
+    // logits / T == (hidden / T) · lm_head^T, so the chunked kernels stay as they are.
+    if (options.temperature != 1.0) hidden = hidden / options.temperature;
     at::Tensor targets = batch.targets.defined()
                              ? batch.targets.to(device)
                              : at::full({batch.tokens.size(0)}, -1, input.tokens.options());

@@ -153,6 +153,11 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
     }
   }
 
+  // Score at the temperature the engine sampled at, as its behaviour log-probs
+  // were (greedy rollouts record temperature-1 log-probs).
+  model::ScoreOptions score_options;
+  if (config.rollout.temperature > 0) score_options.temperature = config.rollout.temperature;
+
   double loss_sum = 0, clip_weighted = 0, masked_weighted = 0, loss_tokens = 0, ratio_weighted = 0;
   int64_t trained_tokens = 0;
   for (const auto& group : SplitByTokens(lengths, config.train.micro_batch_tokens)) {
@@ -175,7 +180,7 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
     }
     ShiftedBatch shifted = TeacherForcing(tokens, masks);
     if (!routing.empty()) shifted.batch.replay_routing = at::cat(routing, 0);
-    auto scored = context_.model.Score(shifted.batch);
+    auto scored = context_.model.Score(shifted.batch, score_options);
     if (!scored.ok()) return scored.status();
     algo::PolicyLossInputs inputs;
     inputs.logprobs = scored->logprobs;

@@ -3,6 +3,7 @@
 
 #include "loom/model/transformer.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include <gtest/gtest.h>
@@ -117,6 +118,40 @@ TEST_P(ArchTest, ChunkedLogprobsMatchDirectComputation) {
   for (size_t i = 0; i < params.size(); ++i) {
     if (!g_direct[i].defined()) continue;
     EXPECT_TRUE(at::allclose(g_chunked[i], g_direct[i], 1e-4, 1e-5)) << i;
+  }
+}
+
+// Score at temperature T gives log softmax(logits / T): checked against the
+// temperature-1 full-vocabulary log-probs rescaled by hand (log_softmax is
+// shift-invariant, so log_softmax(logprobs / T) == log_softmax(logits / T)).
+TEST(TransformerTest, ScoreAtTemperatureIsTheTemperedSoftmax) {
+  ModelConfig config = TestConfig("llama");
+  auto model = TestModel(config, 17);
+  auto seqs = RandomSequences({9, 6}, config.vocab_size, 4);
+  PackedBatch batch = TeacherForcingBatch(seqs);
+  ScoreOptions plain;
+  plain.full_vocab_rows = at::arange(15, at::kLong);
+  auto reference = model->Score(batch, plain);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  ScoreOptions tempered;
+  tempered.temperature = 0.6;
+  tempered.chunk_tokens = 4;
+  auto result = model->Score(batch, tempered);
+  ASSERT_TRUE(result.ok()) << result.status();
+  at::Tensor valid = batch.targets.ge(0);
+  at::Tensor expected = at::log_softmax(reference->full_logprobs.to(at::kDouble) / 0.6, -1)
+                            .gather(1, batch.targets.clamp_min(0).unsqueeze(1))
+                            .squeeze(1)
+                            .masked_fill(valid.logical_not(), 0);
+  EXPECT_LE((expected - result->logprobs.to(at::kDouble)).abs().max().item<double>(), 1e-5);
+  EXPECT_GT((result->logprobs - reference->logprobs).abs().max().item<double>(), 1e-2);
+
+  for (double bad : {0.0, -1.0, std::nan("")}) {
+    ScoreOptions options;
+    options.temperature = bad;
+    auto status = model->Score(batch, options).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find("temperature must be > 0"), std::string::npos) << status;
   }
 }
 

@@ -3,7 +3,8 @@
 // in four and "B" to the rest, at random; the verifier wants "B". After SFT
 // the greedy answer is "A" everywhere (held-out accuracy 0); GRPO samples
 // the rare "B", rewards it, and must flip the greedy answer. The same run at
-// learning rate 0 is the control: it must not move.
+// learning rate 0 is the control: it must not move. At a sampling temperature
+// other than 1 the trainer's log-probs must still match the engine's.
 
 #include <gtest/gtest.h>
 
@@ -57,17 +58,20 @@ train:
 )";
   }
 
-  // Held-out accuracy after each stage of one run: {after SFT, after GRPO}.
-  std::pair<double, double> Run(const std::string& name, const std::string& extra) {
+  std::vector<nlohmann::json> Run(const std::string& name, const std::string& extra) {
     const std::string run_dir = dir_ / name;
     auto result = RunLoom("train --config " + (dir_ / "config.yaml") + " --run-dir " + run_dir +
                           " --set model.path=" + run_dir + "/model" + extra);
     EXPECT_EQ(result.exit_code, 0) << result.err;
     auto records = metrics::ReadMetrics(run_dir + "/metrics.jsonl");
     EXPECT_TRUE(records.ok()) << records.status();
+    return records.ok() ? *records : std::vector<nlohmann::json>{};
+  }
+
+  // Held-out accuracy after each stage: {after SFT, after GRPO}.
+  static std::pair<double, double> StageAccuracy(const std::vector<nlohmann::json>& records) {
     std::pair<double, double> accuracy{-1, -1};
-    if (!records.ok()) return accuracy;
-    for (const auto& r : *records) {
+    for (const auto& r : records) {
       if (!r.contains("eval_accuracy") || r["step"] == 0) continue;
       (r["stage"] == "sft" ? accuracy.first : accuracy.second) = r["eval_accuracy"].get<double>();
     }
@@ -78,15 +82,29 @@ train:
 };
 
 TEST_F(GrpoLearnsTest, GreedyAnswerFlipsToTheRewardedOne) {
-  const auto [after_sft, after_grpo] = Run("learn", "");
+  const auto [after_sft, after_grpo] = StageAccuracy(Run("learn", ""));
   EXPECT_LE(after_sft, 0.1);
   EXPECT_GE(after_grpo, 0.8);
 }
 
 TEST_F(GrpoLearnsTest, AtLearningRateZeroNothingMoves) {
-  const auto [after_sft, after_grpo] = Run("control", " --set train.grpo.lr=0");
+  const auto [after_sft, after_grpo] = StageAccuracy(Run("control", " --set train.grpo.lr=0"));
   EXPECT_LE(after_sft, 0.1);
   EXPECT_EQ(after_grpo, after_sft);
+}
+
+// The engine records behaviour log-probs at the sampling temperature; the
+// trainer must score at the same one, or the importance ratios of an
+// unchanged policy drift from 1 and PPO clips tokens it should not.
+TEST_F(GrpoLearnsTest, ImportanceRatiosStayAtOneWhenSamplingAtTemperature) {
+  int steps = 0;
+  for (const auto& r : Run("tempered", " --set train.grpo.lr=0 --set rollout.temperature=0.7")) {
+    if (r["stage"] != "grpo" || !r.contains("ratio_mean")) continue;
+    ++steps;
+    EXPECT_NEAR(r["ratio_mean"].get<double>(), 1.0, 1e-3) << r.dump();
+    EXPECT_EQ(r["clip_fraction"].get<double>(), 0.0) << r.dump();
+  }
+  EXPECT_EQ(steps, 15);
 }
 
 }  // namespace

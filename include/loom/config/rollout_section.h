@@ -51,7 +51,9 @@ struct RolloutSection {
                 .Min(1));
     v.Field("temperature", temperature,
             Doc("Default sampling temperature; 0 is greedy. Behaviour log-probs are taken at "
-                "this temperature (1 for greedy), before top-p/top-k truncation.")
+                "this temperature (1 for greedy), before top-p/top-k truncation, and GRPO scores "
+                "the policy at the same temperature so the importance ratios compare like with "
+                "like.")
                 .Range(0, 100));
     v.Field("top_p", top_p, Doc("Default nucleus sampling mass; 1 keeps every token.").Range(0, 1));
     v.Field("top_k", top_k,

@@ -30,6 +30,7 @@ PackedBatch TeacherForcingBatch(const std::vector<std::vector<int64_t>>& sequenc
 
 struct ScoreOptions {
   int64_t chunk_tokens = 256;  // rows of [chunk, vocab] logits alive at once
+  double temperature = 1.0;    // log-probs of softmax(logits / temperature), > 0
   at::Tensor full_vocab_rows;  // [N] int64 rows of T to return full-vocab log-probs for
 };
 
