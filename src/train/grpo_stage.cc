@@ -92,6 +92,22 @@ class EnginePort : public dispatch::RolloutPort {
   std::vector<std::pair<uint64_t, absl::Status>> failures_;
 };
 
+// The frozen model of the KL penalty: the weights this stage started from, as
+// saved on disk (the previous stage's output, or model.path when GRPO comes
+// first), so a resumed run anchors to the same weights. Null when
+// grpo.kl_coef is 0.
+absl::StatusOr<std::unique_ptr<model::Transformer>> LoadReference(const TrainContext& context) {
+  const config::RunConfig& config = context.config;
+  if (config.grpo.kl_coef <= 0) return nullptr;
+  const auto& stages = config.train.stages;
+  const auto grpo = std::find(stages.begin(), stages.end(), "grpo");
+  const std::string dir = grpo == stages.begin()
+                              ? config.model.path
+                              : context.run_dir.path() + "/stages/" + *std::prev(grpo);
+  spdlog::info("grpo.kl_coef {}: KL reference from {}", config.grpo.kl_coef, dir);
+  return model::Transformer::Load(dir, {context.model.dtype(), context.model.device(), false});
+}
+
 }  // namespace
 
 absl::Status RunGrpoStage(TrainContext& context) {
@@ -108,9 +124,11 @@ absl::Status RunGrpoStage(TrainContext& context) {
       config.async, config.effort, config.tasks, static_cast<uint64_t>(config.run.seed)));
   if (!dispatcher.ok()) return dispatcher.status();
   auto think_end = context.tokenizer.TokenToId(tokenizer::dsv4::kThinkClose);
+  auto reference = LoadReference(context);
+  if (!reference.ok()) return reference.status();
   GrpoStep trainer(context, optimizer,
                    algo::EffortLengthReward(config.grpo.length_reward, config.effort.levels),
-                   think_end ? *think_end : -1);
+                   think_end ? *think_end : -1, reference->get());
 
   std::map<uint64_t, SampleInfo> sample_info;
   std::map<uint64_t, rollout::SampleState> finished;

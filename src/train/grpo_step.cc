@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include <ATen/core/grad_mode.h>
+
 #include "loom/algo/advantages.h"
 #include "loom/algo/policy_loss.h"
 #include "loom/config/check.h"
@@ -158,7 +160,8 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
   model::ScoreOptions score_options;
   if (config.rollout.temperature > 0) score_options.temperature = config.rollout.temperature;
 
-  double loss_sum = 0, clip_weighted = 0, masked_weighted = 0, loss_tokens = 0, ratio_weighted = 0;
+  double loss_sum = 0, clip_weighted = 0, masked_weighted = 0, loss_tokens = 0, ratio_weighted = 0,
+         kl_weighted = 0;
   int64_t trained_tokens = 0;
   for (const auto& group : SplitByTokens(lengths, config.train.micro_batch_tokens)) {
     std::vector<const std::vector<int64_t>*> tokens, versions;
@@ -195,11 +198,19 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
     options.policy_version = version;
     options.mask_lag = config.async.mask_lag;
     options.normalizer = std::max(weighted_tokens, 1.0);
+    if (reference_ != nullptr) {
+      at::NoGradGuard no_grad;
+      auto reference = reference_->Score(shifted.batch, score_options);
+      if (!reference.ok()) return reference.status();
+      inputs.ref_logprobs = reference->logprobs;
+      options.kl_coef = config.grpo.kl_coef;
+    }
     algo::PolicyLossResult loss = algo::PolicyLoss(inputs, options);
     loss.loss.backward();
     loss_sum += loss.loss.item<double>();
     clip_weighted += loss.clip_fraction * static_cast<double>(loss.weighted_tokens);
     ratio_weighted += loss.mean_ratio * static_cast<double>(loss.weighted_tokens);
+    kl_weighted += loss.kl * static_cast<double>(loss.weighted_tokens);
     masked_weighted += loss.masked_fraction * static_cast<double>(loss.loss_tokens);
     loss_tokens += static_cast<double>(loss.loss_tokens);
   }
@@ -254,6 +265,7 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
       {"train_tokens_per_s", static_cast<double>(trained_tokens) / std::max(train_seconds, 1e-9)},
       {"time_rollout_s", rollout.seconds},
       {"time_train_s", train_seconds}};
+  if (reference_ != nullptr) record["kl"] = kl_weighted / weighted;
   if (rewards.episodes > 0) {
     record["episodes"] = rewards.episodes;
     record["episodes_failed"] = rewards.episodes_failed;

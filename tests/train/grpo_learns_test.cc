@@ -38,7 +38,7 @@ class GrpoLearnsTest : public ::testing::Test {
       train << Line(i, (state >> 33) % 4 == 0 ? "B" : "A");
     }
     for (int i = 2000; i < 2064; ++i) eval << Line(i, "");
-    std::ofstream(dir_ / "config.yaml") << R"(run: {name: learns, seed: 1, threads: 2}
+    std::ofstream(dir_ / "config.yaml") << R"(run: {name: learns, seed: 1, threads: 2, deterministic: true}
 model:
   arch: llama
   init: {hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 2,
@@ -105,6 +105,32 @@ TEST_F(GrpoLearnsTest, ImportanceRatiosStayAtOneWhenSamplingAtTemperature) {
     EXPECT_EQ(r["clip_fraction"].get<double>(), 0.0) << r.dump();
   }
   EXPECT_EQ(steps, 15);
+}
+
+// grpo.kl_coef anchors the policy to the weights GRPO started from: the KL
+// of the first step is exactly 0 (the reference is those weights), and a
+// strong anchor keeps the policy much closer than a negligible one.
+TEST_F(GrpoLearnsTest, KlPenaltyHoldsThePolicyNearTheStageStart) {
+  auto late_kl = [](const std::vector<nlohmann::json>& records) {
+    double sum = 0;
+    int n = 0;
+    for (const auto& r : records) {
+      if (r["stage"] != "grpo" || !r.contains("kl")) continue;
+      if (r["step"] == 1) {
+        EXPECT_EQ(r["kl"].get<double>(), 0.0) << r.dump();
+      }
+      if (r["step"].get<int>() > 10) {
+        sum += r["kl"].get<double>();
+        ++n;
+      }
+    }
+    EXPECT_EQ(n, 5);
+    return n > 0 ? sum / n : -1;
+  };
+  const double free = late_kl(Run("free", " --set grpo.kl_coef=1e-6"));
+  const double anchored = late_kl(Run("anchored", " --set grpo.kl_coef=3"));
+  EXPECT_GT(free, 0.05);
+  EXPECT_LT(anchored, 0.5 * free);
 }
 
 }  // namespace

@@ -101,8 +101,10 @@ struct GrpoSection {
                 "only centred on the subgroup mean, which does not amplify near-unanimous "
                 "subgroups."));
     v.Field("kl_coef", kl_coef,
-            Doc("Weight of a per-token KL penalty to the reference (the stage's starting "
-                "weights). 0 = off, and no reference copy is kept.")
+            Doc("Weight of a per-token KL penalty (k3 estimator) to the weights the GRPO stage "
+                "started from, loaded from the previous stage's output (or model.path when "
+                "GRPO comes first) and scored at the rollout temperature; metrics.jsonl then "
+                "carries `kl`. 0 = off, and no reference copy is kept.")
                 .Min(0));
     v.Section("length_reward", length_reward,
               Doc("Effort-conditioned length reward on reasoning tokens."));

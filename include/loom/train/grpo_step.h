@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "loom/algo/length_reward.h"
 #include "loom/dispatch/types.h"
+#include "loom/model/transformer.h"
 #include "loom/rollout/sample_state.h"
 #include "loom/tasks/problem.h"
 #include "loom/train/adamw.h"
@@ -50,13 +51,15 @@ struct RolloutTotals {
 class GrpoStep {
  public:
   // `think_end_id`: the `</think>` token (-1 when the tokenizer lacks it:
-  // every generated token then counts as reasoning).
+  // every generated token then counts as reasoning). `reference`: the frozen
+  // model of the KL penalty (grpo.kl_coef > 0), or null; borrowed.
   GrpoStep(TrainContext& context, AdamW& optimizer, algo::EffortLengthReward length_reward,
-           int64_t think_end_id)
+           int64_t think_end_id, const model::Transformer* reference = nullptr)
       : context_(context),
         optimizer_(optimizer),
         length_reward_(std::move(length_reward)),
-        think_end_id_(think_end_id) {}
+        think_end_id_(think_end_id),
+        reference_(reference) {}
 
   // Trains on `samples` (complete subgroups) as step `step` (0-based) of the
   // stage; bumps context.policy_version. Returns the step's metrics line.
@@ -74,6 +77,7 @@ class GrpoStep {
   AdamW& optimizer_;
   algo::EffortLengthReward length_reward_;
   int64_t think_end_id_;
+  const model::Transformer* reference_;
 };
 
 }  // namespace loom::train
