@@ -77,7 +77,7 @@ double SampleRng::NextUniform() {
 SampledToken SampleToken(const float* logits, int64_t vocab, const SamplingParams& params,
                          SampleRng& rng) {
   const bool greedy = params.temperature <= 0.0;
-  const std::vector<double> logp = LogSoftmax(logits, vocab, greedy ? 1.0 : params.temperature);
+  const std::vector<double> logp = LogSoftmax(logits, vocab, params.LogprobTemperature());
   if (greedy) {
     const int64_t token = ArgMax(logp);
     return {token, static_cast<float>(logp[token])};

@@ -101,9 +101,8 @@ absl::StatusOr<std::unique_ptr<model::Transformer>> LoadReference(const TrainCon
   if (config.grpo.kl_coef <= 0) return nullptr;
   const auto& stages = config.train.stages;
   const auto grpo = std::find(stages.begin(), stages.end(), "grpo");
-  const std::string dir = grpo == stages.begin()
-                              ? config.model.path
-                              : context.run_dir.path() + "/stages/" + *std::prev(grpo);
+  const std::string dir = grpo == stages.begin() ? config.model.path
+                                                 : context.run_dir.stage_path(*std::prev(grpo));
   spdlog::info("grpo.kl_coef {}: KL reference from {}", config.grpo.kl_coef, dir);
   return model::Transformer::Load(dir, {context.model.dtype(), context.model.device(), false});
 }

@@ -9,6 +9,7 @@
 #include "loom/algo/policy_loss.h"
 #include "loom/config/check.h"
 #include "loom/metrics/progress.h"
+#include "loom/rollout/sampling.h"
 #include "loom/train/batching.h"
 #include "loom/train/encoding.h"
 
@@ -155,10 +156,10 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
     }
   }
 
-  // Score at the temperature the engine sampled at, as its behaviour log-probs
-  // were (greedy rollouts record temperature-1 log-probs).
+  // Score at the temperature of the engine's behaviour log-probs.
   model::ScoreOptions score_options;
-  if (config.rollout.temperature > 0) score_options.temperature = config.rollout.temperature;
+  score_options.temperature =
+      rollout::SamplingParams{config.rollout.temperature}.LogprobTemperature();
 
   double loss_sum = 0, clip_weighted = 0, masked_weighted = 0, loss_tokens = 0, ratio_weighted = 0,
          kl_weighted = 0;

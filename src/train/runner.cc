@@ -82,7 +82,7 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
     spdlog::info("stage {} begins", stage);
     absl::Status status = stage == "sft" ? RunSftStage(context) : RunGrpoStage(context);
     if (!status.ok()) return status;
-    const std::string out = run_dir.path() + "/stages/" + stage;
+    const std::string out = run_dir.stage_path(stage);
     if (absl::Status s = (*model)->Save(out); !s.ok()) return s;
     fs::copy_file(config.model.path + "/tokenizer.json", out + "/tokenizer.json",
                   fs::copy_options::overwrite_existing);

@@ -21,6 +21,9 @@ struct SamplingParams {
   double temperature = 1.0;  // 0 = greedy (argmax, lowest id on ties)
   double top_p = 1.0;        // keep the smallest most-likely set with mass >= top_p
   int64_t top_k = 0;         // keep the top_k most likely tokens; 0 = all
+
+  // The T of the behaviour log-probs: the temperature, or 1 when greedy.
+  double LogprobTemperature() const { return temperature > 0.0 ? temperature : 1.0; }
 };
 
 // A splitmix64 stream: draw n is a pure function of (key, n).

@@ -5,6 +5,7 @@
 //   <dir>/log.txt         the log, appended across resumes
 //   <dir>/metrics.jsonl   one JSON object per training step / eval
 //   <dir>/checkpoints/    checkpoints and the `latest` pointer
+//   <dir>/stages/<stage>/ each finished stage's weights (a model directory)
 //
 // Created by `loom train` before any work starts; owned by the run loop.
 
@@ -28,6 +29,7 @@ class RunDir {
   std::string log_path() const { return path_ + "/log.txt"; }
   std::string metrics_path() const { return path_ + "/metrics.jsonl"; }
   std::string checkpoints_path() const { return path_ + "/checkpoints"; }
+  std::string stage_path(const std::string& stage) const { return path_ + "/stages/" + stage; }
 
  private:
   explicit RunDir(std::string path) : path_(std::move(path)) {}
