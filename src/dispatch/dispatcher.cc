@@ -206,6 +206,14 @@ Disposition Dispatcher::OnSampleFinished(uint64_t sample_id) {
   return disposition;
 }
 
+Disposition Dispatcher::OnSampleFailed(uint64_t sample_id) {
+  auto it = samples_.find(sample_id);
+  LOOM_CHECK(it != samples_.end(), "sample " << sample_id << " is not in flight");
+  prompts_.at(it->second.prompt_id).dropped = true;
+  ++stats_.samples_failed;
+  return OnSampleFinished(sample_id);
+}
+
 void Dispatcher::MarkSubgroupReady(PromptState& prompt, uint64_t subgroup_id) {
   const PromptGroup& group = prompt.group;
   for (const auto& subgroup : group.subgroups) {

@@ -56,6 +56,12 @@ class GeneratedDataset : public Dataset {
       if (split == Split::kTrain && rng.UniformReal() < spec_.answer_only_fraction) {
         (*problem.reference)["reasoning_content"] = "";
       }
+      if (split == Split::kTrain && spec_.reversed_answer_fraction > 0 &&
+          rng.UniformReal() < spec_.reversed_answer_fraction) {
+        std::string answer = (*problem.reference)["content"];
+        std::reverse(answer.begin(), answer.end());
+        (*problem.reference)["content"] = answer;
+      }
       problem.dataset = name_;
       problem.id = name_ + "/" + SplitName(split) + "/" + std::to_string(index);
       if (!spec_.system_prompt.empty()) {

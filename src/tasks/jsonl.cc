@@ -106,6 +106,7 @@ absl::StatusOr<std::vector<Problem>> ReadJsonlProblems(const std::string& path,
     }
     problem->dataset = dataset;
     problem->id = dataset + "/line" + std::to_string(number);
+    problem->source = path + ":" + std::to_string(number);
     problems.push_back(std::move(*problem));
   }
   if (problems.empty()) return absl::InvalidArgumentError(path + ": no problems (empty file)");

@@ -56,8 +56,10 @@ AgentConversation::AgentConversation(const tokenizer::Tokenizer& tokenizer, int 
                                      int64_t eos_id)
     : tokenizer_(tokenizer), eos_id_(eos_id) {
   options_.thinking_mode = chat::ThinkingMode::kThinking;
-  options_.reasoning_effort.kind = chat::ReasoningEffort::Kind::kNumeric;
-  options_.reasoning_effort.b = effort;
+  if (effort > 0) {
+    options_.reasoning_effort.kind = chat::ReasoningEffort::Kind::kNumeric;
+    options_.reasoning_effort.b = effort;
+  }
 }
 
 absl::StatusOr<std::vector<int64_t>> AgentConversation::Observe(

@@ -7,11 +7,14 @@
 namespace loom::train {
 namespace {
 
+// Thinking mode with the numeric effort line for effort b, or none for 0.
 chat::EncodeOptions ThinkingWithEffort(int effort) {
   chat::EncodeOptions options;
   options.thinking_mode = chat::ThinkingMode::kThinking;
-  options.reasoning_effort.kind = chat::ReasoningEffort::Kind::kNumeric;
-  options.reasoning_effort.b = effort;
+  if (effort > 0) {
+    options.reasoning_effort.kind = chat::ReasoningEffort::Kind::kNumeric;
+    options.reasoning_effort.b = effort;
+  }
   return options;
 }
 

@@ -17,11 +17,13 @@ absl::StatusOr<EvalResult> Evaluate(const TrainContext& context) {
   if (!engine.ok()) return engine.status();
   const int effort = *std::max_element(config.effort.levels.begin(), config.effort.levels.end());
 
+  EvalResult result;
+  std::map<std::string, std::pair<double, int64_t>> per_dataset;  // reward sum, count
   // Sample ids index into `problems`.
   std::vector<const tasks::Problem*> problems;
   for (const auto& dataset : context.datasets) {
     for (const tasks::Problem& problem : dataset->Eval()) {
-      auto prompt = EncodeProblemPrompt(problem, effort, context.tokenizer);
+      auto prompt = EncodeProblemPrompt(problem, config.effort.PromptEffort(effort), context.tokenizer);
       if (!prompt.ok()) return prompt.status();
       rollout::SampleRequest request;
       request.id = problems.size();
@@ -29,13 +31,20 @@ absl::StatusOr<EvalResult> Evaluate(const TrainContext& context) {
       request.sampling.temperature = 0;  // greedy
       request.stop.max_new_tokens = config.rollout.max_new_tokens;
       request.stop.eos_token_ids = {context.eos_id};
-      if (absl::Status s = (*engine)->Add(request); !s.ok()) return s;
+      if (absl::Status s = (*engine)->Add(request); !s.ok()) {
+        // A prompt too long for the context or the pool: wrong, not fatal.
+        spdlog::warn("dataset '{}': held-out problem {}{} could not start, counted as wrong: {}",
+                     problem.dataset, problem.id,
+                     problem.source.empty() ? "" : " (" + problem.source + ")",
+                     std::string(s.message()));
+        ++per_dataset[problem.dataset].second;
+        ++result.skipped;
+        continue;
+      }
       problems.push_back(&problem);
     }
   }
 
-  EvalResult result;
-  std::map<std::string, std::pair<double, int64_t>> per_dataset;  // reward sum, count
   int64_t parsed = 0, generated = 0;
   while ((*engine)->num_samples() > 0) {
     auto step = (*engine)->Step();
@@ -57,7 +66,7 @@ absl::StatusOr<EvalResult> Evaluate(const TrainContext& context) {
     result.accuracy[name] = sum_count.first / std::max<int64_t>(1, sum_count.second);
     total += sum_count.first;
   }
-  result.problems = static_cast<int64_t>(problems.size());
+  result.problems = static_cast<int64_t>(problems.size()) + result.skipped;
   const double n = static_cast<double>(std::max<int64_t>(1, result.problems));
   result.overall = total / n;
   result.parse_rate = static_cast<double>(parsed) / n;
@@ -73,7 +82,8 @@ absl::Status LogEvaluation(TrainContext& context, const char* stage, int64_t ste
                            {"version", context.policy_version},
                            {"eval_accuracy", eval->overall},
                            {"eval_parse_rate", eval->parse_rate},
-                           {"eval_mean_length", eval->mean_length}};
+                           {"eval_mean_length", eval->mean_length},
+                           {"eval_skipped", eval->skipped}};
   for (const auto& [name, accuracy] : eval->accuracy) {
     record["eval_accuracy_by_dataset"][name] = accuracy;
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -49,7 +50,10 @@ class EnginePort : public dispatch::RolloutPort {
     const bool agent = spec.environment == "sandbox";
     for (const dispatch::Subgroup& subgroup : group.subgroups) {
       absl::StatusOr<std::vector<int64_t>> prompt = std::vector<int64_t>();
-      if (!agent) prompt = EncodeProblemPrompt(*problem, subgroup.effort, context_.tokenizer);
+      if (!agent) {
+        prompt = EncodeProblemPrompt(*problem, context_.config.effort.PromptEffort(subgroup.effort),
+                                     context_.tokenizer);
+      }
       for (const dispatch::SampleTicket& ticket : subgroup.samples) {
         samples_[ticket.sample_id] = SampleInfo{
             problem, subgroup.id, subgroup.effort, group.dataset, group.problem_index, agent,
@@ -62,7 +66,7 @@ class EnginePort : public dispatch::RolloutPort {
         if (agent) {
           LOOM_CHECK(agents_ != nullptr, "sandbox dataset without sandbox clients");
           agents_->Start(std::move(request), sandbox::BuiltinTask(spec.kind, problem->task_seed),
-                         subgroup.effort);
+                         context_.config.effort.PromptEffort(subgroup.effort));
         } else if (absl::Status s = engine_.Add(request); !s.ok()) {
           failures_.push_back({ticket.sample_id, s});
         }
@@ -91,6 +95,27 @@ class EnginePort : public dispatch::RolloutPort {
   AgentRollout* agents_;  // null without sandbox datasets
   std::vector<std::pair<uint64_t, absl::Status>> failures_;
 };
+
+// Samples that could not start (a prompt too long for the context or the KV
+// pool): their prompt groups are dropped with one warning per problem naming
+// where it came from, and counted (metric samples_failed); the run goes on.
+void ReportFailures(const std::vector<std::pair<uint64_t, absl::Status>>& failures,
+                    dispatch::Dispatcher& dispatcher, std::map<uint64_t, SampleInfo>& samples) {
+  std::set<const tasks::Problem*> warned;
+  for (const auto& [id, status] : failures) {
+    auto info = samples.find(id);
+    LOOM_CHECK(info != samples.end(), "failed sample " << id);
+    const tasks::Problem& problem = *info->second.problem;
+    if (warned.insert(&problem).second) {
+      spdlog::warn("dataset '{}': problem {}{} could not start, its prompt group is dropped: {}",
+                   problem.dataset, problem.id,
+                   problem.source.empty() ? "" : " (" + problem.source + ")",
+                   std::string(status.message()));
+    }
+    dispatcher.OnSampleFailed(id);
+    samples.erase(info);
+  }
+}
 
 // The frozen model of the KL penalty: the weights this stage started from, as
 // saved on disk (the previous stage's output, or model.path when GRPO comes
@@ -146,11 +171,7 @@ absl::Status RunGrpoStage(TrainContext& context) {
   while (step < stage.steps) {
     if (absl::Status s = GrpoBoundary(context, loop, /*after_step=*/false); !s.ok()) return s;
     const int admitted = (*dispatcher)->Refill(port);
-    for (auto& [id, status] : port.TakeFailures()) {
-      spdlog::warn("sample {} could not start: {}", id, std::string(status.message()));
-      (*dispatcher)->OnSampleFinished(id);
-      sample_info.erase(id);
-    }
+    ReportFailures(port.TakeFailures(), **dispatcher, sample_info);
     if (agents != nullptr) {
       // Wait for the workers only when the engine has nothing to run.
       const bool idle = (*engine)->num_running() + (*engine)->num_waiting() == 0;

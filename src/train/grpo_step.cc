@@ -62,6 +62,32 @@ int64_t MultiTurnReasoningLength(const rollout::SampleState& state, int64_t thin
   return count;
 }
 
+// Samples scored together: one temperature (each sample is scored at the one
+// it was drawn with), at most max_tokens tokens unless a sample alone is longer.
+struct MicroBatch {
+  double temperature = 1.0;
+  std::vector<size_t> samples;  // indices into the step's samples
+};
+
+std::vector<MicroBatch> MicroBatches(const std::vector<TrainingSample>& samples,
+                                     const std::vector<size_t>& chosen, int64_t max_tokens) {
+  std::map<double, std::vector<size_t>> by_temperature;
+  for (size_t i : chosen) {
+    by_temperature[samples[i].state.sampling.LogprobTemperature()].push_back(i);
+  }
+  std::vector<MicroBatch> out;
+  for (const auto& [temperature, indices] : by_temperature) {
+    std::vector<int64_t> lengths;
+    for (size_t i : indices) lengths.push_back(samples[i].state.length());
+    for (const auto& group : SplitByTokens(lengths, max_tokens)) {
+      MicroBatch micro{temperature, {}};
+      for (size_t k : group) micro.samples.push_back(indices[k]);
+      out.push_back(std::move(micro));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Judgement GrpoStep::JudgeSample(const TrainingSample& sample, int64_t* reasoning,
@@ -144,34 +170,38 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
       at::tensor(rewards.total, at::kFloat), at::tensor(subgroup_ids, at::kLong),
       config.grpo.scale_by_std);
 
-  // One token-level mean over the whole batch: count the weighted tokens first.
-  std::vector<int64_t> lengths;
+  // The samples the step scores: all, or only those of informative subgroups.
+  std::vector<size_t> scored_samples;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& range = reward_range.at(samples[i].info.subgroup_id);
+    if (!config.grpo.SkipsUninformative() || range.first < range.second) {
+      scored_samples.push_back(i);
+    }
+  }
+
+  // One token-level mean over the scored samples: count the weighted tokens first.
   double weighted_tokens = 0;
-  for (const TrainingSample& sample : samples) {
-    const auto& state = sample.state;
-    lengths.push_back(state.length());
+  for (size_t i : scored_samples) {
+    const auto& state = samples[i].state;
     for (int64_t t = 1; t < state.length(); ++t) {
-      const bool fresh = config.async.mask_lag < 0 || version - state.versions[t] <= config.async.mask_lag;
+      const bool fresh =
+          config.async.mask_lag < 0 || version - state.versions[t] <= config.async.mask_lag;
       weighted_tokens += (state.loss_mask[t] && fresh) ? 1 : 0;
     }
   }
 
-  // Score at the temperature of the engine's behaviour log-probs.
-  model::ScoreOptions score_options;
-  score_options.temperature =
-      rollout::SamplingParams{config.rollout.temperature}.LogprobTemperature();
-
   double loss_sum = 0, clip_weighted = 0, masked_weighted = 0, loss_tokens = 0, ratio_weighted = 0,
          kl_weighted = 0;
   int64_t trained_tokens = 0;
-  for (const auto& group : SplitByTokens(lengths, config.train.micro_batch_tokens)) {
+  for (const MicroBatch& micro : MicroBatches(samples, scored_samples,
+                                              config.train.micro_batch_tokens)) {
     std::vector<const std::vector<int64_t>*> tokens, versions;
     std::vector<const std::vector<uint8_t>*> masks;
     std::vector<const std::vector<float>*> behaviour;
     std::vector<at::Tensor> routing;
     std::vector<int64_t> group_lengths;
     std::vector<int64_t> group_index;
-    for (size_t i : group) {
+    for (size_t i : micro.samples) {
       const auto& state = samples[i].state;
       tokens.push_back(&state.tokens);
       versions.push_back(&state.versions);
@@ -184,6 +214,9 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
     }
     ShiftedBatch shifted = TeacherForcing(tokens, masks);
     if (!routing.empty()) shifted.batch.replay_routing = at::cat(routing, 0);
+    // Score at the temperature of the samples' behaviour log-probs.
+    model::ScoreOptions score_options;
+    score_options.temperature = micro.temperature;
     auto scored = context_.model.Score(shifted.batch, score_options);
     if (!scored.ok()) return scored.status();
     algo::PolicyLossInputs inputs;
@@ -249,16 +282,16 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
       {"response_length_by_dataset", length_by_dataset.Json()},
       {"response_length_by_effort", length_by_effort.Json()},
       {"parse_rate", static_cast<double>(rewards.parsed) / static_cast<double>(n)},
+      {"skipped_samples", static_cast<int64_t>(n - scored_samples.size())},
       {"informative_subgroup_fraction",
        static_cast<double>(informative) / static_cast<double>(reward_range.size())},
+      {"samples_failed", dispatch.samples_failed},
       {"inflight_mean", dispatch.inflight_mean},
       {"inflight_min", dispatch.inflight_min},
       {"inflight_max", dispatch.inflight_max},
       {"staleness_mean", static_cast<double>(lag_sum) / static_cast<double>(n)},
       {"staleness_max", lag_max},
       {"masked_token_fraction", loss_tokens > 0 ? masked_weighted / loss_tokens : 0.0},
-      {"clip_fraction", clip_weighted / weighted},
-      {"ratio_mean", ratio_weighted / weighted},
       {"rollout_tokens_per_s",
        rollout.seconds > 0 ? static_cast<double>(rollout.decode_tokens + rollout.prefill_tokens) /
                                  rollout.seconds
@@ -266,7 +299,13 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
       {"train_tokens_per_s", static_cast<double>(trained_tokens) / std::max(train_seconds, 1e-9)},
       {"time_rollout_s", rollout.seconds},
       {"time_train_s", train_seconds}};
-  if (reference_ != nullptr) record["kl"] = kl_weighted / weighted;
+  // Ratios exist only for scored tokens: a step whose subgroups were all
+  // uninformative (and skipped) has none.
+  if (weighted_tokens > 0) {
+    record["clip_fraction"] = clip_weighted / weighted;
+    record["ratio_mean"] = ratio_weighted / weighted;
+    if (reference_ != nullptr) record["kl"] = kl_weighted / weighted;
+  }
   if (rewards.episodes > 0) {
     record["episodes"] = rewards.episodes;
     record["episodes_failed"] = rewards.episodes_failed;

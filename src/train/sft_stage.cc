@@ -38,7 +38,7 @@ class SftSampler {
     const auto& levels = context_.config.effort.levels;
     const int effort = levels[std::uniform_int_distribution<size_t>(0, levels.size() - 1)(rng_)];
     tasks::Problem problem = context_.datasets[d]->Train(next_index_[d]++);
-    return EncodeSftExample(problem, effort, context_.tokenizer);
+    return EncodeSftExample(problem, context_.config.effort.PromptEffort(effort), context_.tokenizer);
   }
 
   // The data cursor, for checkpoints.

@@ -24,6 +24,17 @@ TEST(RunConfigTest, QuickstartLoadsWithDefaults) {
   EXPECT_EQ(config->model.dtype, "float32");  // a default, not in the file
 }
 
+// Tests run from the source tree: a test config must never read a user's
+// trained model from runs/ or write there.
+TEST(RunConfigTest, TestConfigsStayOutOfRuns) {
+  for (const char* name : {"e2e", "preempt", "agent"}) {
+    auto config =
+        LoadRunConfig(std::string(LOOM_SOURCE_DIR) + "/configs/test/" + name + ".yaml", {});
+    ASSERT_TRUE(config.ok()) << name << ": " << config.status();
+    EXPECT_EQ(config->model.path.rfind("/proc/", 0), 0u) << name << ": " << config->model.path;
+  }
+}
+
 TEST(RunConfigTest, BaseIsInheritedAndOverridden) {
   TempDir dir;
   dir.Write("configs/base.yaml", "run: {name: base, seed: 7, threads: 1}\nmodel: {path: m}\n");

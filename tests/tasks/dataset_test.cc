@@ -121,6 +121,38 @@ TEST(DatasetTest, AnswerOnlyFractionEmptiesThatShareOfTrainingReasoningAndNothin
   }
 }
 
+TEST(DatasetTest, ReversedAnswerFractionReversesThatShareOfTrainingAnswersAndNothingElse) {
+  auto spec = Spec("arithmetic");
+  spec.min_difficulty = 2;  // mostly two-digit answers: few read the same both ways
+  auto full = Load(spec);
+  spec.reversed_answer_fraction = 0.75;
+  auto sloppy = Load(spec);
+  int reversed = 0, palindromes = 0;
+  const int n = 2000;
+  for (uint64_t i = 0; i < n; ++i) {
+    const Problem a = full->Train(i), b = sloppy->Train(i);
+    ASSERT_EQ(a.messages, b.messages) << i;
+    ASSERT_EQ(a.answer, b.answer) << i;
+    ASSERT_EQ((*a.reference)["reasoning_content"], (*b.reference)["reasoning_content"]) << i;
+    const std::string right = (*a.reference)["content"], written = (*b.reference)["content"];
+    const std::string backwards(right.rbegin(), right.rend());
+    ASSERT_TRUE(written == right || written == backwards) << i << ": " << written;
+    if (right == backwards) {
+      ++palindromes;
+    } else if (written == backwards) {
+      ++reversed;
+      EXPECT_EQ(b.Score(written), 0.0) << "the verifier must reject a reversed answer: " << written;
+    }
+  }
+  // Binomial(n - palindromes, 0.75): the standard deviation is under 20.
+  EXPECT_NEAR(reversed, 0.75 * (n - palindromes), 100);
+  EXPECT_LT(palindromes, n / 4);
+  ASSERT_EQ(full->Eval().size(), sloppy->Eval().size());
+  for (size_t i = 0; i < sloppy->Eval().size(); ++i) {
+    EXPECT_EQ(sloppy->Eval()[i].reference, full->Eval()[i].reference);
+  }
+}
+
 std::string Line(int i) {
   return R"({"messages":[{"role":"user","content":"q)" + std::to_string(i) + R"("}],"answer":")" +
          std::to_string(i) + "\"}\n";

@@ -54,8 +54,10 @@ struct Fixture {
 
   // A finished sample whose completion is `problem`'s reference turn, with
   // the current policy's log-probs as its behaviour log-probs.
+  // `temperature`: the one it was drawn with (its log-probs are taken at it).
   TrainingSample Sample(std::shared_ptr<const tasks::Problem> judged_by,
-                        const tasks::Problem& written_from, uint64_t subgroup) {
+                        const tasks::Problem& written_from, uint64_t subgroup,
+                        double temperature = 1.0) {
     SftExample example = *EncodeSftExample(written_from, 100, *tokenizer);
     rollout::SampleState state;
     state.tokens = example.tokens;
@@ -65,7 +67,8 @@ struct Fixture {
                              example.loss_mask.begin());
     state.versions.assign(state.tokens.size(), -1);
     state.logprobs.assign(state.tokens.size(), 0.0f);
-    const std::vector<float> current = TokenLogprobs(state.tokens);
+    state.sampling.temperature = temperature;
+    const std::vector<float> current = TokenLogprobs(state.tokens, temperature);
     for (size_t t = static_cast<size_t>(state.prompt_length); t < state.tokens.size(); ++t) {
       state.versions[t] = 0;
       state.logprobs[t] = current[t];
@@ -79,9 +82,12 @@ struct Fixture {
   }
 
   // log p(tokens[t] | tokens[<t]) for t >= 1 (index 0 holds 0).
-  std::vector<float> TokenLogprobs(const std::vector<int64_t>& tokens) const {
+  std::vector<float> TokenLogprobs(const std::vector<int64_t>& tokens,
+                                   double temperature = 1.0) const {
     at::NoGradGuard no_grad;
-    auto scored = model->Score(model::TeacherForcingBatch({tokens}));
+    model::ScoreOptions options;
+    options.temperature = temperature;
+    auto scored = model->Score(model::TeacherForcingBatch({tokens}), options);
     EXPECT_TRUE(scored.ok()) << scored.status();
     std::vector<float> out(tokens.size(), 0.0f);
     const at::Tensor lp = scored->logprobs.contiguous();
@@ -103,6 +109,13 @@ struct Fixture {
     GrpoStep step(*context, optimizer, algo::EffortLengthReward(config.grpo.length_reward, {100}),
                   -1);
     return step.Train(samples, 0, {}, {});
+  }
+
+  // Every parameter, flattened into one vector (a copy).
+  at::Tensor Weights() const {
+    std::vector<at::Tensor> flat;
+    for (const at::Tensor& p : model->Parameters()) flat.push_back(p.detach().flatten().clone());
+    return at::cat(flat);
   }
 
   double CompletionLogprob(const TrainingSample& sample) const {
@@ -155,6 +168,81 @@ TEST(GrpoStepTest, EqualRewardsLeaveTheWeightsAlone) {
   EXPECT_DOUBLE_EQ((*record)["informative_subgroup_fraction"].get<double>(), 0.0);
   EXPECT_DOUBLE_EQ(f.CompletionLogprob(samples[0]),
                    before);  // advantage 0 everywhere
+}
+
+// A subgroup with right and wrong answers, and one where both are right.
+std::vector<TrainingSample> MixedBatch(Fixture& f, bool with_uninformative) {
+  auto problem = Fixture::Problem(21), other = Fixture::Problem(22);
+  tasks::Problem wrong = *problem;
+  (*wrong.reference)["content"] = problem->answer + "7";
+  std::vector<TrainingSample> samples;
+  samples.push_back(f.Sample(problem, *problem, 1));
+  samples.push_back(f.Sample(problem, wrong, 1));
+  if (with_uninformative) {
+    samples.push_back(f.Sample(other, *other, 2));
+    samples.push_back(f.Sample(other, *other, 2));
+  }
+  return samples;
+}
+
+// The weight change of one step on MixedBatch from the fixture's fixed
+// initial weights, with grpo.skip_uninformative = `skip`.
+at::Tensor Update(const std::string& skip, bool with_uninformative, nlohmann::json* record) {
+  Fixture f;
+  f.config.grpo.skip_uninformative = skip;
+  const at::Tensor before = f.Weights();
+  auto result = f.TrainOnce(MixedBatch(f, with_uninformative));
+  EXPECT_TRUE(result.ok()) << result.status();
+  if (result.ok()) *record = *result;
+  return f.Weights() - before;
+}
+
+TEST(GrpoStepTest, UninformativeSubgroupsAreSkippedAndDoNotDiluteTheStep) {
+  nlohmann::json alone, mixed, mixed_unskipped;
+  const at::Tensor informative_only = Update("on", false, &alone);
+  const at::Tensor half_uninformative = Update("on", true, &mixed);
+  ASSERT_GT(informative_only.abs().max().item<double>(), 1e-4) << "the step must move";
+  EXPECT_TRUE(at::allclose(half_uninformative, informative_only, 1e-5, 1e-8))
+      << "max difference " << (half_uninformative - informative_only).abs().max().item<double>();
+  EXPECT_EQ(mixed["skipped_samples"], 2) << mixed.dump();
+  EXPECT_EQ(alone["skipped_samples"], 0) << alone.dump();
+  EXPECT_DOUBLE_EQ(mixed["informative_subgroup_fraction"].get<double>(), 0.5);
+
+  // Scored and counted, the uninformative half doubles the normaliser: the
+  // same samples then give a different update (auto = on without a KL term).
+  const at::Tensor unskipped = Update("off", true, &mixed_unskipped);
+  EXPECT_EQ(mixed_unskipped["skipped_samples"], 0);
+  EXPECT_FALSE(at::allclose(unskipped, informative_only, 1e-3, 1e-6));
+  nlohmann::json automatic;
+  EXPECT_TRUE(at::allclose(Update("auto", true, &automatic), informative_only, 1e-5, 1e-8));
+}
+
+TEST(GrpoStepTest, SamplesAreScoredAtTheTemperatureTheyWereDrawnWith) {
+  Fixture f;
+  f.config.rollout.temperature = 1.0;  // the run's current setting; the samples used 0.5
+  f.config.train.grpo.lr = 0;
+  auto problem = Fixture::Problem(31);
+  tasks::Problem wrong = *problem;
+  (*wrong.reference)["content"] = problem->answer + "3";
+  std::vector<TrainingSample> samples;
+  samples.push_back(f.Sample(problem, *problem, 1, 0.5));
+  samples.push_back(f.Sample(problem, wrong, 1, 0.5));
+  samples.push_back(f.Sample(problem, *problem, 2, 1.0));
+  samples.push_back(f.Sample(problem, wrong, 2, 1.0));
+  auto record = f.TrainOnce(samples);
+  ASSERT_TRUE(record.ok()) << record.status();
+  // At the sampling temperatures the recomputed log-probs equal the recorded
+  // ones: every importance ratio is 1 and nothing is clipped. Scored at the
+  // run's temperature, the 0.5 samples would have ratios far from 1.
+  EXPECT_NEAR((*record)["ratio_mean"].get<double>(), 1.0, 1e-5) << record->dump();
+  EXPECT_DOUBLE_EQ((*record)["clip_fraction"].get<double>(), 0.0) << record->dump();
+  const std::vector<float> at_half = f.TokenLogprobs(samples[0].state.tokens, 0.5);
+  const std::vector<float> at_one = f.TokenLogprobs(samples[0].state.tokens, 1.0);
+  double gap = 0;
+  for (size_t t = 0; t < at_half.size(); ++t) {
+    gap = std::max(gap, static_cast<double>(std::abs(at_half[t] - at_one[t])));
+  }
+  EXPECT_GT(gap, 0.05) << "the two temperatures must give different log-probs for this to test";
 }
 
 }  // namespace

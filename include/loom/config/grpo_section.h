@@ -12,6 +12,7 @@ namespace loom::config {
 struct EffortSection {
   std::vector<int> levels = {100};           // the set B of training efforts
   std::vector<int> samples_per_level = {8};  // M_b: one entry, or one per level
+  bool in_prompt = true;                     // render the effort line in prompts
 
   template <class V>
   void Visit(V& v) {
@@ -22,7 +23,15 @@ struct EffortSection {
             Doc("M_b, responses per (prompt, effort) subgroup: one value for every level or one "
                 "per level. Advantages compare responses within a subgroup only.")
                 .Unit("samples"));
+    v.Field("in_prompt", in_prompt,
+            Doc("Write the numeric effort line into every prompt (the DeepSeek-V4 format's "
+                "reasoning-effort prefix, about 85 tokens). Off (one level only): prompts carry "
+                "no effort line, as the V4 encoder renders effort `none`; with a single level the "
+                "line tells the model nothing and costs most of a short prompt's compute."));
   }
+
+  // The effort shown in prompts for level b: b, or 0 (no effort line).
+  int PromptEffort(int b) const { return in_prompt ? b : 0; }
 
   // M_b of level index i.
   int SamplesAt(size_t i) const {
@@ -53,6 +62,10 @@ struct EffortSection {
     }
     for (int m : samples_per_level) {
       if (m < 1) errors.Error("samples_per_level", "every entry must be >= 1");
+    }
+    if (!in_prompt && levels.size() > 1) {
+      errors.Error("in_prompt", "false needs a single effort level: the model could not tell " +
+                                    std::to_string(levels.size()) + " levels apart");
     }
   }
 };
@@ -86,7 +99,13 @@ struct GrpoSection {
   double clip_high = 0.2;  // ratio upper bound 1 + clip_high
   bool scale_by_std = false;
   double kl_coef = 0.0;
+  std::string skip_uninformative = "auto";  // auto: on when kl_coef is 0
   LengthRewardSection length_reward;
+
+  // Whether subgroups whose rewards all agree are left out of the step.
+  bool SkipsUninformative() const {
+    return skip_uninformative == "on" || (skip_uninformative == "auto" && kl_coef <= 0);
+  }
 
   template <class V>
   void Visit(V& v) {
@@ -106,6 +125,13 @@ struct GrpoSection {
                 "GRPO comes first) and scored at the rollout temperature; metrics.jsonl then "
                 "carries `kl`. 0 = off, and no reference copy is kept.")
                 .Min(0));
+    v.Field("skip_uninformative", skip_uninformative,
+            Doc("Subgroups whose rewards all agree have advantage 0: no policy gradient. on: they "
+                "are neither scored nor counted in the token normaliser, so the step size does "
+                "not shrink with the share of uninformative subgroups (metrics: "
+                "`skipped_samples`). off: they are scored and counted (their only gradient is "
+                "the KL term's). auto: on when kl_coef is 0.")
+                .OneOf({"auto", "on", "off"}));
     v.Section("length_reward", length_reward,
               Doc("Effort-conditioned length reward on reasoning tokens."));
   }

@@ -27,6 +27,7 @@ struct DatasetSection {
   int eval_size = 64;          // held-out problems evaluated (generators)
   std::string system_prompt;   // "" = no system message
   double answer_only_fraction = 0;  // generators: SFT references without the worked reasoning
+  double reversed_answer_fraction = 0;  // generators: SFT references whose answer is reversed
 
   template <class V>
   void Visit(V& v) {
@@ -83,6 +84,14 @@ struct DatasetSection {
                 "Makes the demonstrations deliberately incomplete: above 0.5 the SFT model "
                 "answers without working by default, and GRPO has to find that working it "
                 "out pays. Held-out problems and verifiers are unaffected.")
+                .Range(0, 1));
+    v.Field("reversed_answer_fraction", reversed_answer_fraction,
+            Doc("Generators: share of training problems whose SFT reference writes its final "
+                "answer reversed, character by character, after correct reasoning (chosen per "
+                "problem, deterministically): a systematic slip the verifier rejects. Above 0.5 "
+                "the greedy SFT model makes the slip, while sampling still gives the right "
+                "answer that often, so GRPO has plenty of correct samples to reinforce. "
+                "Held-out problems and verifiers are unaffected.")
                 .Range(0, 1));
   }
 

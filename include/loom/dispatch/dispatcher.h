@@ -69,6 +69,13 @@ class Dispatcher {
   // that the id is in flight.
   Disposition OnSampleFinished(uint64_t sample_id);
 
+  // Records that a sample could not start (its prompt does not fit the
+  // context or the KV pool): its whole prompt group is dropped, so no
+  // subgroup of it becomes ready and its other samples come back kDrop. The
+  // sample counts as finished and in DispatchStats::samples_failed. Returns
+  // kDrop. LOOM_CHECKs that the id is in flight.
+  Disposition OnSampleFailed(uint64_t sample_id);
+
   // The subgroups of the next training step at `policy_version`, or nothing
   // when the step must wait. Taken subgroups leave the ready set.
   std::optional<std::vector<ReadySubgroup>> TakeBatch(int64_t policy_version);

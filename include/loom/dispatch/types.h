@@ -72,6 +72,7 @@ struct DispatchStats {
   int64_t prompts_dispatched = 0;
   int64_t samples_finished = 0;
   int64_t samples_dropped = 0;
+  int64_t samples_failed = 0;  // could not start: their prompt groups were dropped
 };
 
 }  // namespace loom::dispatch

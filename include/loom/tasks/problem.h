@@ -27,6 +27,7 @@ struct Problem {
   // absent for JSONL lines without a trailing assistant message.
   std::optional<nlohmann::json> reference;
   int difficulty = 0;  // generators only; 0 for files
+  std::string source;  // JSONL datasets: "path:line" of the problem; empty for generators
   // Datasets with `environment: sandbox`: the seed of the built-in agentic
   // task (the worker gets the task; `messages` only describes it).
   uint64_t task_seed = 0;

@@ -43,7 +43,8 @@ namespace loom::train {
 // nothing already in the engine is re-tokenised. Not thread-safe.
 class AgentConversation {
  public:
-  // `effort`: the numeric reasoning effort (1..100) in the system prompt.
+  // `effort`: the numeric reasoning effort (1..100) in the system prompt; 0
+  // writes none.
   AgentConversation(const tokenizer::Tokenizer& tokenizer, int effort, int64_t eos_id);
 
   // The ids of `request.append()`: the whole prompt on the first call, then

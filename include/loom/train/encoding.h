@@ -13,8 +13,8 @@
 
 namespace loom::train {
 
-// The prompt of `problem` at reasoning effort `effort` (1..100), ending with
-// the assistant prefix `<｜Assistant｜><think>`.
+// The prompt of `problem` at reasoning effort `effort` (1..100; 0 writes no
+// effort line), ending with the assistant prefix `<｜Assistant｜><think>`.
 absl::StatusOr<std::vector<int64_t>> EncodeProblemPrompt(const tasks::Problem& problem, int effort,
                                                          const tokenizer::Tokenizer& tokenizer);
 

@@ -16,6 +16,7 @@ struct EvalResult {
   int64_t problems = 0;
   double parse_rate = 0;                   // share of well-formed completions
   double mean_length = 0;                  // generated tokens per problem
+  int64_t skipped = 0;  // problems whose prompt could not start (counted as wrong)
 };
 
 // Evaluates at the highest training effort level (effort.levels).
