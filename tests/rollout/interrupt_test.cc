@@ -1,6 +1,8 @@
 // Token-level interruption and resume after a weight update: keep (reuse the
-// KV as it is) and recompute (re-prefill with the new weights).
+// KV as it is) and recompute (re-prefill with the new weights), and what a
+// MoE sample's recorded routing holds across the update.
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -218,6 +220,106 @@ TEST(InterruptTest, OffloadedParkedSamplesContinueExactly) {
     EXPECT_EQ(testing::ById(b, s.id)->logprobs, s.logprobs);
   }
 }
+
+// Experts per token and MoE layer, sorted (the order of a top-k is not part
+// of the routing): [rows, moe_layers, top_k] int64.
+at::Tensor ExpertSets(const at::Tensor& routing) {
+  return std::get<0>(routing.to(at::kLong).sort(-1));
+}
+
+// Tokens whose experts differ between two [rows, moe_layers, top_k] routings.
+int64_t RowsDiffering(const at::Tensor& a, const at::Tensor& b) {
+  return (a != b).flatten(1).any(1).sum().item<int64_t>();
+}
+
+at::Tensor RecordedRouting(const SampleState& s, int64_t begin, int64_t end) {
+  return ExpertSets(s.RoutingTensor().narrow(0, begin, end - begin));
+}
+
+// The routing of `tokens[split, end)` when `before` has cached tokens[0, split)
+// and `after` computes the rest on that cache: what a sample resumed with its
+// KV kept must record. A separate pool and Transformer::Step, not the engine.
+at::Tensor RoutingOverCache(const model::Transformer& before, const model::Transformer& after,
+                            const std::vector<int64_t>& tokens, int64_t split, int64_t end) {
+  model::KvBlockPool pool(before.PoolOptions(static_cast<int64_t>(tokens.size()) + 16));
+  model::KvSequence seq;
+  auto prefix = before.Step({{&seq, {tokens.begin(), tokens.begin() + split}}}, pool);
+  EXPECT_TRUE(prefix.ok()) << prefix.status();
+  auto rest = after.Step({{&seq, {tokens.begin() + split, tokens.begin() + end}}}, pool);
+  EXPECT_TRUE(rest.ok()) << rest.status();
+  return ExpertSets(rest->routing);
+}
+
+// A MoE sample that spans a weight update: the routing recorded for the
+// tokens fed before the update stays as it was (the trainer replays it
+// against their behaviour log-probs), and every token fed after it carries
+// the new weights' routing — over the old KV (keep) or a re-prefill with the
+// new weights (recompute, which routes the old tokens again and must not
+// overwrite them).
+class MoeWeightUpdateTest : public ::testing::TestWithParam<WeightUpdatePolicy> {};
+
+TEST_P(MoeWeightUpdateTest, OldTokensKeepTheirRoutingNewTokensGetTheNewWeights) {
+  auto model = SmallModel("qwen3_moe");
+  const auto old_model = SmallModel("qwen3_moe");  // same seed: the weights before the update
+  EngineOptions options;
+  options.on_weight_update = GetParam();
+  auto engine = MakeEngine(*model, options);
+  AddSamples(*engine, 4, 14);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(engine->Step().ok());
+  engine->ParkAll();
+  std::vector<int64_t> fed;  // tokens fed, and routed, under the old weights
+  std::vector<std::vector<int16_t>> recorded;
+  for (int id = 0; id < 4; ++id) {
+    const SampleState* s = engine->Find(id);
+    ASSERT_EQ(s->routing_rows(), s->length() - 1) << id;
+    fed.push_back(s->routing_rows());
+    recorded.push_back(s->routing);
+  }
+  testing::PerturbWeights(*model, 9);
+  ASSERT_TRUE(engine->Resume(1).ok());
+  auto done = RunToEnd(*engine);
+  ASSERT_EQ(done.size(), 4u);
+
+  int64_t old_rows_rerouted = 0, new_rows_rerouted = 0;
+  for (const SampleState& s : done) {
+    SCOPED_TRACE("sample " + std::to_string(s.id));
+    const int64_t split = fed[s.id], end = s.length() - 1;
+    ASSERT_EQ(s.routing_rows(), end);
+    ASSERT_GT(end, split);
+    // Before the update: the very rows recorded then, which are the old
+    // weights' routing of those tokens.
+    const std::vector<int16_t>& old_rows = recorded[s.id];
+    EXPECT_TRUE(std::equal(old_rows.begin(), old_rows.end(), s.routing.begin()));
+    auto old_scored = old_model->Score(model::TeacherForcingBatch({s.tokens}));
+    auto new_scored = model->Score(model::TeacherForcingBatch({s.tokens}));
+    ASSERT_TRUE(old_scored.ok() && new_scored.ok());
+    const at::Tensor old_routing = ExpertSets(old_scored->routing);
+    const at::Tensor new_routing = ExpertSets(new_scored->routing);
+    EXPECT_TRUE(at::equal(RecordedRouting(s, 0, split), old_routing.narrow(0, 0, split)));
+    // After it: the new weights' routing.
+    const at::Tensor expected = GetParam() == WeightUpdatePolicy::kKeep
+                                    ? RoutingOverCache(*old_model, *model, s.tokens, split, end)
+                                    : new_routing.narrow(0, split, end - split);
+    EXPECT_TRUE(at::equal(RecordedRouting(s, split, end), expected))
+        << "recorded\n"
+        << RecordedRouting(s, split, end) << "\nexpected\n"
+        << expected;
+    old_rows_rerouted +=
+        RowsDiffering(old_routing.narrow(0, 0, split), new_routing.narrow(0, 0, split));
+    new_rows_rerouted += RowsDiffering(expected, old_routing.narrow(0, split, end - split));
+  }
+  // The update must change routing on both sides of the boundary, or the
+  // checks above could not tell old routing from new.
+  EXPECT_GT(old_rows_rerouted, 0);
+  EXPECT_GT(new_rows_rerouted, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, MoeWeightUpdateTest,
+                         ::testing::Values(WeightUpdatePolicy::kKeep,
+                                           WeightUpdatePolicy::kRecompute),
+                         [](const auto& info) {
+                           return info.param == WeightUpdatePolicy::kKeep ? "Keep" : "Recompute";
+                         });
 
 }  // namespace
 }  // namespace loom::rollout
