@@ -11,6 +11,20 @@ if(CCACHE_PROGRAM)
       ${CCACHE_PROGRAM})
 endif()
 
+# Protobuf and gRPC come before LibTorch: pip LibTorch's Caffe2Config.cmake defines
+# protobuf::libprotobuf as an empty INTERFACE target when none exists yet, and
+# FindProtobuf then keeps that dummy, so loom_proto would link no libprotobuf.
+find_package(Threads REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(gRPC CONFIG QUIET)
+if(NOT gRPC_FOUND)
+  # Debian 12 ships gRPC without a CMake package: use pkg-config.
+  find_package(PkgConfig REQUIRED)
+  pkg_check_modules(GRPCPP REQUIRED IMPORTED_TARGET grpc++)
+  add_library(gRPC::grpc++ ALIAS PkgConfig::GRPCPP)
+endif()
+find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+
 # LibTorch: Debian's libtorch-dev (1.13, CPU) or any LibTorch >= 1.13 through Torch_DIR.
 find_package(Torch REQUIRED)
 if(Torch_VERSION VERSION_LESS 1.13)
@@ -32,16 +46,19 @@ if(TORCH_CUDA_LIBRARIES OR CUDA_FOUND)
 endif()
 message(STATUS "loom: LibTorch ${Torch_VERSION}, CUDA parts: ${LOOM_WITH_CUDA}")
 
-find_package(Threads REQUIRED)
-find_package(Protobuf REQUIRED)
-find_package(gRPC CONFIG QUIET)
-if(NOT gRPC_FOUND)
-  # Debian 12 ships gRPC without a CMake package: use pkg-config.
-  find_package(PkgConfig REQUIRED)
-  pkg_check_modules(GRPCPP REQUIRED IMPORTED_TARGET grpc++)
-  add_library(gRPC::grpc++ ALIAS PkgConfig::GRPCPP)
+# Whatever defined protobuf::libprotobuf, it must name a real library by now.
+get_target_property(LOOM_PROTOBUF_TYPE protobuf::libprotobuf TYPE)
+if(LOOM_PROTOBUF_TYPE STREQUAL "INTERFACE_LIBRARY")
+  get_target_property(LOOM_PROTOBUF_LINKS protobuf::libprotobuf INTERFACE_LINK_LIBRARIES)
+  if(NOT LOOM_PROTOBUF_LINKS)
+    message(FATAL_ERROR
+      "protobuf::libprotobuf is an empty INTERFACE target (LibTorch's Caffe2Config.cmake "
+      "defines such a dummy when it runs before find_package(Protobuf)); loom_proto would "
+      "link no libprotobuf. Point CMAKE_PREFIX_PATH at a protobuf installation with its "
+      "library (Protobuf_LIBRARY=${Protobuf_LIBRARY}).")
+  endif()
 endif()
-find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+
 find_package(yaml-cpp REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(spdlog REQUIRED)

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
@@ -48,13 +49,24 @@ absl::Status WriteEnvironmentFile(const fs::path& work, const std::string& rel,
 }
 
 // lchown of a whole tree: never follows links the environment may contain.
-void ChownTree(const fs::path& root, int uid) {
-  lchown(root.c_str(), uid, uid);
+// A file left with the worker's owner would be unwritable for the sandbox uid,
+// so the first failure is an error.
+absl::Status ChownTree(const fs::path& root, int uid) {
+  auto chown_one = [uid](const fs::path& path) {
+    if (lchown(path.c_str(), uid, uid) == 0) return absl::OkStatus();
+    return absl::InternalError(
+        absl::StrCat("cannot chown ", path.string(), " to uid ", uid, ": ", std::strerror(errno)));
+  };
+  if (absl::Status s = chown_one(root); !s.ok()) return s;
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::end(it);
        it.increment(ec)) {
-    lchown(it->path().c_str(), uid, uid);
+    if (absl::Status s = chown_one(it->path()); !s.ok()) return s;
   }
+  if (ec) {
+    return absl::InternalError(absl::StrCat("cannot walk ", root.string(), ": ", ec.message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CopyEnvironmentDir(const std::string& task_root, const std::string& dir,
@@ -126,7 +138,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& co
     if (absl::Status s = WriteEnvironmentFile(work, path, content); !s.ok()) return s;
   }
   if (sandbox->uid_ >= 0) {
-    ChownTree(sandbox->dir_, sandbox->uid_);
+    if (absl::Status s = ChownTree(sandbox->dir_, sandbox->uid_); !s.ok()) return s;
     // The sandbox uid must be able to reach its directory.
     fs::permissions(config.root, fs::perms::others_exec, fs::perm_options::add, ec);
   }

@@ -1,7 +1,7 @@
 #include "loom/train/adamw.h"
 
 #include <cmath>
-
+#include <vector>
 
 namespace loom::train {
 
@@ -48,11 +48,14 @@ void AdamW::ZeroGrad() {
 
 double AdamW::ClipGradNorm(double max_norm) {
   at::NoGradGuard no_grad;
-  double total_sq = 0;
+  // Per-parameter float32 sums of squares, added in float64 where the
+  // gradients live and read back once (one device sync, not one per tensor).
+  std::vector<at::Tensor> squares;
   for (const Slot& slot : slots_) {
     const at::Tensor& grad = slot.param.grad();
-    if (grad.defined()) total_sq += grad.to(at::kFloat).pow(2).sum().item<double>();
+    if (grad.defined()) squares.push_back(grad.to(at::kFloat).pow(2).sum().to(at::kDouble));
   }
+  const double total_sq = squares.empty() ? 0.0 : at::stack(squares).sum().item<double>();
   const double norm = std::sqrt(total_sq);
   if (max_norm > 0 && norm > max_norm) {
     const double scale = max_norm / (norm + 1e-6);

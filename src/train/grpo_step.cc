@@ -219,13 +219,18 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
     score_options.temperature = micro.temperature;
     auto scored = context_.model.Score(shifted.batch, score_options);
     if (!scored.ok()) return scored.status();
+    // Everything but the log-probs is built on the CPU: move it once to where
+    // the log-probs are (no copy when that is the CPU).
+    const at::Device device = scored->logprobs.device();
     algo::PolicyLossInputs inputs;
     inputs.logprobs = scored->logprobs;
-    inputs.behaviour_logprobs = ShiftedValues(behaviour);
-    inputs.advantages = algo::ExpandToTokens(advantages.index_select(0, at::tensor(group_index)),
-                                             group_lengths);
-    inputs.loss_mask = shifted.target_weight;
-    inputs.versions = ShiftedValues(versions);
+    inputs.behaviour_logprobs = ShiftedValues(behaviour).to(device);
+    inputs.advantages =
+        algo::ExpandToTokens(advantages.index_select(0, at::tensor(group_index, at::kLong)),
+                             group_lengths)
+            .to(device);
+    inputs.loss_mask = shifted.target_weight.to(device);
+    inputs.versions = ShiftedValues(versions).to(device);
     algo::PolicyLossOptions options;
     options.clip_low = config.grpo.clip_low;
     options.clip_high = config.grpo.clip_high;

@@ -112,8 +112,10 @@ absl::Status RunSftStage(TrainContext& context) {
       ShiftedBatch shifted = TeacherForcing(seqs, masks);
       auto scored = context.model.Score(shifted.batch);
       if (!scored.ok()) return scored.status();
-      algo::SftLossResult loss = algo::SftLoss(scored->logprobs, shifted.target_weight,
-                                               static_cast<double>(loss_tokens));
+      // The weights are built on the CPU; the loss runs where the log-probs are.
+      const at::Tensor target_weight = shifted.target_weight.to(scored->logprobs.device());
+      algo::SftLossResult loss =
+          algo::SftLoss(scored->logprobs, target_weight, static_cast<double>(loss_tokens));
       loss.loss.backward();
       loss_sum += loss.loss.item<double>();
     }

@@ -74,6 +74,21 @@ TEST(AdamWTest, ClipGradNormScalesToTheBound) {
   EXPECT_NEAR(w.grad().norm().item<double>(), 1.0, 1e-5);
 }
 
+TEST(AdamWTest, ClipGradNormIsTheNormOverAllParameters) {
+  at::manual_seed(0);
+  at::Tensor a = at::zeros({3, 5}).requires_grad_();
+  at::Tensor b = at::zeros({7}).requires_grad_();
+  at::Tensor c = at::zeros({2}).requires_grad_();  // no gradient: skipped
+  AdamW opt({{"a", a}, {"b", b}, {"c", c}}, {});
+  ((a * at::randn({3, 5})).sum() + (b * at::randn({7})).sum()).backward();
+  // Independent reference: per-tensor sums of squares added on the host.
+  const double expected =
+      std::sqrt(a.grad().pow(2).sum().item<double>() + b.grad().pow(2).sum().item<double>());
+  EXPECT_NEAR(opt.ClipGradNorm(0.0), expected, 1e-6 * expected);
+  EXPECT_NEAR(at::cat({a.grad().flatten(), b.grad()}).norm().item<double>(), expected,
+              1e-6 * expected);  // max_norm 0: gradients untouched
+}
+
 TEST(ScheduleTest, WarmupThenCosine) {
   EXPECT_DOUBLE_EQ(WarmupCosineLr(1.0, 0, 110, 10, 0.1), 0.1);
   EXPECT_DOUBLE_EQ(WarmupCosineLr(1.0, 9, 110, 10, 0.1), 1.0);
