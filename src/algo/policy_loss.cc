@@ -45,10 +45,6 @@ PolicyLossResult PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
       result.loss_tokens == 0
           ? 0.0
           : 1.0 - static_cast<double>(result.weighted_tokens) / result.loss_tokens;
-  if (result.loss_tokens > 0) {
-    const at::Tensor lags = (options.policy_version - in.versions).masked_select(mask > 0);
-    result.max_lag = lags.max().item<int64_t>();
-  }
 
   const at::Tensor ratio = (in.logprobs - in.behaviour_logprobs).exp();
   const at::Tensor unclipped = ratio * in.advantages;

@@ -42,7 +42,7 @@ std::vector<std::pair<std::string, CommandSetup>> RegisteredCommands() {
 }
 
 int Main(int argc, char** argv) {
-  CLI::App app{"loom: asynchronous RL post-training for LLMs (SFT, GRPO, OPD) on LibTorch"};
+  CLI::App app{"loom: asynchronous RL post-training for LLMs (SFT, GRPO) on LibTorch"};
   app.require_subcommand(1);
   app.fallthrough();
   Context context;
@@ -78,8 +78,9 @@ int Main(int argc, char** argv) {
 // idle. If the re-exec fails, carry on with the defaults.
 void PreferSleepingThreadPools(char** argv) {
   bool changed = false;
-  for (const auto& [name, value] : {std::pair<const char*, const char*>{"OMP_WAIT_POLICY", "PASSIVE"},
-                                    {"OPENBLAS_THREAD_TIMEOUT", "4"}}) {
+  for (const auto& [name, value] :
+       {std::pair<const char*, const char*>{"OMP_WAIT_POLICY", "PASSIVE"},
+        {"OPENBLAS_THREAD_TIMEOUT", "4"}}) {
     if (std::getenv(name) != nullptr) continue;
     ::setenv(name, value, 1);
     changed = true;

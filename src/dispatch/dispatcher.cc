@@ -139,7 +139,6 @@ PromptGroup Dispatcher::NewGroup(int dataset, int64_t version) {
       ticket.sample_id = next_id_++;
       ticket.subgroup_id = subgroup.id;
       ticket.effort = level.effort;
-      ticket.seed = Mix64(options_.seed * 0x9e3779b97f4a7c15ULL + ticket.sample_id);
       subgroup.samples.push_back(ticket);
     }
     group.subgroups.push_back(std::move(subgroup));

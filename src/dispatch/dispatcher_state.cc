@@ -1,4 +1,4 @@
-// Dispatcher checkpoint state (ExportState / ImportState) and live quota changes.
+// Dispatcher checkpoint state (ExportState / ImportState).
 
 #include "absl/status/status.h"
 #include "loom/dispatch/dispatcher.h"
@@ -12,7 +12,7 @@ json GroupToJson(const PromptGroup& group) {
   json subgroups = json::array();
   for (const auto& subgroup : group.subgroups) {
     json samples = json::array();
-    for (const auto& t : subgroup.samples) samples.push_back({t.sample_id, t.seed});
+    for (const auto& t : subgroup.samples) samples.push_back(t.sample_id);
     subgroups.push_back({{"id", subgroup.id}, {"effort", subgroup.effort}, {"samples", samples}});
   }
   return {{"prompt_id", group.prompt_id},
@@ -33,8 +33,9 @@ PromptGroup GroupFromJson(const json& j) {
     subgroup.id = s.at("id").get<uint64_t>();
     subgroup.effort = s.at("effort").get<int>();
     for (const auto& t : s.at("samples")) {
-      subgroup.samples.push_back(
-          {t.at(0).get<uint64_t>(), subgroup.id, subgroup.effort, t.at(1).get<uint64_t>()});
+      // Older checkpoints wrote [sample_id, seed]; the seed was never used.
+      const json& id = t.is_array() ? t.at(0) : t;
+      subgroup.samples.push_back({id.get<uint64_t>(), subgroup.id, subgroup.effort});
     }
     group.subgroups.push_back(std::move(subgroup));
   }
@@ -61,21 +62,6 @@ ReadySubgroup ReadyFromJson(const json& j) {
 }
 
 }  // namespace
-
-absl::Status Dispatcher::SetQuotas(const std::vector<DatasetQuota>& quotas) {
-  if (quotas.size() != options_.datasets.size()) {
-    return absl::InvalidArgumentError("dispatch: new quotas for " + std::to_string(quotas.size()) +
-                                      " datasets, the run has " +
-                                      std::to_string(options_.datasets.size()));
-  }
-  DispatchOptions changed = options_;
-  changed.datasets = quotas;
-  for (size_t d = 0; d < quotas.size(); ++d) changed.datasets[d].name = options_.datasets[d].name;
-  auto check = Dispatcher::Create(changed);  // the same validation as at start
-  if (!check.ok()) return check.status();
-  options_.datasets = changed.datasets;
-  return absl::OkStatus();
-}
 
 json Dispatcher::ExportState() const {
   json prompts = json::array();

@@ -22,13 +22,20 @@ constexpr SamplePhase kPhases[] = {SamplePhase::kWaiting, SamplePhase::kRunning,
 
 const char* FinishReasonName(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kNone: return "none";
-    case FinishReason::kEos: return "eos";
-    case FinishReason::kStopSequence: return "stop_sequence";
-    case FinishReason::kToolCall: return "tool_call";
-    case FinishReason::kMaxNewTokens: return "max_new_tokens";
-    case FinishReason::kContextLimit: return "context_limit";
-    case FinishReason::kDropped: return "dropped";
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kStopSequence:
+      return "stop_sequence";
+    case FinishReason::kToolCall:
+      return "tool_call";
+    case FinishReason::kMaxNewTokens:
+      return "max_new_tokens";
+    case FinishReason::kContextLimit:
+      return "context_limit";
+    case FinishReason::kDropped:
+      return "dropped";
   }
   return "?";
 }
@@ -42,11 +49,16 @@ absl::StatusOr<FinishReason> ParseFinishReason(const std::string& name) {
 
 const char* SamplePhaseName(SamplePhase phase) {
   switch (phase) {
-    case SamplePhase::kWaiting: return "waiting";
-    case SamplePhase::kRunning: return "running";
-    case SamplePhase::kParked: return "parked";
-    case SamplePhase::kToolWait: return "tool_wait";
-    case SamplePhase::kFinished: return "finished";
+    case SamplePhase::kWaiting:
+      return "waiting";
+    case SamplePhase::kRunning:
+      return "running";
+    case SamplePhase::kParked:
+      return "parked";
+    case SamplePhase::kToolWait:
+      return "tool_wait";
+    case SamplePhase::kFinished:
+      return "finished";
   }
   return "?";
 }
@@ -86,7 +98,6 @@ SampleState NewSampleState(const SampleRequest& request, uint64_t run_seed, int6
   state.sampling = request.sampling;
   state.stop = request.stop;
   state.rng = SampleRng(run_seed, request.id);
-  state.tags = request.tags;
   return state;
 }
 

@@ -45,13 +45,16 @@ std::vector<int64_t> Candidates(const std::vector<double>& logp, const SamplingP
   const bool truncate = (params.top_k > 0 && params.top_k < vocab) || params.top_p < 1.0;
   if (!truncate) return ids;
   const int64_t k = params.top_k > 0 ? std::min(params.top_k, vocab) : vocab;
-  auto by_prob = [&](int64_t a, int64_t b) { return logp[a] > logp[b] || (logp[a] == logp[b] && a < b); };
+  auto by_prob = [&](int64_t a, int64_t b) {
+    return logp[a] > logp[b] || (logp[a] == logp[b] && a < b);
+  };
   std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), by_prob);
   ids.resize(k);
   if (params.top_p < 1.0) {
     double mass = 0.0;
     size_t keep = 0;
-    while (keep < ids.size() && (keep == 0 || mass < params.top_p)) mass += std::exp(logp[ids[keep++]]);
+    while (keep < ids.size() && (keep == 0 || mass < params.top_p))
+      mass += std::exp(logp[ids[keep++]]);
     ids.resize(keep);
   }
   return ids;

@@ -64,8 +64,8 @@ absl::Status ReadArray(const model::TensorMap& tensors, const std::string& name,
   }
   const at::Tensor& t = it->second;
   if (t.scalar_type() != dtype || (length >= 0 && (t.dim() != 1 || t.size(0) != length))) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": tensor '", name,
-                                                   "' has the wrong dtype or shape"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": tensor '", name, "' has the wrong dtype or shape"));
   }
   at::Tensor c = t.contiguous();
   out.resize(c.numel());
@@ -73,6 +73,7 @@ absl::Status ReadArray(const model::TensorMap& tensors, const std::string& name,
   return absl::OkStatus();
 }
 
+// Older files also hold "tags" (always empty); it is ignored.
 void ReadScalars(JsonReader& r, const json& j, SampleState& s) {
   std::string format;
   r.Get(j, "format", format);
@@ -83,7 +84,6 @@ void ReadScalars(JsonReader& r, const json& j, SampleState& s) {
   r.Get(j, "top_k", s.top_k);
   r.Get(j, "generated", s.generated);
   r.Get(j, "turn_start", s.turn_start);
-  r.Get(j, "tags", s.tags);
   if (!r.status().ok()) return;
   const json& sampling = j.contains("sampling") ? j["sampling"] : json();
   r.Get(sampling, "temperature", s.sampling.temperature, "sampling");
@@ -128,10 +128,12 @@ absl::Status ReadKv(const model::TensorMap& tensors, int64_t kv_length, const st
   auto key = tensors.find("kv.key");
   auto value = tensors.find("kv.value");
   if (key == tensors.end() || value == tensors.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": tensors 'kv.key'/'kv.value' missing"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": tensors 'kv.key'/'kv.value' missing"));
   }
   if (key->second.dim() != 4 || key->second.sizes() != value->second.sizes() ||
-      key->second.size(1) != kv_length || key->second.scalar_type() != value->second.scalar_type()) {
+      key->second.size(1) != kv_length ||
+      key->second.scalar_type() != value->second.scalar_type()) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": KV tensors disagree with each other or with kv_length"));
   }
@@ -166,7 +168,6 @@ std::string SampleStateJson(const SampleState& s) {
         {"tool_call_end", s.stop.tool_call_end},
         {"max_turn_tokens", s.stop.max_turn_tokens}}},
       {"rng", {{"key", s.rng.key()}, {"counter", s.rng.counter()}}},
-      {"tags", s.tags},
       {"phase", SamplePhaseName(s.phase)},
       {"finish", FinishReasonName(s.finish)},
       {"segments", segments},
@@ -220,8 +221,8 @@ absl::StatusOr<SampleState> SampleStateFromParts(const std::string& json_text,
     const at::Tensor& r = tensors.at("routing");
     if (r.scalar_type() != at::kShort || r.dim() != 3 || r.size(1) != s.moe_layers ||
         r.size(2) != s.top_k) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": tensor 'routing' has the wrong "
-                                                             "dtype or shape"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": tensor 'routing' has the wrong dtype or shape"));
     }
     status = ReadArray(tensors, "routing", at::kShort, -1, source, s.routing);
   }

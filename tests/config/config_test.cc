@@ -50,7 +50,8 @@ TEST(RunConfigTest, BaseIsInheritedAndOverridden) {
 
 TEST(RunConfigTest, ErrorsInBaseFilesNameThatFile) {
   TempDir dir;
-  const std::string base = dir.Write("base.yaml", "run:\n  name: x\n  seed: many\nmodel: {path: m}\n");
+  const std::string base =
+      dir.Write("base.yaml", "run:\n  name: x\n  seed: many\nmodel: {path: m}\n");
   const std::string child = dir.Write("child.yaml", "base: base.yaml\nrun: {threads: 1}\n");
   EXPECT_EQ(ErrorText(LoadRunConfig(child, {})),
             base + ":3:3: run.seed: expected an integer, got 'many'");
@@ -90,15 +91,18 @@ TEST(RunConfigTest, EnvironmentInterpolation) {
   ::setenv("LOOM_TEST_RUN_NAME", "from-env", 1);
   ::unsetenv("LOOM_TEST_UNSET");
   const std::string ok = dir.Write(
-      "ok.yaml", "run: {name: '${env:LOOM_TEST_RUN_NAME}-1'}\nmodel: {path: '${env:LOOM_TEST_UNSET:-/m}'}\n");
+      "ok.yaml",
+      "run: {name: '${env:LOOM_TEST_RUN_NAME}-1'}\nmodel: {path: '${env:LOOM_TEST_UNSET:-/m}'}\n");
   auto config = LoadRunConfig(ok, {});
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->run.name, "from-env-1");
   EXPECT_EQ(config->model.path, "/m");
-  const std::string bad = dir.Write("bad.yaml", "run: {name: x}\nmodel:\n  path: ${env:LOOM_TEST_UNSET}\n");
+  const std::string bad =
+      dir.Write("bad.yaml", "run: {name: x}\nmodel:\n  path: ${env:LOOM_TEST_UNSET}\n");
   EXPECT_EQ(ErrorText(LoadRunConfig(bad, {})),
-            bad + ":3:9: model.path: environment variable LOOM_TEST_UNSET is not set "
-                  "(use ${env:LOOM_TEST_UNSET:-default} for a default)");
+            bad +
+                ":3:9: model.path: environment variable LOOM_TEST_UNSET is not set "
+                "(use ${env:LOOM_TEST_UNSET:-default} for a default)");
 }
 
 TEST(RunConfigTest, AllErrorsAtOnce) {
@@ -110,10 +114,11 @@ TEST(RunConfigTest, AllErrorsAtOnce) {
   std::string text = ErrorText(config);
   EXPECT_EQ(text,
             path + ":1:1: run.name: required key is missing\n" +  //
-                path + ":2:3: run.threads: out of range: expected a value between 0 and 1024, got -2\n" +
-                path + ":3:3: run.log_lvl: unknown key (did you mean 'log_level'?)\n" +
-                path + ":4:1: model.path: required key is missing\n" +
-                path + ":5:3: model.dtype: expected one of 'float32' 'bfloat16', got 'fp8'\n" +
+                path +
+                ":2:3: run.threads: out of range: expected a value between 0 and 1024, got -2\n" +
+                path + ":3:3: run.log_lvl: unknown key (did you mean 'log_level'?)\n" + path +
+                ":4:1: model.path: required key is missing\n" + path +
+                ":5:3: model.dtype: expected one of 'float32' 'bfloat16', got 'fp8'\n" +
                 "--set model.devise=cpu: model.devise: unknown key (did you mean 'device'?)");
 }
 

@@ -211,22 +211,23 @@ TEST(SimulationTest, MalformedStateIsRejectedAndChangesNothing) {
   EXPECT_EQ(d->ExportState(), before);
 }
 
-TEST(SimulationTest, QuotasCanChangeWhileRunning) {
-  auto options = Options("sample", 1000);
-  FakeEngine engine([](uint64_t) { return 3; });
+TEST(SimulationTest, StateWithSampleSeedsStillImports) {
+  // Older checkpoints wrote each sample of a prompt group as [sample_id, seed].
+  auto options = Options("sample", 2);
+  FakeEngine engine(HeavyTailLength);
   auto d = *Dispatcher::Create(options);
-  Drive(engine, *d, 50);
-  std::vector<DatasetQuota> quotas = options.datasets;
-  quotas[0].weight = 0;  // stop sampling "short"
-  ASSERT_TRUE(d->SetQuotas(quotas).ok());
-  const size_t before = engine.admitted().size();
-  Drive(engine, *d, 50);
-  for (size_t i = before; i < engine.admitted().size(); ++i) {
-    EXPECT_EQ(engine.admitted()[i].dataset, 1);
+  Drive(engine, *d, 20);
+  const nlohmann::json state = d->ExportState();
+  nlohmann::json old = state;
+  for (auto& prompt : old["prompts"]) {
+    for (auto& subgroup : prompt["group"]["subgroups"]) {
+      for (auto& sample : subgroup["samples"]) sample = {sample, 12345};
+    }
   }
-  quotas[1].weight = 0;
-  EXPECT_FALSE(d->SetQuotas(quotas).ok());  // no dataset left
-  EXPECT_FALSE(d->SetQuotas({quotas[0]}).ok());
+  ASSERT_NE(old, state);
+  auto restored = *Dispatcher::Create(options);
+  ASSERT_TRUE(restored->ImportState(old).ok());
+  EXPECT_EQ(restored->ExportState(), state);
 }
 
 }  // namespace

@@ -48,7 +48,6 @@ struct PolicyLossResult {
   double clip_fraction = 0;     // share of weighted tokens where the clipped branch is active
   double mean_ratio = 0;        // over weighted tokens
   double kl = 0;                // mean k3 KL over weighted tokens (0 without a reference)
-  int64_t max_lag = 0;          // largest version lag among loss tokens
 };
 
 PolicyLossResult PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions& options);

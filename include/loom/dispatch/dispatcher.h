@@ -48,7 +48,7 @@ struct DispatchOptions {
   int warmup_drop_samples = 0;         // finishes whose prompts are dropped at the start
   std::vector<EffortSpec> efforts;     // the levels, each with M_b
   std::vector<DatasetQuota> datasets;  // the mix
-  uint64_t seed = 0;                   // dataset choice and sample seeds
+  uint64_t seed = 0;                   // dataset choice
 
   // From the run config (`async`, `effort`, `tasks.datasets`).
   static DispatchOptions FromConfig(const config::AsyncSection& async,
@@ -88,11 +88,6 @@ class Dispatcher {
 
   // Concurrency statistics since the last call.
   DispatchStats TakeStats();
-
-  // Replaces the dataset weights and caps (a live reconfiguration); the
-  // datasets themselves (count and order) must stay the same. Samples in
-  // flight are unaffected; new dispatches follow the new quotas.
-  absl::Status SetQuotas(const std::vector<DatasetQuota>& quotas);
 
   // Everything needed to continue exactly where this dispatcher is (cursors,
   // in-flight and ready bookkeeping, budget, random state), for checkpoints.

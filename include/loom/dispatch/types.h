@@ -22,11 +22,11 @@ struct DatasetQuota {
   int max_inflight = 0;  // concurrency cap in samples; 0 = none
 };
 
+// The engine seeds a sample's sampler from the run seed and sample_id.
 struct SampleTicket {
   uint64_t sample_id = 0;  // unique within the run
   uint64_t subgroup_id = 0;
   int effort = 100;
-  uint64_t seed = 0;  // seed of the sample's sampler
 };
 
 struct Subgroup {

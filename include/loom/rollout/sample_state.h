@@ -1,8 +1,8 @@
 #pragma once
 // SampleState: everything that makes one rollout sample resumable — its
 // tokens with per-token behaviour log-probs, policy versions and MoE routing,
-// where the weights changed under it, its RNG, its stop rules and tags, and
-// (when it is off the device) its KV cache contents.
+// where the weights changed under it, its RNG and stop rules, and (when it is
+// off the device) its KV cache contents.
 //
 // The engine owns the live states; Export/Import (engine.h) move a state out
 // and in, and state_io.h writes one to disk. A plain value type: copy freely
@@ -13,7 +13,6 @@
 // (loss_mask 0), in order.
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -52,8 +51,8 @@ absl::StatusOr<SamplePhase> ParseSamplePhase(const std::string& name);
 // the engine independent of the tokenizer and the chat format. Sequences only
 // match inside the current turn's generated tokens.
 struct StopParams {
-  int64_t max_new_tokens = 512;                      // over all turns
-  int64_t max_context = 0;                           // tokens; 0 = the model / pool limit
+  int64_t max_new_tokens = 512;  // over all turns
+  int64_t max_context = 0;       // tokens; 0 = the model / pool limit
   std::vector<int64_t> eos_token_ids;
   std::vector<std::vector<int64_t>> stop_sequences;  // finish with kStopSequence
   std::vector<std::vector<int64_t>> tool_call_end;   // park in kToolWait (reason kToolCall)
@@ -72,7 +71,6 @@ struct SampleRequest {
   std::vector<int64_t> prompt;  // >= 1 token ids
   SamplingParams sampling;
   StopParams stop;
-  std::map<std::string, std::string> tags;  // carried along untouched (dataset, group, ...)
 };
 
 struct SampleState {
@@ -96,7 +94,6 @@ struct SampleState {
   SamplingParams sampling;
   StopParams stop;
   SampleRng rng;
-  std::map<std::string, std::string> tags;
 
   SamplePhase phase = SamplePhase::kWaiting;
   FinishReason finish = FinishReason::kNone;

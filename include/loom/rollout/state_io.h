@@ -1,7 +1,7 @@
 #pragma once
 // Writing and reading a SampleState: the arrays (tokens, loss mask, log-probs,
 // versions, routing, KV snapshot) as one safetensors file and the rest (ids,
-// sampling and stop parameters, RNG, segments, tags, phase) as JSON.
+// sampling and stop parameters, RNG, segments, phase) as JSON.
 // Round trips are bit-exact.
 //
 // The in-memory forms (SampleStateJson / SampleStateTensors /
