@@ -54,7 +54,7 @@ absl::StatusOr<std::unique_ptr<AgentStage>> AgentStage::Create(const TrainContex
   return stage;
 }
 
-absl::Status AgentStage::Log(const rollout::SampleState& state, const SampleInfo& info) {
+absl::Status AgentStage::Log(const rollout::SampleState& state, const SampleEntry& info) {
   std::string trajectory;
   google::protobuf::util::JsonPrintOptions json;
   json.preserve_proto_field_names = true;

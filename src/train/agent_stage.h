@@ -15,7 +15,7 @@
 #include "loom/rpc/sandbox_clients.h"
 #include "loom/train/agent_episodes.h"
 #include "loom/train/context.h"
-#include "loom/train/grpo_step.h"
+#include "loom/train/sample_table.h"
 #include "train/agent_rollout.h"
 
 namespace loom::train {
@@ -31,7 +31,7 @@ class AgentStage {
   AgentRollout* rollout() { return rollout_.get(); }
 
   // Appends a finished agent sample (its trajectory in `info`) to the log.
-  absl::Status Log(const rollout::SampleState& state, const SampleInfo& info);
+  absl::Status Log(const rollout::SampleState& state, const SampleEntry& info);
 
  private:
   AgentStage(const TrainContext& context, metrics::MetricsWriter log)

@@ -3,14 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <vector>
 
 #include "loom/config/check.h"
-#include "loom/dispatch/dispatcher.h"
 #include "loom/metrics/progress.h"
 #include "loom/model/transformer.h"
 #include "loom/rollout/engine.h"
-#include "loom/train/adamw.h"
+#include "loom/train/async_loop.h"
 #include "loom/train/batching.h"
+#include "loom/train/stage_optimizer.h"
 
 namespace loom::train {
 namespace {
@@ -29,12 +30,14 @@ double Uniform(uint64_t seed, uint64_t id, uint64_t stream) {
   return static_cast<double>(Mix(Mix(seed ^ stream) ^ id) >> 11) * 0x1.0p-53;
 }
 
+// Random prompts whose responses have heavy-tailed lengths; every sample is
+// recorded in the loop's table and added to its engine.
 class LongTailPort : public dispatch::RolloutPort {
  public:
-  LongTailPort(rollout::RolloutEngine& engine, const DispatchBenchOptions& options, int64_t vocab)
-      : engine_(engine), options_(options), vocab_(vocab) {}
+  LongTailPort(AsyncLoop& loop, const DispatchBenchOptions& options, int64_t vocab)
+      : loop_(loop), options_(options), vocab_(vocab) {}
 
-  int64_t PolicyVersion() const override { return engine_.policy_version(); }
+  int64_t PolicyVersion() const override { return loop_.engine().policy_version(); }
 
   void Admit(const dispatch::PromptGroup& group) override {
     std::vector<int64_t> prompt(16);
@@ -43,12 +46,19 @@ class LongTailPort : public dispatch::RolloutPort {
     }
     for (const auto& subgroup : group.subgroups) {
       for (const auto& ticket : subgroup.samples) {
+        SampleEntry entry;
+        entry.id = ticket.sample_id;
+        entry.subgroup_id = subgroup.id;
+        entry.effort = subgroup.effort;
+        loop_.table().Admit(std::move(entry));
         rollout::SampleRequest request;
         request.id = ticket.sample_id;
         request.prompt = prompt;
         request.sampling.temperature = 1.0;
         request.stop.max_new_tokens = Length(ticket.sample_id);
-        LOOM_CHECK(engine_.Add(request).ok(), "bench sample " << ticket.sample_id);
+        if (absl::Status s = loop_.engine().Add(request); !s.ok()) {
+          loop_.table().Fail(ticket.sample_id, s);
+        }
       }
     }
   }
@@ -56,97 +66,96 @@ class LongTailPort : public dispatch::RolloutPort {
   // Pareto(min_length, alpha), capped at max_length.
   int64_t Length(uint64_t sample_id) const {
     const double u = std::max(1e-12, 1.0 - Uniform(options_.seed, sample_id, 7));
-    const double x = static_cast<double>(options_.min_length) * std::pow(u, -1.0 / options_.pareto_alpha);
+    const double x =
+        static_cast<double>(options_.min_length) * std::pow(u, -1.0 / options_.pareto_alpha);
     return std::min<int64_t>(options_.max_length, static_cast<int64_t>(x));
   }
 
  private:
-  rollout::RolloutEngine& engine_;
+  AsyncLoop& loop_;
   const DispatchBenchOptions& options_;
   int64_t vocab_;
 };
 
-// One real training step on the batch's sequences: maximise their log-likelihood
-// (the work of a GRPO step without rewards), AdamW at a tiny learning rate.
-void TrainOn(model::Transformer& model, AdamW& optimizer,
-             const std::vector<rollout::SampleState>& batch) {
-  std::vector<const std::vector<int64_t>*> tokens;
-  std::vector<const std::vector<uint8_t>*> masks;
-  for (const auto& s : batch) {
-    tokens.push_back(&s.tokens);
-    masks.push_back(&s.loss_mask);
+// One real training step on the batch's sequences: maximise their
+// log-likelihood (the work of a GRPO step without rewards), AdamW at a tiny
+// constant learning rate, no clipping.
+class LikelihoodTrainer : public BatchTrainer {
+ public:
+  LikelihoodTrainer(model::Transformer& model, const config::OptimizerFields& fields,
+                    int64_t& policy_version)
+      : model_(model), optimizer_(model, fields), policy_version_(policy_version) {}
+
+  absl::StatusOr<nlohmann::json> Train(const Batch& batch) override {
+    const double start = Seconds();
+    std::vector<const std::vector<int64_t>*> tokens;
+    std::vector<const std::vector<uint8_t>*> masks;
+    for (const TrainingSample& s : batch.samples) {
+      tokens.push_back(&s.state.tokens);
+      masks.push_back(&s.state.loss_mask);
+    }
+    ShiftedBatch shifted = TeacherForcing(tokens, masks);
+    auto scored = model_.Score(shifted.batch);
+    if (!scored.ok()) return scored.status();
+    (-(scored->logprobs * shifted.target_weight).sum() / shifted.target_weight.sum().clamp_min(1))
+        .backward();
+    optimizer_.Step(batch.step, policy_version_);
+    return nlohmann::json{{"samples", batch.samples.size()}, {"train_seconds", Seconds() - start}};
   }
-  ShiftedBatch shifted = TeacherForcing(tokens, masks);
-  auto scored = model.Score(shifted.batch);
-  LOOM_CHECK(scored.ok(), "" << scored.status().ToString());
-  (-(scored->logprobs * shifted.target_weight).sum() / shifted.target_weight.sum().clamp_min(1))
-      .backward();
-  optimizer.Step(1e-6);
-  optimizer.ZeroGrad();
-}
+
+ private:
+  model::Transformer& model_;
+  StageOptimizer optimizer_;
+  int64_t& policy_version_;
+};
 
 absl::StatusOr<nlohmann::json> RunMode(const std::string& mode, const DispatchBenchOptions& options,
                                        model::Transformer& model) {
-  AdamW optimizer(model.NamedParameters(), {});
-  rollout::EngineOptions engine_options;
-  engine_options.max_batch = options.max_inflight;
-  engine_options.pool_tokens = (options.max_length + 32) * (options.max_inflight + options.batch_samples) * 2;
-  engine_options.step_token_budget = 4096;
-  engine_options.seed = options.seed;
-  auto engine = rollout::RolloutEngine::Create(model, engine_options);
-  if (!engine.ok()) return engine.status();
-  dispatch::DispatchOptions dispatch_options;
-  dispatch_options.policy = mode;
-  dispatch_options.max_inflight = options.max_inflight;
-  dispatch_options.batch_samples = options.batch_samples;
-  dispatch_options.max_staleness = options.max_staleness;
-  dispatch_options.efforts = {{100, options.group_size}};
-  dispatch_options.datasets = {{"longtail", 1.0, 0}};
-  dispatch_options.seed = options.seed;
-  auto dispatcher = dispatch::Dispatcher::Create(dispatch_options);
-  if (!dispatcher.ok()) return dispatcher.status();
-  LongTailPort port(**engine, options, model.config().vocab_size);
+  AsyncLoop::Options loop_options;
+  loop_options.engine.max_batch = options.max_inflight;
+  loop_options.engine.pool_tokens =
+      (options.max_length + 32) * (options.max_inflight + options.batch_samples) * 2;
+  loop_options.engine.step_token_budget = 4096;
+  loop_options.engine.seed = options.seed;
+  dispatch::DispatchOptions& dispatch = loop_options.dispatch;
+  dispatch.policy = mode;
+  dispatch.max_inflight = options.max_inflight;
+  dispatch.batch_samples = options.batch_samples;
+  dispatch.max_staleness = options.max_staleness;
+  dispatch.efforts = {{100, options.group_size}};
+  dispatch.datasets = {{"longtail", 1.0, 0}};
+  dispatch.seed = options.seed;
+  auto loop = AsyncLoop::Create(model, loop_options);
+  if (!loop.ok()) return loop.status();
+  LongTailPort port(**loop, options, model.config().vocab_size);
 
-  std::map<uint64_t, rollout::SampleState> finished;
-  double inflight_sum = 0, inflight_sq = 0;
-  int64_t observations = 0, trained = 0, steps = 0, decode_tokens = 0;
+  config::OptimizerFields fields;
+  fields.steps = options.train_steps;
+  fields.lr = 1e-6;
+  fields.warmup_steps = 0;
+  fields.min_lr_ratio = 1.0;
+  fields.grad_clip = 0;
+  fields.beta2 = 0.999;
+  int64_t version = 0, steps = 0, trained = 0, decode_tokens = 0;
+  LikelihoodTrainer trainer(model, fields, version);
   double train_seconds = 0;
+  LoopHooks hooks;
+  hooks.after_step = [&](int64_t, const nlohmann::json& record) {
+    trained += record["samples"].get<int64_t>();
+    train_seconds += record["train_seconds"].get<double>();
+    decode_tokens += record["decode_tokens"].get<int64_t>();
+    return absl::OkStatus();
+  };
   const double start = Seconds();
-  while (steps < options.train_steps) {
-    (*dispatcher)->Refill(port);
-    const double inflight = static_cast<double>((*engine)->num_samples());
-    inflight_sum += inflight;
-    inflight_sq += inflight * inflight;
-    ++observations;
-    auto stats = (*engine)->Step();
-    if (!stats.ok()) return stats.status();
-    decode_tokens += stats->decode_tokens;
-    for (auto& sample : (*engine)->TakeFinished()) {
-      const uint64_t id = sample.id;
-      if ((*dispatcher)->OnSampleFinished(id) == dispatch::Disposition::kKeep) {
-        finished.emplace(id, std::move(sample));
-      }
-    }
-    auto batch = (*dispatcher)->TakeBatch((*engine)->policy_version());
-    if (!batch) continue;
-    (*engine)->ParkAll();
-    const double train_start = Seconds();
-    std::vector<rollout::SampleState> samples;
-    for (const auto& subgroup : *batch) {
-      for (uint64_t id : subgroup.sample_ids) {
-        samples.push_back(std::move(finished.at(id)));
-        finished.erase(id);
-      }
-    }
-    TrainOn(model, optimizer, samples);
-    train_seconds += Seconds() - train_start;
-    trained += static_cast<int64_t>(samples.size());
-    ++steps;
-    if (absl::Status s = (*engine)->Resume((*engine)->policy_version() + 1); !s.ok()) return s;
+  if (absl::Status s = (*loop)->Run(port, trainer, steps, options.train_steps, version, hooks);
+      !s.ok()) {
+    return s;
   }
   const double seconds = Seconds() - start;
-  const double mean = inflight_sum / static_cast<double>(observations);
-  const double variance = std::max(0.0, inflight_sq / static_cast<double>(observations) - mean * mean);
+  const InflightObservations& seen = (*loop)->inflight();
+  const double n = static_cast<double>(std::max<int64_t>(1, seen.count));
+  const double mean = seen.sum / n;
+  const double variance = std::max(0.0, seen.sum_sq / n - mean * mean);
   return nlohmann::json{{"mode", mode},
                         {"train_steps", steps},
                         {"samples", trained},
@@ -184,7 +193,8 @@ absl::StatusOr<nlohmann::json> RunDispatchBench(const DispatchBenchOptions& opti
   std::map<std::string, double> rate;
   for (const std::string& mode : options.modes) {
     // Every mode starts from the same weights.
-    auto model = model::Transformer::RandomInit(*config, options.seed, {at::kFloat, at::kCPU, true});
+    auto model =
+        model::Transformer::RandomInit(*config, options.seed, {at::kFloat, at::kCPU, true});
     auto outcome = RunMode(mode, options, *model);
     if (!outcome.ok()) return outcome.status();
     rate[mode] = (*outcome)["samples_per_s"].get<double>();

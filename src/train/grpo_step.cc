@@ -12,6 +12,7 @@
 #include "loom/rollout/sampling.h"
 #include "loom/train/batching.h"
 #include "loom/train/encoding.h"
+#include "loom/train/grpo_stage.h"
 
 namespace loom::train {
 namespace {
@@ -90,8 +91,8 @@ std::vector<MicroBatch> MicroBatches(const std::vector<TrainingSample>& samples,
 
 }  // namespace
 
-Judgement GrpoStep::JudgeSample(const TrainingSample& sample, int64_t* reasoning,
-                                int64_t* response_tokens) const {
+Judgement GrpoTrainer::JudgeSample(const TrainingSample& sample, int64_t* reasoning,
+                                   int64_t* response_tokens) const {
   const rollout::SampleState& state = sample.state;
   if (!sample.info.agent) {
     std::vector<int64_t> completion(state.tokens.begin() + state.prompt_length, state.tokens.end());
@@ -106,14 +107,15 @@ Judgement GrpoStep::JudgeSample(const TrainingSample& sample, int64_t* reasoning
   Judgement judgement;
   judgement.parsed = !trajectory.penalty() && trajectory.format_errors() == 0;
   judgement.content = trajectory.answer();
-  judgement.reward = trajectory.penalty() ? context_.config.sandbox.failure_reward
-                                          : trajectory.verdict().reward();
+  judgement.reward =
+      trajectory.penalty() ? context_.config.sandbox.failure_reward : trajectory.verdict().reward();
   return judgement;
 }
 
-absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>& samples,
-                                               int64_t step, const dispatch::DispatchStats& dispatch,
-                                               const RolloutTotals& rollout) {
+absl::StatusOr<nlohmann::json> GrpoTrainer::Train(const Batch& batch) {
+  const std::vector<TrainingSample>& samples = batch.samples;
+  const dispatch::DispatchStats& dispatch = batch.dispatch;
+  const RolloutTotals& rollout = batch.rollout;
   const double start = metrics::ProgressLine::SteadySeconds();
   const config::RunConfig& config = context_.config;
   const int64_t version = context_.policy_version;
@@ -166,9 +168,9 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
   }
   int64_t informative = 0;
   for (const auto& [id, range] : reward_range) informative += range.first < range.second;
-  at::Tensor advantages = algo::SubgroupAdvantages(
-      at::tensor(rewards.total, at::kFloat), at::tensor(subgroup_ids, at::kLong),
-      config.grpo.scale_by_std);
+  at::Tensor advantages =
+      algo::SubgroupAdvantages(at::tensor(rewards.total, at::kFloat),
+                               at::tensor(subgroup_ids, at::kLong), config.grpo.scale_by_std);
 
   // The samples the step scores: all, or only those of informative subgroups.
   std::vector<size_t> scored_samples;
@@ -193,8 +195,8 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
   double loss_sum = 0, clip_weighted = 0, masked_weighted = 0, loss_tokens = 0, ratio_weighted = 0,
          kl_weighted = 0;
   int64_t trained_tokens = 0;
-  for (const MicroBatch& micro : MicroBatches(samples, scored_samples,
-                                              config.train.micro_batch_tokens)) {
+  for (const MicroBatch& micro :
+       MicroBatches(samples, scored_samples, config.train.micro_batch_tokens)) {
     std::vector<const std::vector<int64_t>*> tokens, versions;
     std::vector<const std::vector<uint8_t>*> masks;
     std::vector<const std::vector<float>*> behaviour;
@@ -253,12 +255,7 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
     masked_weighted += loss.masked_fraction * static_cast<double>(loss.loss_tokens);
     loss_tokens += static_cast<double>(loss.loss_tokens);
   }
-  const config::GrpoStageSection& stage = config.train.grpo;
-  const double grad_norm = optimizer_.ClipGradNorm(stage.grad_clip);
-  const double lr = WarmupCosineLr(stage.lr, step, stage.steps, stage.warmup_steps, stage.min_lr_ratio);
-  optimizer_.Step(lr);
-  optimizer_.ZeroGrad();
-  ++context_.policy_version;
+  const StageOptimizer::Applied applied = optimizer_.Step(batch.step, context_.policy_version);
   const double train_seconds = metrics::ProgressLine::SteadySeconds() - start;
 
   auto mean = [](const std::vector<float>& v) {
@@ -271,12 +268,12 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
   response_mean /= static_cast<double>(n);
   const double weighted = std::max(weighted_tokens, 1.0);
   nlohmann::json record{
-      {"stage", "grpo"},
-      {"step", step + 1},
+      {"stage", kGrpoStage},
+      {"step", batch.step + 1},
       {"version", context_.policy_version},
       {"loss", loss_sum},
-      {"lr", lr},
-      {"grad_norm", grad_norm},
+      {"lr", applied.lr},
+      {"grad_norm", applied.grad_norm},
       {"samples", n},
       {"reward_mean", mean(rewards.total)},
       {"reward_task_mean", mean(rewards.task)},
@@ -298,9 +295,9 @@ absl::StatusOr<nlohmann::json> GrpoStep::Train(const std::vector<TrainingSample>
       {"staleness_max", lag_max},
       {"masked_token_fraction", loss_tokens > 0 ? masked_weighted / loss_tokens : 0.0},
       {"rollout_tokens_per_s",
-       rollout.seconds > 0 ? static_cast<double>(rollout.decode_tokens + rollout.prefill_tokens) /
-                                 rollout.seconds
-                           : 0.0},
+       rollout.seconds > 0
+           ? static_cast<double>(rollout.decode_tokens + rollout.prefill_tokens) / rollout.seconds
+           : 0.0},
       {"train_tokens_per_s", static_cast<double>(trained_tokens) / std::max(train_seconds, 1e-9)},
       {"time_rollout_s", rollout.seconds},
       {"time_train_s", train_seconds}};

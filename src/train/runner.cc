@@ -10,8 +10,7 @@
 #include "loom/tokenizer/dsv4_tokens.h"
 #include "loom/train/checkpointer.h"
 #include "loom/train/context.h"
-#include "loom/train/grpo_stage.h"
-#include "loom/train/sft_stage.h"
+#include "loom/train/stages.h"
 
 namespace loom::train {
 namespace fs = std::filesystem;
@@ -39,7 +38,8 @@ absl::StatusOr<at::Device> PickDevice(const std::string& name) {
   if (name == "cuda" && !cuda) {
     return absl::FailedPreconditionError("model.device is cuda but LibTorch sees no CUDA device");
   }
-  return (name == "cuda" || (name == "auto" && cuda)) ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+  return (name == "cuda" || (name == "auto" && cuda)) ? at::Device(at::kCUDA)
+                                                      : at::Device(at::kCPU);
 }
 
 absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
@@ -57,11 +57,14 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
   auto tokenizer = tokenizer::Tokenizer::FromFile(config.model.path + "/tokenizer.json");
   if (!tokenizer.ok()) return tokenizer.status();
   auto eos = (*tokenizer)->TokenToId(tokenizer::dsv4::kEos);
-  if (!eos) return absl::InvalidArgumentError("tokenizer.json has no " + std::string(tokenizer::dsv4::kEos));
+  if (!eos)
+    return absl::InvalidArgumentError("tokenizer.json has no " +
+                                      std::string(tokenizer::dsv4::kEos));
   auto datasets = tasks::LoadDatasets(config.tasks, static_cast<uint64_t>(config.run.seed));
   if (!datasets.ok()) return datasets.status();
   if (datasets->empty() && !config.train.stages.empty()) {
-    return absl::InvalidArgumentError("tasks.datasets is empty: the stages have nothing to train on");
+    return absl::InvalidArgumentError(
+        "tasks.datasets is empty: the stages have nothing to train on");
   }
   auto metrics = metrics::MetricsWriter::Open(run_dir.metrics_path());
   if (!metrics.ok()) return metrics.status();
@@ -69,8 +72,8 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
                static_cast<double>((*model)->NumParameters()) / 1e6, config.model.dtype,
                config.train.stages.size());
 
-  TrainContext context{config,    run_dir, **model, **tokenizer, *datasets,
-                       *metrics,  *eos,    0,       checkpointer->get()};
+  TrainContext context{config,   run_dir, **model, **tokenizer,        *datasets,
+                       *metrics, *eos,    0,       checkpointer->get()};
   size_t first_stage = 0;
   if (cursor) {
     context.policy_version = cursor->policy_version;
@@ -80,8 +83,9 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
   for (size_t i = first_stage; i < config.train.stages.size(); ++i) {
     const std::string& stage = config.train.stages[i];
     spdlog::info("stage {} begins", stage);
-    absl::Status status = stage == "sft" ? RunSftStage(context) : RunGrpoStage(context);
-    if (!status.ok()) return status;
+    const StageKind* kind = FindStage(stage);
+    if (kind == nullptr) return absl::InvalidArgumentError("train.stages: unknown stage " + stage);
+    if (absl::Status s = kind->run(context); !s.ok()) return s;
     const std::string out = run_dir.stage_path(stage);
     if (absl::Status s = (*model)->Save(out); !s.ok()) return s;
     fs::copy_file(config.model.path + "/tokenizer.json", out + "/tokenizer.json",

@@ -10,11 +10,11 @@
 
 #include "loom/algo/sft_loss.h"
 #include "loom/metrics/progress.h"
-#include "loom/train/adamw.h"
 #include "loom/train/batching.h"
 #include "loom/train/encoding.h"
 #include "loom/train/evaluator.h"
 #include "loom/train/stage_checkpoint.h"
+#include "loom/train/stage_optimizer.h"
 
 namespace loom::train {
 namespace {
@@ -38,7 +38,8 @@ class SftSampler {
     const auto& levels = context_.config.effort.levels;
     const int effort = levels[std::uniform_int_distribution<size_t>(0, levels.size() - 1)(rng_)];
     tasks::Problem problem = context_.datasets[d]->Train(next_index_[d]++);
-    return EncodeSftExample(problem, context_.config.effort.PromptEffort(effort), context_.tokenizer);
+    return EncodeSftExample(problem, context_.config.effort.PromptEffort(effort),
+                            context_.tokenizer);
   }
 
   // The data cursor, for checkpoints.
@@ -68,23 +69,23 @@ class SftSampler {
 
 absl::Status RunSftStage(TrainContext& context) {
   const config::SftStageSection& sft = context.config.train.sft;
-  AdamW optimizer(context.model.NamedParameters(),
-                  {sft.beta1, sft.beta2, sft.eps, sft.weight_decay});
+  StageOptimizer optimizer(context.model, sft);
   SftSampler sampler(context);
   metrics::ProgressLine progress(stdout, {static_cast<bool>(::isatty(1)), 0.2, 30.0});
   const int64_t eval_every = context.config.tasks.eval_every;
   int64_t first_step = 0;
   SftCursor cursor;
-  auto resumed = RestoreSft(context, optimizer, cursor, first_step);
+  auto resumed = RestoreSft(context, optimizer.adamw(), cursor, first_step);
   if (!resumed.ok()) return resumed.status();
   if (*resumed) {
     if (absl::Status s = sampler.Import(cursor); !s.ok()) return s;
-  } else if (absl::Status s = LogEvaluation(context, "sft", 0); !s.ok()) {
+  } else if (absl::Status s = LogEvaluation(context, kSftStage, 0); !s.ok()) {
     return s;
   }
 
   for (int64_t step = first_step; step < sft.steps; ++step) {
-    if (absl::Status s = SftBoundary(context, optimizer, sampler.Export(), step, false); !s.ok()) {
+    if (absl::Status s = SftBoundary(context, optimizer.adamw(), sampler.Export(), step, false);
+        !s.ok()) {
       return s;
     }
     const double start = Seconds();
@@ -119,20 +120,15 @@ absl::Status RunSftStage(TrainContext& context) {
       loss.loss.backward();
       loss_sum += loss.loss.item<double>();
     }
-    const double grad_norm = optimizer.ClipGradNorm(sft.grad_clip);
-    const double lr =
-        WarmupCosineLr(sft.lr, step, sft.steps, sft.warmup_steps, sft.min_lr_ratio);
-    optimizer.Step(lr);
-    optimizer.ZeroGrad();
-    ++context.policy_version;
+    const StageOptimizer::Applied applied = optimizer.Step(step, context.policy_version);
     const double seconds = Seconds() - start;
 
-    nlohmann::json record = {{"stage", "sft"},
+    nlohmann::json record = {{"stage", kSftStage},
                              {"step", step + 1},
                              {"version", context.policy_version},
                              {"loss", loss_sum},
-                             {"lr", lr},
-                             {"grad_norm", grad_norm},
+                             {"lr", applied.lr},
+                             {"grad_norm", applied.grad_norm},
                              {"tokens", tokens},
                              {"loss_tokens", loss_tokens},
                              {"train_tokens_per_s", tokens / std::max(seconds, 1e-9)},
@@ -145,9 +141,9 @@ absl::Status RunSftStage(TrainContext& context) {
     const bool last = step + 1 == sft.steps;
     if (last || (eval_every > 0 && (step + 1) % eval_every == 0)) {
       progress.Finish();
-      if (absl::Status s = LogEvaluation(context, "sft", step + 1); !s.ok()) return s;
+      if (absl::Status s = LogEvaluation(context, kSftStage, step + 1); !s.ok()) return s;
     }
-    if (absl::Status s = SftBoundary(context, optimizer, sampler.Export(), step + 1, true);
+    if (absl::Status s = SftBoundary(context, optimizer.adamw(), sampler.Export(), step + 1, true);
         !s.ok()) {
       return s;
     }

@@ -4,6 +4,8 @@
 
 #include "loom/config/check.h"
 #include "loom/train/checkpointer.h"
+#include "loom/train/grpo_stage.h"
+#include "loom/train/sft_stage.h"
 
 namespace loom::train {
 namespace {
@@ -18,28 +20,29 @@ TrainState CursorState(const TrainContext& context, const char* stage, int64_t s
   return state;
 }
 
-absl::StatusOr<TrainState> CaptureGrpo(const TrainContext& context, GrpoLoopState& loop) {
-  TrainState state = CursorState(context, "grpo", loop.step, loop.optimizer);
+absl::StatusOr<TrainState> CaptureGrpo(const TrainContext& context, GrpoLoopState& grpo_loop) {
+  AsyncLoop& loop = grpo_loop.loop;
+  TrainState state = CursorState(context, kGrpoStage, grpo_loop.step, grpo_loop.optimizer);
   GrpoCursor grpo;
-  grpo.dispatcher = loop.dispatcher.ExportState();
-  grpo.prefill_tokens = loop.totals.prefill_tokens;
-  grpo.decode_tokens = loop.totals.decode_tokens;
-  loop.engine.ParkAll();
-  for (const auto& [id, info] : loop.sample_info) {
-    grpo.records.push_back({id, info.dataset, info.problem_index, info.subgroup_id, info.effort});
-    auto done = loop.finished.find(id);
-    if (done != loop.finished.end()) {
-      grpo.finished.push_back(done->second);
+  grpo.dispatcher = loop.dispatcher().ExportState();
+  grpo.prefill_tokens = loop.totals().prefill_tokens;
+  grpo.decode_tokens = loop.totals().decode_tokens;
+  loop.engine().ParkAll();
+  for (const auto& [id, entry] : loop.table().entries()) {
+    grpo.records.push_back(
+        {id, entry.dataset, entry.problem_index, entry.subgroup_id, entry.effort});
+    if (entry.state) {
+      grpo.finished.push_back(*entry.state);
       continue;
     }
-    if (info.agent) {
+    if (entry.agent) {
       // The episode lives on a sandbox worker; it cannot be saved and resumed.
       return absl::FailedPreconditionError(
           "checkpoint: agent sample " + std::to_string(id) +
           " is in a sandbox episode; checkpoints of GRPO runs with sandbox datasets are only "
           "possible with no episode in flight (not supported yet)");
     }
-    auto exported = loop.engine.Export(id);
+    auto exported = loop.engine().Export(id);
     if (!exported.ok()) return exported.status();
     grpo.inflight.push_back(*std::move(exported));
   }
@@ -60,54 +63,68 @@ absl::Status ImportInflight(rollout::RolloutEngine& engine,
 
 absl::Status GrpoBoundary(TrainContext& context, GrpoLoopState loop, bool after_step) {
   if (context.checkpointer == nullptr) return absl::OkStatus();
+  rollout::RolloutEngine& engine = loop.loop.engine();
   return context.checkpointer->Boundary(
       after_step, context.policy_version, context.model, [&] { return CaptureGrpo(context, loop); },
       [&](TrainState&& state) {
-        if (absl::Status s = loop.engine.Resume(context.policy_version); !s.ok()) return s;
-        return ImportInflight(loop.engine, std::move(state.grpo->inflight));
+        if (absl::Status s = engine.Resume(context.policy_version); !s.ok()) return s;
+        return ImportInflight(engine, std::move(state.grpo->inflight));
       });
 }
 
 absl::Status RestoreGrpo(TrainContext& context, GrpoLoopState loop) {
   if (context.checkpointer == nullptr) return absl::OkStatus();
-  std::optional<TrainState> state = context.checkpointer->TakeResume("grpo");
+  std::optional<TrainState> state = context.checkpointer->TakeResume(kGrpoStage);
   if (!state) return absl::OkStatus();
   LOOM_CHECK(state->grpo.has_value(), "GRPO checkpoint without a GRPO cursor");
   GrpoCursor& grpo = *state->grpo;
+  SampleTable& table = loop.loop.table();
   if (absl::Status s = loop.optimizer.LoadStateDict(state->optimizer); !s.ok()) return s;
-  if (absl::Status s = loop.dispatcher.ImportState(grpo.dispatcher); !s.ok()) return s;
+  if (absl::Status s = loop.loop.dispatcher().ImportState(grpo.dispatcher); !s.ok()) return s;
   for (const SampleRecord& r : grpo.records) {
     if (r.dataset < 0 || r.dataset >= static_cast<int>(context.datasets.size())) {
       return absl::DataLossError("checkpoint sample " + std::to_string(r.id) + ": dataset " +
                                  std::to_string(r.dataset) + " does not exist in this config");
     }
-    auto problem =
+    SampleEntry entry;
+    entry.id = r.id;
+    entry.subgroup_id = r.subgroup_id;
+    entry.effort = r.effort;
+    entry.dataset = r.dataset;
+    entry.problem_index = r.problem_index;
+    entry.problem =
         std::make_shared<tasks::Problem>(context.datasets[r.dataset]->Train(r.problem_index));
-    loop.sample_info[r.id] =
-        SampleInfo{problem, r.subgroup_id, r.effort, r.dataset, r.problem_index, false, nullptr};
+    table.Admit(std::move(entry));
   }
+  const size_t finished = grpo.finished.size();
   for (rollout::SampleState& sample : grpo.finished) {
+    if (table.Find(sample.id) == nullptr) {
+      return absl::DataLossError("checkpoint: finished sample " + std::to_string(sample.id) +
+                                 " has no record");
+    }
     const uint64_t id = sample.id;
-    loop.finished.emplace(id, std::move(sample));
+    table.Finish(id, std::move(sample));
   }
   int64_t kv_tokens = 0;
   for (const rollout::SampleState& sample : grpo.inflight) kv_tokens += sample.kv.length;
   const size_t inflight = grpo.inflight.size();
-  if (absl::Status s = ImportInflight(loop.engine, std::move(grpo.inflight)); !s.ok()) return s;
-  loop.totals.prefill_tokens = grpo.prefill_tokens;
-  loop.totals.decode_tokens = grpo.decode_tokens;
+  if (absl::Status s = ImportInflight(loop.loop.engine(), std::move(grpo.inflight)); !s.ok()) {
+    return s;
+  }
+  loop.loop.totals().prefill_tokens = grpo.prefill_tokens;
+  loop.loop.totals().decode_tokens = grpo.decode_tokens;
   loop.step = state->cursor.step;
   spdlog::info(
       "GRPO resumes at step {}: {} in-flight samples restored with {} KV tokens "
       "(no re-prefill), {} finished samples awaiting training",
-      loop.step, inflight, kv_tokens, loop.finished.size());
+      loop.step, inflight, kv_tokens, finished);
   return context.metrics.Write({{"event", "resume"},
-                                {"stage", "grpo"},
+                                {"stage", kGrpoStage},
                                 {"step", loop.step},
                                 {"version", context.policy_version},
                                 {"inflight_restored", inflight},
                                 {"kv_tokens_restored", kv_tokens},
-                                {"finished_restored", loop.finished.size()}});
+                                {"finished_restored", finished}});
 }
 
 absl::Status SftBoundary(TrainContext& context, AdamW& optimizer, const SftCursor& cursor,
@@ -116,7 +133,7 @@ absl::Status SftBoundary(TrainContext& context, AdamW& optimizer, const SftCurso
   return context.checkpointer->Boundary(
       after_step, context.policy_version, context.model,
       [&]() -> absl::StatusOr<TrainState> {
-        TrainState state = CursorState(context, "sft", step, optimizer);
+        TrainState state = CursorState(context, kSftStage, step, optimizer);
         state.sft = cursor;
         return state;
       },
@@ -126,15 +143,17 @@ absl::Status SftBoundary(TrainContext& context, AdamW& optimizer, const SftCurso
 absl::StatusOr<bool> RestoreSft(TrainContext& context, AdamW& optimizer, SftCursor& cursor,
                                 int64_t& step) {
   if (context.checkpointer == nullptr) return false;
-  std::optional<TrainState> state = context.checkpointer->TakeResume("sft");
+  std::optional<TrainState> state = context.checkpointer->TakeResume(kSftStage);
   if (!state) return false;
   if (!state->sft) return absl::DataLossError("SFT checkpoint without an SFT data cursor");
   if (absl::Status s = optimizer.LoadStateDict(state->optimizer); !s.ok()) return s;
   cursor = *state->sft;
   step = state->cursor.step;
   spdlog::info("SFT resumes at step {}", step);
-  absl::Status written = context.metrics.Write(
-      {{"event", "resume"}, {"stage", "sft"}, {"step", step}, {"version", context.policy_version}});
+  absl::Status written = context.metrics.Write({{"event", "resume"},
+                                                {"stage", kSftStage},
+                                                {"step", step},
+                                                {"version", context.policy_version}});
   if (!written.ok()) return written;
   return true;
 }

@@ -2,7 +2,7 @@
 // policy being trained is the behaviour policy, so every importance ratio
 // must be 1 — which holds only if the trainer sends each token through the
 // experts the rollout recorded for it. The behaviour side is computed here
-// without GrpoStep: log-probs and routing from the incremental path
+// without GrpoTrainer: log-probs and routing from the incremental path
 // (Transformer::Step over a KV pool, token by token as the engine generates),
 // or, for a routing the trainer's own router would not choose, log-probs
 // scored sequence by sequence under that routing. Dropping the recorded
@@ -88,7 +88,7 @@ struct MoeFixture {
     state.generated = state.length() - state.prompt_length;
     state.moe_layers = model->config().NumMoeLayers();
     state.top_k = model->config().num_experts_per_tok;
-    SampleInfo info;
+    SampleEntry info;
     info.problem = std::move(judged_by);
     info.subgroup_id = subgroup;
     info.effort = 100;
@@ -157,10 +157,12 @@ struct MoeFixture {
   }
 
   absl::StatusOr<nlohmann::json> TrainOnce(const std::vector<TrainingSample>& samples) {
-    AdamW optimizer(model->NamedParameters(), {});
-    GrpoStep step(*context, optimizer, algo::EffortLengthReward(config.grpo.length_reward, {100}),
-                  -1);
-    return step.Train(samples, 0, {}, {});
+    StageOptimizer optimizer(*model, config.train.grpo);
+    GrpoTrainer trainer(*context, optimizer,
+                        algo::EffortLengthReward(config.grpo.length_reward, {100}), -1);
+    train::Batch batch;
+    batch.samples = samples;
+    return trainer.Train(batch);
   }
 };
 

@@ -1,4 +1,4 @@
-// GrpoStep end to end on a real (tiny) model: the rewards come from the
+// GrpoTrainer end to end on a real (tiny) model: the rewards come from the
 // verifier, and one optimizer step must move the policy towards the
 // rewarded completion and away from the unrewarded one of the same subgroup.
 // The direction is checked by re-scoring both completions with the model
@@ -74,7 +74,7 @@ struct Fixture {
       state.logprobs[t] = current[t];
     }
     state.generated = static_cast<int64_t>(state.tokens.size()) - state.prompt_length;
-    SampleInfo info;
+    SampleEntry info;
     info.problem = std::move(judged_by);
     info.subgroup_id = subgroup;
     info.effort = 100;
@@ -103,12 +103,14 @@ struct Fixture {
     return std::make_shared<const tasks::Problem>((*generator)->Generate(seed, 2));
   }
 
-  // One GrpoStep::Train on `samples` with a fresh AdamW.
+  // One GrpoTrainer::Train on `samples` with a fresh optimizer.
   absl::StatusOr<nlohmann::json> TrainOnce(const std::vector<TrainingSample>& samples) {
-    AdamW optimizer(model->NamedParameters(), {});
-    GrpoStep step(*context, optimizer, algo::EffortLengthReward(config.grpo.length_reward, {100}),
-                  -1);
-    return step.Train(samples, 0, {}, {});
+    StageOptimizer optimizer(*model, config.train.grpo);
+    GrpoTrainer trainer(*context, optimizer,
+                        algo::EffortLengthReward(config.grpo.length_reward, {100}), -1);
+    train::Batch batch;
+    batch.samples = samples;
+    return trainer.Train(batch);
   }
 
   // Every parameter, flattened into one vector (a copy).

@@ -1,16 +1,9 @@
 #pragma once
-// The GRPO stage: the asynchronous run loop of ARCHITECTURE.md.
-//
-//   loop:
-//     dispatcher.Refill(engine)       admit prompt groups (policy, caps, staleness)
-//     engine.Step()                   prefill / decode one token per active sample
-//     finished samples -> dispatcher  (kept for training, or dropped in warm-up)
-//     if dispatcher.TakeBatch(v):     complete (prompt, effort) subgroups are ready
-//        engine.ParkAll()             already at a token boundary
-//        judge + reward + advantages  verifier, length reward, subgroup centring
-//        clipped policy loss          against the recorded behaviour log-probs
-//        AdamW step; v += 1
-//        engine.Resume(v)             parked samples continue on their KV
+// The GRPO stage: the async loop (async_loop.h) with the GRPO trainer
+// (grpo_step.h) — verifier and length rewards, subgroup advantages, the
+// clipped policy loss against the recorded behaviour log-probs — plus agent
+// episodes for sandbox datasets, checkpoints with in-flight samples, and
+// held-out evaluation every `tasks.eval_every` steps and at the end.
 //
 // One thread (the caller's) does all of it; the engine and the optimizer
 // never see another thread.
@@ -19,6 +12,8 @@
 #include "loom/train/context.h"
 
 namespace loom::train {
+
+inline constexpr char kGrpoStage[] = "grpo";
 
 absl::Status RunGrpoStage(TrainContext& context);
 

@@ -9,6 +9,8 @@
 
 namespace loom::train {
 
+inline constexpr char kSftStage[] = "sft";
+
 absl::Status RunSftStage(TrainContext& context);
 
 }  // namespace loom::train

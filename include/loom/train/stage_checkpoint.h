@@ -11,26 +11,19 @@
 // decisions (given a KV pool that is not under pressure at the boundary).
 
 #include <cstdint>
-#include <map>
 
 #include "absl/status/status.h"
-#include "loom/dispatch/dispatcher.h"
-#include "loom/rollout/engine.h"
 #include "loom/train/adamw.h"
+#include "loom/train/async_loop.h"
 #include "loom/train/context.h"
-#include "loom/train/grpo_step.h"
 #include "loom/train/train_state.h"
 
 namespace loom::train {
 
-// Borrowed views of the GRPO loop's state.
+// Borrowed views of the GRPO stage's state.
 struct GrpoLoopState {
-  rollout::RolloutEngine& engine;
-  dispatch::Dispatcher& dispatcher;
+  AsyncLoop& loop;  // engine, dispatcher, sample table, rollout totals
   AdamW& optimizer;
-  std::map<uint64_t, SampleInfo>& sample_info;         // every admitted, untrained sample
-  std::map<uint64_t, rollout::SampleState>& finished;  // finished, untrained
-  RolloutTotals& totals;
   int64_t& step;  // optimizer steps done in the stage
 };
 

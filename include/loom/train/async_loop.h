@@ -1,0 +1,126 @@
+#pragma once
+// AsyncLoop: the one asynchronous run loop. It owns the rollout engine, the
+// dispatcher and the sample table, and cycles
+//
+//   refill → engine step → finished → ready? → park → train → resume
+//
+// until the stage has taken its steps: the dispatcher admits prompt groups
+// through a RolloutPort, the engine generates one token step at a time,
+// finished samples go back to the dispatcher (and into the table), and when a
+// batch of complete subgroups is ready the engine is parked at a token
+// boundary, a BatchTrainer takes one optimizer step on it, and the parked
+// samples resume on their KV cache under the new policy version.
+//
+// What differs between stages plugs in: how prompts enter the engine (the
+// port, which records every admitted sample in the table, or reports that it
+// could not start), how a batch is trained (the trainer: GRPO, and the
+// dispatch bench's), agent episodes, and hooks for checkpoints and per-step
+// reporting. Run loop thread only.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "loom/dispatch/dispatcher.h"
+#include "loom/rollout/engine.h"
+#include "loom/train/sample_table.h"
+
+namespace loom::train {
+
+class AgentStage;
+
+// Rollout work since the previous step, for throughput metrics.
+struct RolloutTotals {
+  int64_t decode_tokens = 0;
+  int64_t prefill_tokens = 0;
+  double seconds = 0;
+};
+
+// What a trainer gets: complete subgroups, in the order they became ready.
+struct Batch {
+  std::vector<TrainingSample> samples;
+  int64_t step = 0;                  // 0-based optimizer step within the stage
+  dispatch::DispatchStats dispatch;  // concurrency since the previous step
+  RolloutTotals rollout;             // rollout work since the previous step
+};
+
+class BatchTrainer {
+ public:
+  virtual ~BatchTrainer() = default;
+  // One optimizer step on `batch`; increments the policy version it was
+  // built with. Returns the step's metrics line.
+  virtual absl::StatusOr<nlohmann::json> Train(const Batch& batch) = 0;
+};
+
+struct LoopHooks {
+  // A checkpoint boundary: before every iteration (false) and right after
+  // every optimizer step (true). A non-OK status ends the loop with it.
+  std::function<absl::Status(bool after_step)> boundary;
+  // After optimizer step `steps_done` (1-based) and the engine's resume, with
+  // its metrics line (the trainer's, plus prefill_tokens and decode_tokens).
+  std::function<absl::Status(int64_t steps_done, const nlohmann::json& record)> after_step;
+};
+
+// In-flight samples seen by the engine at every iteration, for the dispatch
+// bench's concurrency figures.
+struct InflightObservations {
+  int64_t count = 0;
+  double sum = 0, sum_sq = 0;
+};
+
+class AsyncLoop {
+ public:
+  struct Options {
+    rollout::EngineOptions engine;
+    dispatch::DispatchOptions dispatch;
+    bool offload_parked = false;  // move parked samples' KV to the host while training
+  };
+  static absl::StatusOr<std::unique_ptr<AsyncLoop>> Create(const model::Transformer& model,
+                                                           const Options& options);
+
+  rollout::RolloutEngine& engine() { return *engine_; }
+  dispatch::Dispatcher& dispatcher() { return *dispatcher_; }
+  const dispatch::Dispatcher& dispatcher() const { return *dispatcher_; }
+  SampleTable& table() { return table_; }
+  RolloutTotals& totals() { return totals_; }
+  const InflightObservations& inflight() const { return inflight_; }
+
+  // Agent episodes of sandbox datasets (borrowed; null: none).
+  void set_agents(AgentStage* agents) { agents_ = agents; }
+
+  // Runs optimizer steps `step`.. `steps` - 1 (`step` counts them), each
+  // bumping `policy_version` through `trainer`. INTERNAL when nothing is in
+  // flight, nothing can be dispatched and no batch is ready.
+  absl::Status Run(dispatch::RolloutPort& port, BatchTrainer& trainer, int64_t& step, int64_t steps,
+                   const int64_t& policy_version, const LoopHooks& hooks);
+
+ private:
+  AsyncLoop(std::unique_ptr<rollout::RolloutEngine> engine,
+            std::unique_ptr<dispatch::Dispatcher> dispatcher, bool offload_parked)
+      : engine_(std::move(engine)),
+        dispatcher_(std::move(dispatcher)),
+        offload_parked_(offload_parked) {}
+
+  // Drops the prompt groups of samples that could not start, with a warning.
+  void DropFailures();
+  // Finished agent episodes into the table; their trajectories are logged.
+  absl::Status CollectEpisodes();
+  // One engine step (when it has samples) and its finished samples.
+  absl::Status StepEngine();
+  // A finished sample back to the dispatcher: kept in the table or dropped.
+  void Finished(uint64_t id, rollout::SampleState state);
+
+  std::unique_ptr<rollout::RolloutEngine> engine_;
+  std::unique_ptr<dispatch::Dispatcher> dispatcher_;
+  bool offload_parked_;
+  SampleTable table_;
+  RolloutTotals totals_;
+  InflightObservations inflight_;
+  AgentStage* agents_ = nullptr;
+};
+
+}  // namespace loom::train

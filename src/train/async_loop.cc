@@ -1,0 +1,135 @@
+#include "loom/train/async_loop.h"
+
+#include <set>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "loom/config/check.h"
+#include "loom/metrics/progress.h"
+#include "train/agent_stage.h"
+
+namespace loom::train {
+namespace {
+
+double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<AsyncLoop>> AsyncLoop::Create(const model::Transformer& model,
+                                                             const Options& options) {
+  auto engine = rollout::RolloutEngine::Create(model, options.engine);
+  if (!engine.ok()) return engine.status();
+  auto dispatcher = dispatch::Dispatcher::Create(options.dispatch);
+  if (!dispatcher.ok()) return dispatcher.status();
+  return std::unique_ptr<AsyncLoop>(
+      new AsyncLoop(*std::move(engine), *std::move(dispatcher), options.offload_parked));
+}
+
+void AsyncLoop::DropFailures() {
+  std::set<const tasks::Problem*> warned;
+  for (const auto& [id, status] : table_.TakeFailures()) {
+    const SampleEntry* entry = table_.Find(id);
+    LOOM_CHECK(entry != nullptr, "failed sample " << id << " is not in the table");
+    const tasks::Problem& problem = *entry->problem;
+    if (warned.insert(&problem).second) {
+      spdlog::warn("dataset '{}': problem {}{} could not start, its prompt group is dropped: {}",
+                   problem.dataset, problem.id,
+                   problem.source.empty() ? "" : " (" + problem.source + ")",
+                   std::string(status.message()));
+    }
+    dispatcher_->OnSampleFailed(id);
+    table_.Erase(id);
+  }
+}
+
+void AsyncLoop::Finished(uint64_t id, rollout::SampleState state) {
+  if (dispatcher_->OnSampleFinished(id) == dispatch::Disposition::kKeep) {
+    table_.Finish(id, std::move(state));
+  } else {
+    table_.Erase(id);
+  }
+}
+
+absl::Status AsyncLoop::CollectEpisodes() {
+  // Wait for the workers only when the engine has nothing to run.
+  const bool idle = engine_->num_running() + engine_->num_waiting() == 0;
+  for (AgentResult& result : agents_->rollout()->Pump(idle ? 0.05 : 0)) {
+    const uint64_t id = result.state.id;
+    SampleEntry* entry = table_.Find(id);
+    LOOM_CHECK(entry != nullptr, "agent sample " << id);
+    entry->trajectory = std::make_shared<const v1::Trajectory>(std::move(result.trajectory));
+    if (absl::Status s = agents_->Log(result.state, *entry); !s.ok()) return s;
+    Finished(id, std::move(result.state));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AsyncLoop::StepEngine() {
+  if (engine_->num_samples() > 0) {
+    auto stats = engine_->Step();
+    if (!stats.ok()) return stats.status();
+    totals_.decode_tokens += stats->decode_tokens;
+    totals_.prefill_tokens += stats->prefill_tokens;
+    if (agents_ != nullptr) agents_->rollout()->OnStopped(stats->tool_wait);
+  }
+  for (rollout::SampleState& sample : engine_->TakeFinished()) {
+    if (agents_ != nullptr && agents_->rollout()->Hold(sample)) continue;
+    const uint64_t id = sample.id;
+    Finished(id, std::move(sample));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AsyncLoop::Run(dispatch::RolloutPort& port, BatchTrainer& trainer, int64_t& step,
+                            int64_t steps, const int64_t& policy_version, const LoopHooks& hooks) {
+  double rollout_start = Seconds();
+  while (step < steps) {
+    if (hooks.boundary) {
+      if (absl::Status s = hooks.boundary(/*after_step=*/false); !s.ok()) return s;
+    }
+    const int admitted = dispatcher_->Refill(port);
+    DropFailures();
+    const double inflight = static_cast<double>(engine_->num_samples());
+    ++inflight_.count;
+    inflight_.sum += inflight;
+    inflight_.sum_sq += inflight * inflight;
+    if (agents_ != nullptr) {
+      if (absl::Status s = CollectEpisodes(); !s.ok()) return s;
+    }
+    if (absl::Status s = StepEngine(); !s.ok()) return s;
+
+    auto ready = dispatcher_->TakeBatch(policy_version);
+    if (!ready) {
+      const int64_t episodes = agents_ != nullptr ? agents_->rollout()->inflight() : 0;
+      if (engine_->num_samples() == 0 && admitted == 0 && episodes == 0) {
+        return absl::InternalError(
+            "run loop stalled: nothing in flight, nothing to dispatch, "
+            "no batch ready (check async.* and effort.* settings)");
+      }
+      continue;
+    }
+    totals_.seconds += Seconds() - rollout_start;
+    engine_->ParkAll();
+    if (offload_parked_) engine_->OffloadParked();
+
+    Batch batch{table_.Take(*ready), step, dispatcher_->TakeStats(), totals_};
+    auto record = trainer.Train(batch);
+    if (!record.ok()) return record.status();
+    (*record)["prefill_tokens"] = totals_.prefill_tokens;
+    (*record)["decode_tokens"] = totals_.decode_tokens;
+    totals_ = {};
+    ++step;
+    if (absl::Status s = engine_->Resume(policy_version); !s.ok()) return s;
+    if (hooks.after_step) {
+      if (absl::Status s = hooks.after_step(step, *record); !s.ok()) return s;
+    }
+    if (hooks.boundary) {
+      if (absl::Status s = hooks.boundary(/*after_step=*/true); !s.ok()) return s;
+    }
+    rollout_start = Seconds();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom::train

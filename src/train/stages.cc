@@ -1,0 +1,23 @@
+#include "loom/train/stages.h"
+
+#include "loom/train/grpo_stage.h"
+#include "loom/train/sft_stage.h"
+
+namespace loom::train {
+namespace {
+
+constexpr StageKind kStages[] = {
+    {kSftStage, RunSftStage},
+    {kGrpoStage, RunGrpoStage},
+};
+
+}  // namespace
+
+const StageKind* FindStage(const std::string& name) {
+  for (const StageKind& kind : kStages) {
+    if (name == kind.name) return &kind;
+  }
+  return nullptr;
+}
+
+}  // namespace loom::train

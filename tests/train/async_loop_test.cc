@@ -1,0 +1,189 @@
+// The async loop with a trainer of its own (not GRPO): every batch it hands
+// over is whole subgroups of finished samples, at least batch_samples of
+// them, within the staleness bound, in step order; the policy version the
+// trainer bumps is what the engine resumes at; samples that could not start
+// drop their prompt group and never reach a trainer. A real tiny model and
+// the real engine and dispatcher.
+
+#include "loom/train/async_loop.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "loom/model/transformer.h"
+
+namespace loom::train {
+namespace {
+
+std::unique_ptr<model::Transformer> TinyModel() {
+  model::ModelConfig c = *model::DefaultModelConfig("llama");
+  c.vocab_size = 64;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 1;
+  c.head_dim = 16;
+  c.max_position_embeddings = 64;
+  return model::Transformer::RandomInit(c, 3, {at::kFloat, at::kCPU, /*requires_grad=*/false});
+}
+
+// Prompts of 4 tokens; every `poison`-th prompt group has one too long to start.
+class Port : public dispatch::RolloutPort {
+ public:
+  Port(AsyncLoop& loop, int poison) : loop_(loop), poison_(poison) {}
+  int64_t PolicyVersion() const override { return loop_.engine().policy_version(); }
+  void Admit(const dispatch::PromptGroup& group) override {
+    const bool too_long = poison_ > 0 && group.prompt_id % poison_ == 0;
+    for (const auto& subgroup : group.subgroups) {
+      for (const auto& ticket : subgroup.samples) {
+        SampleEntry entry;
+        entry.id = ticket.sample_id;
+        entry.subgroup_id = subgroup.id;
+        entry.effort = subgroup.effort;
+        entry.problem = std::make_shared<tasks::Problem>();
+        loop_.table().Admit(std::move(entry));
+        rollout::SampleRequest request;
+        request.id = ticket.sample_id;
+        request.prompt.assign(too_long ? 80 : 4, static_cast<int64_t>(group.prompt_id % 60) + 1);
+        request.stop.max_new_tokens = 1 + static_cast<int64_t>(ticket.sample_id % 9);
+        if (absl::Status s = loop_.engine().Add(request); !s.ok()) {
+          loop_.table().Fail(ticket.sample_id, s);
+          ++failed;
+        } else {
+          started.insert(ticket.sample_id);
+        }
+      }
+    }
+  }
+  std::set<uint64_t> started;
+  int failed = 0;
+
+ private:
+  AsyncLoop& loop_;
+  int poison_;
+};
+
+// Records what it was given and bumps the version.
+class RecordingTrainer : public BatchTrainer {
+ public:
+  RecordingTrainer(int64_t& version, int64_t max_staleness)
+      : version_(version), max_staleness_(max_staleness) {}
+  absl::StatusOr<nlohmann::json> Train(const Batch& batch) override {
+    steps.push_back(batch.step);
+    std::map<uint64_t, int> per_subgroup;
+    for (const TrainingSample& s : batch.samples) {
+      EXPECT_EQ(s.state.id, s.info.id);
+      EXPECT_FALSE(s.info.state.has_value()) << "the state moved to TrainingSample::state";
+      EXPECT_GT(s.state.generated, 0);
+      ++per_subgroup[s.info.subgroup_id];
+      for (int64_t t = s.state.prompt_length; t < s.state.length(); ++t) {
+        EXPECT_LE(version_ - s.state.versions[t], max_staleness_) << "sample " << s.state.id;
+      }
+      trained.insert(s.state.id);
+    }
+    for (const auto& [subgroup, count] : per_subgroup) EXPECT_EQ(count, 3) << subgroup;
+    sizes.push_back(static_cast<int>(batch.samples.size()));
+    ++version_;
+    return nlohmann::json{{"samples", batch.samples.size()}};
+  }
+  std::vector<int64_t> steps;
+  std::vector<int> sizes;
+  std::set<uint64_t> trained;
+
+ private:
+  int64_t& version_;
+  int64_t max_staleness_;
+};
+
+AsyncLoop::Options LoopOptions() {
+  AsyncLoop::Options options;
+  options.engine.max_batch = 16;
+  options.engine.pool_tokens = 4096;
+  options.dispatch.policy = "sample";
+  options.dispatch.max_inflight = 12;
+  options.dispatch.batch_samples = 6;
+  options.dispatch.max_staleness = 1;
+  options.dispatch.efforts = {{100, 3}};
+  options.dispatch.datasets = {{"d", 1.0, 0}};
+  return options;
+}
+
+TEST(AsyncLoopTest, HandsTheTrainerWholeSubgroupsInStepOrder) {
+  auto model = TinyModel();
+  auto loop = AsyncLoop::Create(*model, LoopOptions());
+  ASSERT_TRUE(loop.ok()) << loop.status();
+  Port port(**loop, /*poison=*/0);
+  int64_t version = 0, step = 0;
+  RecordingTrainer trainer(version, 1);
+  std::vector<int64_t> resumed_at;
+  LoopHooks hooks;
+  hooks.after_step = [&](int64_t done, const nlohmann::json& record) {
+    EXPECT_EQ(done, step);
+    EXPECT_TRUE(record.contains("decode_tokens")) << record.dump();
+    resumed_at.push_back((*loop)->engine().policy_version());
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE((*loop)->Run(port, trainer, step, 5, version, hooks).ok());
+  EXPECT_EQ(step, 5);
+  EXPECT_EQ(version, 5);
+  EXPECT_EQ(trainer.steps, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(resumed_at, (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  for (int size : trainer.sizes) EXPECT_GE(size, 6);
+  // Everything trained was started, and nothing twice (sets would hide it).
+  int total = 0;
+  for (int size : trainer.sizes) total += size;
+  EXPECT_EQ(static_cast<size_t>(total), trainer.trained.size());
+  for (uint64_t id : trainer.trained) EXPECT_TRUE(port.started.count(id)) << id;
+  // Untrained samples are still in the table, the rest left it.
+  for (uint64_t id : trainer.trained) EXPECT_EQ((*loop)->table().Find(id), nullptr);
+  EXPECT_GT((*loop)->inflight().count, 0);
+}
+
+TEST(AsyncLoopTest, SamplesThatCannotStartNeverReachTheTrainer) {
+  auto model = TinyModel();
+  auto loop = AsyncLoop::Create(*model, LoopOptions());
+  ASSERT_TRUE(loop.ok()) << loop.status();
+  Port port(**loop, /*poison=*/3);
+  int64_t version = 0, step = 0;
+  RecordingTrainer trainer(version, 1);
+  ASSERT_TRUE((*loop)->Run(port, trainer, step, 6, version, {}).ok());
+  EXPECT_GT(port.failed, 0) << "some prompt groups must have been too long";
+  for (uint64_t id : trainer.trained) EXPECT_TRUE(port.started.count(id)) << id;
+  for (const auto& [id, entry] : (*loop)->table().entries()) {
+    EXPECT_TRUE(port.started.count(id)) << "failed sample " << id << " left in the table";
+  }
+}
+
+TEST(SampleTableTest, TakeMovesFinishedSamplesOutInSubgroupOrder) {
+  SampleTable table;
+  for (uint64_t id : {1, 2, 3, 4}) {
+    SampleEntry entry;
+    entry.id = id;
+    entry.subgroup_id = id <= 2 ? 10 : 20;
+    table.Admit(std::move(entry));
+  }
+  for (uint64_t id : {4, 3, 2, 1}) {
+    rollout::SampleState state;
+    state.id = id;
+    table.Finish(id, std::move(state));
+  }
+  EXPECT_EQ(table.finished(), 4u);
+  dispatch::ReadySubgroup b, a;
+  b.sample_ids = {3, 4};
+  a.sample_ids = {2, 1};
+  std::vector<TrainingSample> taken = table.Take({b, a});
+  std::vector<uint64_t> order;
+  for (const auto& s : taken) order.push_back(s.state.id);
+  EXPECT_EQ(order, (std::vector<uint64_t>{3, 4, 2, 1}));
+  EXPECT_TRUE(table.entries().empty());
+
+  table.Fail(7, absl::InvalidArgumentError("too long"));
+  EXPECT_EQ(table.TakeFailures().size(), 1u);
+  EXPECT_TRUE(table.TakeFailures().empty()) << "failures are reported once";
+}
+
+}  // namespace
+}  // namespace loom::train
