@@ -8,19 +8,19 @@
 #include <memory>
 
 #include "cli/command.h"
-#include "loom/train/ckpt_bench.h"
+#include "loom/bench/ckpt_bench.h"
 
 namespace loom::cli {
 namespace {
 
 struct Options {
   int threads = 0;
-  train::CkptBenchOptions bench;
+  bench::CkptBenchOptions bench_options;
 };
 
 int RunBench(const Options& options) {
   if (options.threads > 0) at::set_num_threads(options.threads);
-  auto result = train::RunCkptBench(options.bench);
+  auto result = bench::RunCkptBench(options.bench_options);
   if (!result.ok()) {
     std::cerr << "bench ckpt: " << result.status().message() << "\n";
     return kExitFailure;
@@ -34,10 +34,10 @@ void SetupBenchCkpt(CLI::App& app, Context& context) {
   auto options = std::make_shared<Options>();
   CLI::App* cmd = bench->add_subcommand(
       "ckpt", "Checkpoint cost with in-flight samples; KV restore vs re-prefill on resume");
-  cmd->add_flag("--quick", options->bench.quick, "A small model (ends within seconds)");
-  cmd->add_option("--samples", options->bench.samples, "In-flight samples")
+  cmd->add_flag("--quick", options->bench_options.quick, "A small model (ends within seconds)");
+  cmd->add_option("--samples", options->bench_options.samples, "In-flight samples")
       ->check(CLI::Range(1, 4096));
-  cmd->add_option("--prompt-tokens", options->bench.prompt_tokens, "Tokens per sample")
+  cmd->add_option("--prompt-tokens", options->bench_options.prompt_tokens, "Tokens per sample")
       ->check(CLI::Range(1, 3000));
   cmd->add_option("--threads", options->threads, "Intra-op threads (default: LibTorch's)");
   cmd->callback([options, &context] { context.exit_code = RunBench(*options); });

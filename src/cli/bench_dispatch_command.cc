@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "cli/command.h"
-#include "loom/train/dispatch_bench.h"
+#include "loom/bench/dispatch_bench.h"
 
 namespace loom::cli {
 namespace {
@@ -15,14 +15,14 @@ struct Options {
   bool quick = false;
   bool json = false;
   int threads = 0;
-  train::DispatchBenchOptions bench;
+  bench::DispatchBenchOptions bench_options;
 };
 
 int RunBench(Options& options) {
   if (options.threads > 0) at::set_num_threads(options.threads);
-  if (options.quick) options.bench.train_steps = 4;
-  options.bench.quick = options.quick;
-  auto result = train::RunDispatchBench(options.bench);
+  if (options.quick) options.bench_options.train_steps = 4;
+  options.bench_options.quick = options.quick;
+  auto result = bench::RunDispatchBench(options.bench_options);
   if (!result.ok()) {
     std::cerr << "bench dispatch: " << result.status().message() << "\n";
     return kExitFailure;
@@ -45,11 +45,13 @@ void SetupBenchDispatch(CLI::App& app, Context& context) {
   cmd->add_flag("--quick", options->quick, "Fewer training steps (ends within a minute)");
   cmd->add_flag("--json", options->json, "Print only the JSON result line");
   cmd->add_option("--threads", options->threads, "Intra-op threads (default: LibTorch's)");
-  cmd->add_option("--train-steps", options->bench.train_steps, "Training steps per mode");
-  cmd->add_option("--max-inflight", options->bench.max_inflight, "Samples in flight");
-  cmd->add_option("--batch-samples", options->bench.batch_samples, "Samples per training step");
-  cmd->add_option("--max-staleness", options->bench.max_staleness, "async.max_staleness (lag bound)");
-  cmd->add_option("--max-length", options->bench.max_length, "Longest response (tail cap)");
+  cmd->add_option("--train-steps", options->bench_options.train_steps, "Training steps per mode");
+  cmd->add_option("--max-inflight", options->bench_options.max_inflight, "Samples in flight");
+  cmd->add_option("--batch-samples", options->bench_options.batch_samples,
+                  "Samples per training step");
+  cmd->add_option("--max-staleness", options->bench_options.max_staleness,
+                  "async.max_staleness (lag bound)");
+  cmd->add_option("--max-length", options->bench_options.max_length, "Longest response (tail cap)");
   cmd->callback([options, &context] { context.exit_code = RunBench(*options); });
 }
 

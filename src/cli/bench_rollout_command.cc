@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "loom/rollout/bench.h"
+#include "loom/bench/rollout_bench.h"
 
 namespace loom::cli {
 namespace {
@@ -20,10 +20,10 @@ struct BenchRolloutFlags {
 };
 
 int RunBenchRollout(const BenchRolloutFlags& flags) {
-  rollout::RolloutBenchOptions options =
-      flags.quick ? rollout::QuickRolloutBench() : rollout::RolloutBenchOptions{};
+  bench::RolloutBenchOptions options =
+      flags.quick ? bench::QuickRolloutBench() : bench::RolloutBenchOptions{};
   options.model_dir = flags.model;
-  auto result = rollout::RunRolloutBench(options);
+  auto result = bench::RunRolloutBench(options);
   if (!result.ok()) {
     std::cerr << "bench rollout: " << result.status().message() << "\n";
     return result.status().code() == absl::StatusCode::kInvalidArgument ||

@@ -1,7 +1,7 @@
-// The rollout benchmark (see bench.h). Each measurement is one function that
+// The rollout benchmark (see rollout_bench.h). Each measurement is one function that
 // builds its own engine over the shared model.
 
-#include "loom/rollout/bench.h"
+#include "loom/bench/rollout_bench.h"
 
 #include <algorithm>
 #include <chrono>
@@ -15,8 +15,13 @@
 #include "loom/model/transformer.h"
 #include "loom/rollout/engine.h"
 
-namespace loom::rollout {
+namespace loom::bench {
 namespace {
+
+using rollout::EngineOptions;
+using rollout::RolloutEngine;
+using rollout::SampleRequest;
+using rollout::WeightUpdatePolicy;
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
@@ -174,7 +179,8 @@ absl::StatusOr<json> ResumeVsReprefill(model::Transformer& m, const RolloutBench
     return true;
   };
   while (!all_decoding()) {
-    if (e.num_running() + e.num_waiting() == 0) return absl::InternalError("samples finished early");
+    if (e.num_running() + e.num_waiting() == 0)
+      return absl::InternalError("samples finished early");
     if (auto s = e.Step(); !s.ok()) return s.status();
   }
   e.ParkAll();
@@ -245,4 +251,4 @@ absl::StatusOr<std::string> RunRolloutBench(const RolloutBenchOptions& options) 
   }
 }
 
-}  // namespace loom::rollout
+}  // namespace loom::bench

@@ -1,4 +1,4 @@
-#include "loom/train/ckpt_bench.h"
+#include "loom/bench/ckpt_bench.h"
 
 #include <unistd.h>
 
@@ -12,8 +12,13 @@
 #include "loom/train/adamw.h"
 #include "loom/train/train_state.h"
 
-namespace loom::train {
+namespace loom::bench {
 namespace {
+
+using train::AdamW;
+using train::ReadTrainState;
+using train::TrainState;
+using train::WriteTrainState;
 
 namespace fs = std::filesystem;
 
@@ -158,4 +163,4 @@ absl::StatusOr<nlohmann::json> RunCkptBench(const CkptBenchOptions& o) {
                         {"reprefill_over_resume", reprefill->first / resume->first}};
 }
 
-}  // namespace loom::train
+}  // namespace loom::bench

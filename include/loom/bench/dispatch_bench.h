@@ -17,19 +17,19 @@
 
 #include "absl/status/statusor.h"
 
-namespace loom::train {
+namespace loom::bench {
 
 struct DispatchBenchOptions {
   bool quick = false;
   std::vector<std::string> modes = {"sync", "batch", "prompt", "sample"};
-  int64_t train_steps = 8;     // batches trained per mode
-  int batch_samples = 32;      // samples per training step
+  int64_t train_steps = 8;  // batches trained per mode
+  int batch_samples = 32;   // samples per training step
   int max_inflight = 64;
-  int group_size = 4;          // samples per prompt
-  int max_staleness = 8;       // async.max_staleness of every async mode (4 stalls on the tail)
-  int64_t min_length = 8;      // shortest response (Pareto scale)
-  int64_t max_length = 384;    // longest response (cap)
-  double pareto_alpha = 1.1;   // tail index: smaller = heavier tail
+  int group_size = 4;         // samples per prompt
+  int max_staleness = 8;      // async.max_staleness of every async mode (4 stalls on the tail)
+  int64_t min_length = 8;     // shortest response (Pareto scale)
+  int64_t max_length = 384;   // longest response (cap)
+  double pareto_alpha = 1.1;  // tail index: smaller = heavier tail
   uint64_t seed = 1;
 };
 
@@ -37,4 +37,4 @@ struct DispatchBenchOptions {
 // `speedup_sample_vs_sync` at the top level.
 absl::StatusOr<nlohmann::json> RunDispatchBench(const DispatchBenchOptions& options);
 
-}  // namespace loom::train
+}  // namespace loom::bench

@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
-#include "loom/rollout/bench.h"
+#include "loom/bench/rollout_bench.h"
 
-namespace loom::rollout {
+namespace loom::bench {
 namespace {
 
 TEST(RolloutBenchTest, ReportsEveryMeasure) {
@@ -53,4 +53,4 @@ TEST(RolloutBenchTest, MissingModelDirectoryIsAnError) {
 }
 
 }  // namespace
-}  // namespace loom::rollout
+}  // namespace loom::bench

@@ -11,15 +11,15 @@
 
 #include "absl/status/statusor.h"
 
-namespace loom::rollout {
+namespace loom::bench {
 
 struct RolloutBenchOptions {
-  std::string model_dir;                  // "" = a random llama (hidden 32, 1 layer, vocab 512)
+  std::string model_dir;  // "" = a random llama (hidden 32, 1 layer, vocab 512)
   std::vector<int64_t> batch_sizes = {1, 8, 64};
-  int64_t decode_tokens = 128;            // new tokens per sample in the throughput runs
+  int64_t decode_tokens = 128;  // new tokens per sample in the throughput runs
   int64_t interrupt_rounds = 100;
   int64_t resume_samples = 64;
-  int64_t resume_prefix = 1024;           // tokens cached per sample at the weight update
+  int64_t resume_prefix = 1024;  // tokens cached per sample at the weight update
   uint64_t seed = 0;
 };
 
@@ -30,4 +30,4 @@ RolloutBenchOptions QuickRolloutBench();
 // Runs every measurement; the result is one JSON object (see docs/PERFORMANCE.md).
 absl::StatusOr<std::string> RunRolloutBench(const RolloutBenchOptions& options);
 
-}  // namespace loom::rollout
+}  // namespace loom::bench

@@ -1,4 +1,4 @@
-#include "loom/train/dispatch_bench.h"
+#include "loom/bench/dispatch_bench.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,8 +13,19 @@
 #include "loom/train/batching.h"
 #include "loom/train/stage_optimizer.h"
 
-namespace loom::train {
+namespace loom::bench {
 namespace {
+
+using train::AsyncLoop;
+using train::Batch;
+using train::BatchTrainer;
+using train::InflightObservations;
+using train::LoopHooks;
+using train::SampleEntry;
+using train::ShiftedBatch;
+using train::StageOptimizer;
+using train::TeacherForcing;
+using train::TrainingSample;
 
 double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
 
@@ -206,4 +217,4 @@ absl::StatusOr<nlohmann::json> RunDispatchBench(const DispatchBenchOptions& opti
   return result;
 }
 
-}  // namespace loom::train
+}  // namespace loom::bench

@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace loom::train {
+namespace loom::bench {
 
 struct CkptBenchOptions {
   bool quick = false;  // a small model
@@ -26,4 +26,4 @@ struct CkptBenchOptions {
 //  "resume_prefill_tokens", "reprefill_s", "reprefill_over_resume", ...}
 absl::StatusOr<nlohmann::json> RunCkptBench(const CkptBenchOptions& options);
 
-}  // namespace loom::train
+}  // namespace loom::bench

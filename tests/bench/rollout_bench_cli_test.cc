@@ -7,7 +7,7 @@
 
 #include "testing/temp_dir.h"
 
-namespace loom::rollout {
+namespace loom::bench {
 namespace {
 
 TEST(RolloutBenchCliTest, QuickRunMeetsTheTargets) {
@@ -24,4 +24,4 @@ TEST(RolloutBenchCliTest, QuickRunMeetsTheTargets) {
 }
 
 }  // namespace
-}  // namespace loom::rollout
+}  // namespace loom::bench
