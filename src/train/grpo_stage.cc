@@ -9,7 +9,7 @@
 #include "loom/algo/length_reward.h"
 #include "loom/config/check.h"
 #include "loom/metrics/progress.h"
-#include "loom/sandbox/builtin_tasks.h"
+#include "loom/tasks/agent_tasks.h"
 #include "loom/tokenizer/dsv4_tokens.h"
 #include "loom/train/async_loop.h"
 #include "loom/train/encoding.h"
@@ -61,9 +61,8 @@ class EnginePort : public dispatch::RolloutPort {
         rollout::SampleRequest request = Request(ticket.sample_id, *prompt);
         if (agent) {
           LOOM_CHECK(agents_ != nullptr, "sandbox dataset without sandbox clients");
-          agents_->rollout()->Start(std::move(request),
-                                    sandbox::BuiltinTask(spec.kind, problem->task_seed),
-                                    shown_effort);
+          agents_->rollout()->Start(
+              std::move(request), tasks::BuiltinTask(spec.kind, problem->task_seed), shown_effort);
         } else if (absl::Status s = loop_.engine().Add(request); !s.ok()) {
           loop_.table().Fail(ticket.sample_id, s);
         }

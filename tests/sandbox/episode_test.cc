@@ -11,7 +11,7 @@
 
 #include "loom/rpc/sandbox_clients.h"
 #include "loom/rpc/worker_pool.h"
-#include "loom/sandbox/builtin_tasks.h"
+#include "loom/tasks/agent_tasks.h"
 #include "worker_fixture.h"
 
 namespace loom {
@@ -56,7 +56,7 @@ TEST(EpisodeTest, ArithmeticWithThePythonTool) {
   ASSERT_TRUE(workers);
   rpc::WorkerPool pool(Pool(*workers));
   v1::RunEpisode episode;
-  *episode.mutable_task() = sandbox::ArithmeticTask(7);
+  *episode.mutable_task() = tasks::ArithmeticTask(7);
   const std::string problem = episode.task().problem();
   std::string a = problem.substr(8, problem.find(" *") - 8);
   std::string b =
@@ -94,7 +94,7 @@ TEST(EpisodeTest, FixRepoRewardIsTheTestsPassing) {
   ASSERT_TRUE(workers);
   rpc::WorkerPool pool(Pool(*workers));
   v1::RunEpisode episode;
-  *episode.mutable_task() = sandbox::FixRepoTask(3);
+  *episode.mutable_task() = tasks::FixRepoTask(3);
   ScriptedPolicy unsolved;
   unsolved.turns = {ToolTurn("bash", {{"command", "python3 -m unittest 2>&1 | tail -1"}}),
                     ToolTurn("submit", {{"answer", "gave up"}})};
@@ -119,7 +119,7 @@ TEST(EpisodeTest, UnparsableTurnBecomesAFormatErrorObservation) {
   ASSERT_TRUE(workers);
   rpc::WorkerPool pool(Pool(*workers));
   v1::RunEpisode episode;
-  *episode.mutable_task() = sandbox::ArithmeticTask(1);
+  *episode.mutable_task() = tasks::ArithmeticTask(1);
   ScriptedPolicy policy;
   v1::GenerateReply garbled;
   garbled.set_parse_error("reasoning never closed with </think>");
@@ -141,7 +141,7 @@ TEST(EpisodeTest, StepLimitEndsTheEpisode) {
   ASSERT_TRUE(workers);
   rpc::WorkerPool pool(Pool(*workers));
   v1::RunEpisode episode;
-  *episode.mutable_task() = sandbox::ArithmeticTask(2);
+  *episode.mutable_task() = tasks::ArithmeticTask(2);
   episode.mutable_options()->set_max_steps(3);
   int turns = 0;
   v1::Trajectory t = pool.RunEpisode(episode, [&](const v1::GenerateRequest&) {
@@ -158,7 +158,7 @@ TEST(EpisodeTest, WorkerKilledMidEpisodeFailsOnlyThatEpisode) {
   ASSERT_TRUE(workers);
   rpc::WorkerPool pool(Pool(*workers));
   v1::RunEpisode episode;
-  *episode.mutable_task() = sandbox::ArithmeticTask(4);
+  *episode.mutable_task() = tasks::ArithmeticTask(4);
   v1::Trajectory t = pool.RunEpisode(
       episode, [&](const v1::GenerateRequest& r) -> absl::StatusOr<v1::GenerateReply> {
         if (r.turn() == 1) workers->Kill(0);
@@ -211,7 +211,7 @@ TEST(EpisodeTest, ConfigLocalWorkersRunEpisodesAndStopOnExit) {
   ASSERT_EQ(clients->local->targets().size(), 2u);
   const pid_t first = clients->local->pid(0);
   v1::RunEpisode episode;
-  *episode.mutable_task() = sandbox::ArithmeticTask(5);
+  *episode.mutable_task() = tasks::ArithmeticTask(5);
   *episode.mutable_options() = rpc::ScaffoldOptionsFrom(section);
   v1::Trajectory t = clients->pool->RunEpisode(episode, [](const v1::GenerateRequest&) {
     return absl::StatusOr<v1::GenerateReply>(ToolTurn("bash", {{"command", "true"}}));

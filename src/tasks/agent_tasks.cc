@@ -1,11 +1,11 @@
-#include "loom/sandbox/builtin_tasks.h"
+#include "loom/tasks/agent_tasks.h"
 
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 
-namespace loom::sandbox {
+namespace loom::tasks {
 namespace {
 
 constexpr char kCalcModule[] = R"(def clamp(value, low, high):
@@ -89,4 +89,4 @@ v1::Task BuiltinTask(const std::string& kind, uint64_t seed) {
   return v1::Task();
 }
 
-}  // namespace loom::sandbox
+}  // namespace loom::tasks

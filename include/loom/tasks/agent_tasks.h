@@ -1,5 +1,8 @@
 #pragma once
-// Built-in agentic tasks, generated deterministically from a seed:
+// Built-in agentic tasks for sandbox datasets, generated deterministically
+// from a seed. Only the task description (a v1::Task: problem, files,
+// verification spec) is built here, so the trainer can make one without
+// linking the sandbox; the worker (loom/sandbox/) runs and verifies it.
 //  - arithmetic: a product of two large numbers, too large to do by heart;
 //    the python tool helps; reward: the exact answer.
 //  - fix_repo: a tiny Python package whose test fails because of a bug;
@@ -10,7 +13,7 @@
 
 #include "loom/v1/sandbox.pb.h"
 
-namespace loom::sandbox {
+namespace loom::tasks {
 
 v1::Task ArithmeticTask(uint64_t seed);
 v1::Task FixRepoTask(uint64_t seed);
@@ -19,4 +22,4 @@ v1::Task FixRepoTask(uint64_t seed);
 // is the caller's job: unknown names return a task with an empty id.
 v1::Task BuiltinTask(const std::string& kind, uint64_t seed);
 
-}  // namespace loom::sandbox
+}  // namespace loom::tasks
