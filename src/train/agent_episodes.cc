@@ -3,8 +3,8 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "loom/chat/special_tokens.h"
 #include "loom/rpc/chat_bridge.h"
-#include "loom/tokenizer/dsv4_tokens.h"
 
 namespace loom::train {
 namespace {
@@ -100,9 +100,7 @@ v1::GenerateReply AgentConversation::Reply(const std::string& completion, int tu
   // An unparsable turn still sits in the token sequence; an empty assistant
   // message stands for it so the next observation encodes as a new user turn.
   messages_.push_back(std::move(assistant));
-  const std::string_view eos = tokenizer::dsv4::kEos;
-  needs_eos_ = completion.size() < eos.size() ||
-               completion.compare(completion.size() - eos.size(), eos.size(), eos) != 0;
+  needs_eos_ = !chat::EndsWithEos(completion);
   return reply;
 }
 

@@ -4,28 +4,9 @@
 
 #include <algorithm>
 
-#include "loom/chat/encoder.h"
-#include "loom/tokenizer/dsv4_tokens.h"
+#include "loom/chat/special_tokens.h"
 
 namespace loom::train {
-namespace {
-
-// The token ids that end a DSML tool-call block (`\n</｜DSML｜tool_calls>`),
-// as the chat encoder tokenizes them: the last token of the text before the
-// DSML marker (so the opening tag does not match), the marker, the rest.
-absl::StatusOr<std::vector<int64_t>> ToolCallsEnd(const tokenizer::Tokenizer& tokenizer) {
-  auto before = chat::PiecesToIds({{"\n</", false}}, tokenizer);
-  auto rest = chat::PiecesToIds(
-      {{std::string(tokenizer::dsv4::kDsml), true}, {"tool_calls>", false}}, tokenizer);
-  if (!before.ok()) return before.status();
-  if (!rest.ok()) return rest.status();
-  if (before->empty()) return absl::InternalError("empty encoding of the tool-call end tag");
-  std::vector<int64_t> ids = {before->back()};
-  ids.insert(ids.end(), rest->begin(), rest->end());
-  return ids;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<AgentStage>> AgentStage::Create(const TrainContext& context,
                                                                rollout::RolloutEngine& engine) {
@@ -34,7 +15,7 @@ absl::StatusOr<std::unique_ptr<AgentStage>> AgentStage::Create(const TrainContex
                    [](const config::DatasetSection& d) { return d.environment == "sandbox"; })) {
     return nullptr;
   }
-  auto turn_end = ToolCallsEnd(context.tokenizer);
+  auto turn_end = chat::ToolCallsEndIds(context.tokenizer);
   if (!turn_end.ok()) return turn_end.status();
   auto log = metrics::MetricsWriter::Open(context.run_dir.path() + "/trajectories.jsonl");
   if (!log.ok()) return log.status();
@@ -45,12 +26,12 @@ absl::StatusOr<std::unique_ptr<AgentStage>> AgentStage::Create(const TrainContex
   AgentOptions options;
   options.scaffold = rpc::ScaffoldOptionsFrom(context.config.sandbox);
   options.turn_timeout_s = context.config.sandbox.episode_timeout_s;
-  options.eos_id = context.eos_id;
+  options.eos_id = context.special_tokens.eos;
   stage->episodes_ =
       std::make_unique<AgentEpisodes>(*stage->clients_.pool, context.tokenizer, options);
-  stage->rollout_ =
-      std::make_unique<AgentRollout>(*stage->episodes_, engine, context.tokenizer, context.eos_id,
-                                     *std::move(turn_end), context.config.sandbox.max_turn_tokens);
+  stage->rollout_ = std::make_unique<AgentRollout>(*stage->episodes_, engine, context.tokenizer,
+                                                   context.special_tokens.eos, *std::move(turn_end),
+                                                   context.config.sandbox.max_turn_tokens);
   return stage;
 }
 

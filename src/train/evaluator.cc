@@ -23,14 +23,15 @@ absl::StatusOr<EvalResult> Evaluate(const TrainContext& context) {
   std::vector<const tasks::Problem*> problems;
   for (const auto& dataset : context.datasets) {
     for (const tasks::Problem& problem : dataset->Eval()) {
-      auto prompt = EncodeProblemPrompt(problem, config.effort.PromptEffort(effort), context.tokenizer);
+      auto prompt =
+          EncodeProblemPrompt(problem, config.effort.PromptEffort(effort), context.tokenizer);
       if (!prompt.ok()) return prompt.status();
       rollout::SampleRequest request;
       request.id = problems.size();
       request.prompt = *std::move(prompt);
       request.sampling.temperature = 0;  // greedy
       request.stop.max_new_tokens = config.rollout.max_new_tokens;
-      request.stop.eos_token_ids = {context.eos_id};
+      request.stop.eos_token_ids = {context.special_tokens.eos};
       if (absl::Status s = (*engine)->Add(request); !s.ok()) {
         // A prompt too long for the context or the pool: wrong, not fatal.
         spdlog::warn("dataset '{}': held-out problem {}{} could not start, counted as wrong: {}",

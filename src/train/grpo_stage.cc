@@ -10,7 +10,6 @@
 #include "loom/config/check.h"
 #include "loom/metrics/progress.h"
 #include "loom/tasks/agent_tasks.h"
-#include "loom/tokenizer/dsv4_tokens.h"
 #include "loom/train/async_loop.h"
 #include "loom/train/encoding.h"
 #include "loom/train/evaluator.h"
@@ -78,7 +77,7 @@ class EnginePort : public dispatch::RolloutPort {
     request.prompt = prompt;
     request.sampling = {rollout.temperature, rollout.top_p, rollout.top_k};
     request.stop.max_new_tokens = rollout.max_new_tokens;
-    request.stop.eos_token_ids = {context_.eos_id};
+    request.stop.eos_token_ids = {context_.special_tokens.eos};
     return request;
   }
 
@@ -149,12 +148,11 @@ absl::Status RunGrpoStage(TrainContext& context) {
   if (!loop.ok()) return loop.status();
 
   StageOptimizer optimizer(context.model, config.train.grpo);
-  auto think_end = context.tokenizer.TokenToId(tokenizer::dsv4::kThinkClose);
   auto reference = LoadReference(context);
   if (!reference.ok()) return reference.status();
   GrpoTrainer trainer(context, optimizer,
                       algo::EffortLengthReward(config.grpo.length_reward, config.effort.levels),
-                      think_end ? *think_end : -1, reference->get());
+                      context.special_tokens.think_end, reference->get());
   auto agents = AgentStage::Create(context, (*loop)->engine());
   if (!agents.ok()) return agents.status();
   (*loop)->set_agents(agents->get());

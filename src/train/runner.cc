@@ -7,7 +7,6 @@
 
 #include "loom/model/init.h"
 #include "loom/model/transformer.h"
-#include "loom/tokenizer/dsv4_tokens.h"
 #include "loom/train/checkpointer.h"
 #include "loom/train/context.h"
 #include "loom/train/stages.h"
@@ -56,10 +55,8 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
   if (!model.ok()) return model.status();
   auto tokenizer = tokenizer::Tokenizer::FromFile(config.model.path + "/tokenizer.json");
   if (!tokenizer.ok()) return tokenizer.status();
-  auto eos = (*tokenizer)->TokenToId(tokenizer::dsv4::kEos);
-  if (!eos)
-    return absl::InvalidArgumentError("tokenizer.json has no " +
-                                      std::string(tokenizer::dsv4::kEos));
+  auto special_tokens = chat::SpecialTokenIds::Resolve(**tokenizer);
+  if (!special_tokens.ok()) return special_tokens.status();
   auto datasets = tasks::LoadDatasets(config.tasks, static_cast<uint64_t>(config.run.seed));
   if (!datasets.ok()) return datasets.status();
   if (datasets->empty() && !config.train.stages.empty()) {
@@ -72,8 +69,8 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
                static_cast<double>((*model)->NumParameters()) / 1e6, config.model.dtype,
                config.train.stages.size());
 
-  TrainContext context{config,   run_dir, **model, **tokenizer,        *datasets,
-                       *metrics, *eos,    0,       checkpointer->get()};
+  TrainContext context{config,   run_dir,         **model, **tokenizer,        *datasets,
+                       *metrics, *special_tokens, 0,       checkpointer->get()};
   size_t first_stage = 0;
   if (cursor) {
     context.policy_version = cursor->policy_version;

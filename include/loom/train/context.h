@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "loom/chat/special_tokens.h"
 #include "loom/config/run_config.h"
 #include "loom/metrics/metrics_writer.h"
 #include "loom/model/transformer.h"
@@ -23,8 +24,8 @@ struct TrainContext {
   const tokenizer::Tokenizer& tokenizer;
   const std::vector<std::unique_ptr<tasks::Dataset>>& datasets;
   metrics::MetricsWriter& metrics;
-  int64_t eos_id = 0;          // the chat format's end-of-sentence token
-  int64_t policy_version = 0;  // bumped by every optimizer step of every stage
+  chat::SpecialTokenIds special_tokens{};  // EOS, </think>: resolved once from the tokenizer
+  int64_t policy_version = 0;            // bumped by every optimizer step of every stage
   Checkpointer* checkpointer = nullptr;  // checkpoints and resume (checkpointer.h); may be null
 };
 
