@@ -13,6 +13,7 @@
 #include "loom/train/batching.h"
 #include "loom/train/encoding.h"
 #include "loom/train/grpo_stage.h"
+#include "loom/v1/sandbox.pb.h"
 
 namespace loom::train {
 namespace {

@@ -25,8 +25,8 @@ struct TrainContext {
   const std::vector<std::unique_ptr<tasks::Dataset>>& datasets;
   metrics::MetricsWriter& metrics;
   chat::SpecialTokenIds special_tokens{};  // EOS, </think>: resolved once from the tokenizer
-  int64_t policy_version = 0;            // bumped by every optimizer step of every stage
-  Checkpointer* checkpointer = nullptr;  // checkpoints and resume (checkpointer.h); may be null
+  int64_t policy_version = 0;              // bumped by every optimizer step of every stage
+  Checkpointer* checkpointer = nullptr;    // checkpoints and resume (checkpointer.h); may be null
 };
 
 }  // namespace loom::train

@@ -21,7 +21,13 @@
 #include "loom/dispatch/types.h"
 #include "loom/rollout/sample_state.h"
 #include "loom/tasks/problem.h"
-#include "loom/v1/sandbox.pb.h"
+
+// The sandbox protocol's episode record, only held here by pointer: the
+// table does not need the generated proto code (include loom/v1/sandbox.pb.h
+// to read one).
+namespace loom::v1 {
+class Trajectory;
+}  // namespace loom::v1
 
 namespace loom::train {
 
