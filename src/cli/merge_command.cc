@@ -4,26 +4,27 @@
 #include <memory>
 
 #include "cli/command.h"
-#include "loom/ckpt/merge.h"
+#include "loom/model/merge.h"
 
 namespace loom::cli {
 namespace {
 
 void SetupMerge(CLI::App& app, Context& context) {
-  auto options = std::make_shared<ckpt::MergeOptions>();
+  auto options = std::make_shared<model::MergeOptions>();
   CLI::App* cmd = app.add_subcommand(
       "merge", "Average same-architecture checkpoints (weighted) into a new model directory");
   cmd->add_option("--inputs", options->inputs, "Model directories (Hugging Face layout)")
       ->required()
       ->expected(2, -1);
-  cmd->add_option("--weights", options->weights, "One weight per input (normalised; default equal)");
+  cmd->add_option("--weights", options->weights,
+                  "One weight per input (normalised; default equal)");
   cmd->add_option("--output", options->output, "Output model directory")->required();
   cmd->callback([options, &context] {
-    absl::Status status = ckpt::MergeModels(*options);
+    absl::Status status = model::MergeModels(*options);
     if (!status.ok()) {
       std::cerr << "merge: " << status.message() << "\n";
-      context.exit_code = status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage
-                                                                              : kExitFailure;
+      context.exit_code =
+          status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
       return;
     }
     std::cout << "merged " << options->inputs.size() << " models into " << options->output << "\n";

@@ -7,12 +7,12 @@
 
 #include "absl/status/status.h"
 
-namespace loom::ckpt {
+namespace loom::model {
 
 struct MergeOptions {
   std::vector<std::string> inputs;  // model directories (config.json + safetensors)
-  std::vector<double> weights;      // one per input, or empty for equal weights; normalised to sum 1
-  std::string output;               // written as config.json + model.safetensors (+ tokenizer files)
+  std::vector<double> weights;  // one per input, or empty for equal weights; normalised to sum 1
+  std::string output;           // written as config.json + model.safetensors (+ tokenizer files)
 };
 
 // Averages every tensor (accumulated in float64, written in the inputs'
@@ -21,4 +21,4 @@ struct MergeOptions {
 // Nothing is written on error.
 absl::Status MergeModels(const MergeOptions& options);
 
-}  // namespace loom::ckpt
+}  // namespace loom::model

@@ -1,4 +1,4 @@
-#include "loom/ckpt/merge.h"
+#include "loom/model/merge.h"
 
 #include <cmath>
 #include <filesystem>
@@ -9,7 +9,7 @@
 #include "loom/config/files.h"
 #include "loom/model/safetensors.h"
 
-namespace loom::ckpt {
+namespace loom::model {
 namespace fs = std::filesystem;
 namespace {
 
@@ -53,7 +53,7 @@ absl::StatusOr<std::vector<double>> NormalisedWeights(const MergeOptions& option
 }
 
 // Every way `other` (input `index`) differs from `first` in names, shapes and dtypes.
-std::string DescribeMismatch(const model::TensorMap& first, const model::TensorMap& other,
+std::string DescribeMismatch(const TensorMap& first, const TensorMap& other,
                              const std::string& other_dir) {
   std::string problems;
   for (const auto& [name, tensor] : first) {
@@ -84,7 +84,7 @@ absl::Status MergeModels(const MergeOptions& options) {
 
   auto architecture = ReadArchitecture(options.inputs[0]);
   if (!architecture.ok()) return architecture.status();
-  auto first = model::ReadModelTensors(options.inputs[0]);
+  auto first = ReadModelTensors(options.inputs[0]);
   if (!first.ok()) return first.status();
 
   std::map<std::string, at::Tensor> sums;  // float64 accumulators
@@ -94,11 +94,11 @@ absl::Status MergeModels(const MergeOptions& options) {
     auto other_architecture = ReadArchitecture(dir);
     if (!other_architecture.ok()) return other_architecture.status();
     if (*other_architecture != *architecture) {
-      return absl::InvalidArgumentError("config.json of " + dir + " differs from " +
-                                        options.inputs[0] + ": " +
-                                        nlohmann::json::diff(*architecture, *other_architecture).dump());
+      return absl::InvalidArgumentError(
+          "config.json of " + dir + " differs from " + options.inputs[0] + ": " +
+          nlohmann::json::diff(*architecture, *other_architecture).dump());
     }
-    auto tensors = model::ReadModelTensors(dir);
+    auto tensors = ReadModelTensors(dir);
     if (!tensors.ok()) return tensors.status();
     if (std::string problems = DescribeMismatch(*first, *tensors, dir); !problems.empty()) {
       return absl::InvalidArgumentError("inputs do not have the same tensors:" + problems);
@@ -108,13 +108,12 @@ absl::Status MergeModels(const MergeOptions& options) {
     }
   }
 
-  model::TensorMap merged;
+  TensorMap merged;
   for (const auto& [name, sum] : sums) merged[name] = sum.to(first->at(name).scalar_type());
   std::error_code ec;
   fs::create_directories(options.output, ec);
   if (ec) return absl::UnavailableError("cannot create " + options.output + ": " + ec.message());
-  if (absl::Status s = model::WriteSafetensors(options.output + "/model.safetensors", merged);
-      !s.ok()) {
+  if (absl::Status s = WriteSafetensors(options.output + "/model.safetensors", merged); !s.ok()) {
     return s;
   }
   for (const char* name : kSideFiles) {
@@ -127,4 +126,4 @@ absl::Status MergeModels(const MergeOptions& options) {
   return absl::OkStatus();
 }
 
-}  // namespace loom::ckpt
+}  // namespace loom::model
