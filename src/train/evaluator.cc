@@ -8,42 +8,88 @@
 #include "loom/train/encoding.h"
 
 namespace loom::train {
+namespace {
 
-absl::StatusOr<EvalResult> Evaluate(const TrainContext& context) {
+// A held-out problem and its encoded prompt.
+struct EvalPrompt {
+  const tasks::Problem* problem;
+  std::vector<int64_t> tokens;
+};
+
+// Every held-out problem's prompt at the highest training effort level.
+absl::StatusOr<std::vector<EvalPrompt>> EncodeEvalPrompts(const TrainContext& context) {
   const config::RunConfig& config = context.config;
-  rollout::EngineOptions options =
-      rollout::EngineOptionsFromConfig(config.rollout, static_cast<uint64_t>(config.run.seed));
-  auto engine = rollout::RolloutEngine::Create(context.model, options);
-  if (!engine.ok()) return engine.status();
   const int effort = *std::max_element(config.effort.levels.begin(), config.effort.levels.end());
-
-  EvalResult result;
-  std::map<std::string, std::pair<double, int64_t>> per_dataset;  // reward sum, count
-  // Sample ids index into `problems`.
-  std::vector<const tasks::Problem*> problems;
+  std::vector<EvalPrompt> prompts;
   for (const auto& dataset : context.datasets) {
     for (const tasks::Problem& problem : dataset->Eval()) {
       auto prompt =
           EncodeProblemPrompt(problem, config.effort.PromptEffort(effort), context.tokenizer);
       if (!prompt.ok()) return prompt.status();
-      rollout::SampleRequest request;
-      request.id = problems.size();
-      request.prompt = *std::move(prompt);
-      request.sampling.temperature = 0;  // greedy
-      request.stop.max_new_tokens = config.rollout.max_new_tokens;
-      request.stop.eos_token_ids = {context.special_tokens.eos};
-      if (absl::Status s = (*engine)->Add(request); !s.ok()) {
-        // A prompt too long for the context or the pool: wrong, not fatal.
-        spdlog::warn("dataset '{}': held-out problem {}{} could not start, counted as wrong: {}",
-                     problem.dataset, problem.id,
-                     problem.source.empty() ? "" : " (" + problem.source + ")",
-                     std::string(s.message()));
-        ++per_dataset[problem.dataset].second;
-        ++result.skipped;
-        continue;
-      }
-      problems.push_back(&problem);
+      prompts.push_back({&problem, *std::move(prompt)});
     }
+  }
+  return prompts;
+}
+
+// The run's engine options with a pool for these prompts (EvalPoolTokens).
+absl::StatusOr<std::unique_ptr<rollout::RolloutEngine>> CreateEvalEngine(
+    const TrainContext& context, const std::vector<EvalPrompt>& prompts) {
+  const config::RunConfig& config = context.config;
+  int64_t longest = 0;
+  for (const EvalPrompt& p : prompts) {
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(p.tokens.size()));
+  }
+  rollout::EngineOptions options =
+      rollout::EngineOptionsFromConfig(config.rollout, static_cast<uint64_t>(config.run.seed));
+  options.pool_tokens =
+      EvalPoolTokens(options, static_cast<int64_t>(prompts.size()), longest,
+                     config.rollout.max_new_tokens, context.model.config().max_position_embeddings);
+  return rollout::RolloutEngine::Create(context.model, options);
+}
+
+}  // namespace
+
+int64_t EvalPoolTokens(const rollout::EngineOptions& run_engine, int64_t prompts,
+                       int64_t longest_prompt, int64_t max_new_tokens, int64_t context_limit) {
+  const int64_t block = run_engine.block_size;
+  const int64_t sequence = std::min(longest_prompt + max_new_tokens, context_limit);
+  const int64_t per_sample = std::max<int64_t>(1, (sequence + block - 1) / block) * block;
+  const int64_t running = std::clamp<int64_t>(prompts, 1, run_engine.max_batch);
+  return std::min(run_engine.pool_tokens, running * per_sample);
+}
+
+absl::StatusOr<EvalResult> Evaluate(const TrainContext& context) {
+  const config::RunConfig& config = context.config;
+  auto prompts = EncodeEvalPrompts(context);
+  if (!prompts.ok()) return prompts.status();
+  auto engine = CreateEvalEngine(context, *prompts);
+  if (!engine.ok()) return engine.status();
+
+  EvalResult result;
+  result.pool_tokens = (*engine)->pool().num_blocks() * (*engine)->pool().block_size();
+  std::map<std::string, std::pair<double, int64_t>> per_dataset;  // reward sum, count
+  // Sample ids index into `problems`.
+  std::vector<const tasks::Problem*> problems;
+  for (EvalPrompt& prompt : *prompts) {
+    const tasks::Problem& problem = *prompt.problem;
+    rollout::SampleRequest request;
+    request.id = problems.size();
+    request.prompt = std::move(prompt.tokens);
+    request.sampling.temperature = 0;  // greedy
+    request.stop.max_new_tokens = config.rollout.max_new_tokens;
+    request.stop.eos_token_ids = {context.special_tokens.eos};
+    if (absl::Status s = (*engine)->Add(request); !s.ok()) {
+      // A prompt too long for the context or the pool: wrong, not fatal.
+      spdlog::warn("dataset '{}': held-out problem {}{} could not start, counted as wrong: {}",
+                   problem.dataset, problem.id,
+                   problem.source.empty() ? "" : " (" + problem.source + ")",
+                   std::string(s.message()));
+      ++per_dataset[problem.dataset].second;
+      ++result.skipped;
+      continue;
+    }
+    problems.push_back(&problem);
   }
 
   int64_t parsed = 0, generated = 0;

@@ -1,0 +1,169 @@
+// The evaluator's engine: its KV pool is sized for its own batch (counted in
+// tokens, not timed), and its greedy results are those of an independent
+// decode of the same prompts, one at a time on a pool of their own
+// (`loom generate`'s loop), judged by the same verifier.
+
+#include "loom/train/evaluator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include "loom/config/run_config.h"
+#include "loom/metrics/metrics_writer.h"
+#include "loom/model/transformer.h"
+#include "loom/tokenizer/tiny.h"
+#include "loom/train/encoding.h"
+#include "loom/train/run_dir.h"
+#include "testing/temp_dir.h"
+
+namespace loom::train {
+namespace {
+
+float kEosGain = 8;
+
+struct Fixture {
+  testing::TempDir dir;
+  config::RunConfig config;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::unique_ptr<model::Transformer> model;
+  std::vector<std::unique_ptr<tasks::Dataset>> datasets;
+  std::optional<RunDir> run_dir;
+  std::optional<metrics::MetricsWriter> metrics;
+  std::unique_ptr<TrainContext> context;
+
+  Fixture() {
+    tokenizer = std::move(*tokenizer::Tokenizer::FromJson(tokenizer::TinyTokenizerJson(), "tiny"));
+    model::ModelConfig c = *model::DefaultModelConfig("llama");
+    c.vocab_size = tokenizer->VocabSize();
+    c.hidden_size = 32;
+    c.intermediate_size = 64;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 8;
+    c.max_position_embeddings = 1024;
+    model = model::Transformer::RandomInit(c, 11, {at::kFloat, at::kCPU, false});
+    config.rollout.max_batch = 8;
+    config.rollout.max_new_tokens = 40;
+    config::DatasetSection sums, sorts;
+    sums.name = "sums";
+    sums.eval_size = 12;
+    sorts.name = "sorts";
+    sorts.kind = "sort";
+    sorts.eval_size = 5;
+    config.tasks.datasets = {sums, sorts};
+    datasets = std::move(*tasks::LoadDatasets(config.tasks, 3));
+    run_dir = *RunDir::Create(config, dir / "run");
+    metrics.emplace(std::move(*metrics::MetricsWriter::Open(run_dir->metrics_path())));
+    context.reset(new TrainContext{config, *run_dir, *model, *tokenizer, datasets, *metrics});
+    context->special_tokens = *chat::SpecialTokenIds::Resolve(*tokenizer);
+    // A random model almost never picks EOS; a louder EOS row makes it stop
+    // at different lengths on different prompts.
+    at::NoGradGuard no_grad;
+    for (auto& [name, weight] : model->NamedParameters()) {
+      if (name == "lm_head.weight") weight[context->special_tokens.eos].mul_(kEosGain);
+    }
+  }
+
+  int Effort() const {
+    return config.effort.PromptEffort(
+        *std::max_element(config.effort.levels.begin(), config.effort.levels.end()));
+  }
+};
+
+// Greedy decode of one prompt, alone, on a pool of its own: the generated
+// tokens, EOS included when it came (as the engine reports them).
+std::vector<int64_t> DecodeAlone(const model::Transformer& model, std::vector<int64_t> prompt,
+                                 int64_t max_new, int64_t eos) {
+  model::KvBlockPool pool(model.PoolOptions(prompt.size() + max_new + 1));
+  model::KvSequence seq;
+  std::vector<int64_t> next = std::move(prompt), completion;
+  while (static_cast<int64_t>(completion.size()) < max_new) {
+    auto step = model.Step({{&seq, next}}, pool);
+    EXPECT_TRUE(step.ok()) << step.status();
+    if (!step.ok()) break;
+    const at::Tensor logits = step->logits[0].contiguous();
+    const float* row = logits.data_ptr<float>();
+    const int64_t token = std::max_element(row, row + logits.size(0)) - row;  // first maximum
+    completion.push_back(token);
+    if (token == eos) break;
+    next = {token};
+  }
+  return completion;
+}
+
+TEST(EvaluatorTest, PoolHoldsItsOwnBatchNotTheRunsPool) {
+  Fixture f;
+  int64_t longest = 0, problems = 0;
+  for (const auto& dataset : f.datasets) {
+    for (const tasks::Problem& problem : dataset->Eval()) {
+      longest = std::max<int64_t>(
+          longest,
+          static_cast<int64_t>(EncodeProblemPrompt(problem, f.Effort(), *f.tokenizer)->size()));
+      ++problems;
+    }
+  }
+  ASSERT_EQ(problems, 17);
+  auto result = Evaluate(*f.context);
+  ASSERT_TRUE(result.ok()) << result.status();
+  // 8 running samples (max_batch) at their longest, each rounded up to 16-token blocks.
+  const int64_t per_sample = (longest + 40 + 15) / 16 * 16;
+  EXPECT_EQ(result->pool_tokens, 8 * per_sample);
+  EXPECT_LT(result->pool_tokens, f.config.rollout.pool_tokens / 10);
+  EXPECT_EQ(result->problems, 17);
+  EXPECT_EQ(result->skipped, 0);
+}
+
+TEST(EvaluatorTest, PoolNeverExceedsTheRunsAndFewPromptsNeedFewSlots) {
+  rollout::EngineOptions run;
+  run.max_batch = 64;
+  run.block_size = 16;
+  run.pool_tokens = 4096;
+  EXPECT_EQ(EvalPoolTokens(run, 3, 20, 10, 1024), 3 * 32);        // 30 tokens -> 2 blocks each
+  EXPECT_EQ(EvalPoolTokens(run, 1000, 100, 28, 1024), 4096);      // 64 · 128 > the run's pool
+  EXPECT_EQ(EvalPoolTokens(run, 2, 1000, 1000, 1024), 2 * 1024);  // capped by the context
+  EXPECT_EQ(EvalPoolTokens(run, 0, 0, 0, 1024), 16);              // nothing to evaluate: one block
+}
+
+TEST(EvaluatorTest, ResultsEqualAnIndependentGreedyDecode) {
+  Fixture f;
+  std::map<std::string, std::pair<double, int64_t>> per_dataset;
+  double total = 0;
+  int64_t parsed = 0, generated = 0, n = 0;
+  std::vector<int64_t> lengths;
+  for (const auto& dataset : f.datasets) {
+    for (const tasks::Problem& problem : dataset->Eval()) {
+      auto prompt = EncodeProblemPrompt(problem, f.Effort(), *f.tokenizer);
+      ASSERT_TRUE(prompt.ok()) << prompt.status();
+      const std::vector<int64_t> completion =
+          DecodeAlone(*f.model, *prompt, 40, f.context->special_tokens.eos);
+      const Judgement judgement = JudgeCompletion(problem, completion, *f.tokenizer);
+      per_dataset[problem.dataset].first += judgement.reward;
+      ++per_dataset[problem.dataset].second;
+      total += judgement.reward;
+      parsed += judgement.parsed;
+      generated += static_cast<int64_t>(completion.size());
+      lengths.push_back(static_cast<int64_t>(completion.size()));
+      ++n;
+    }
+  }
+  // The comparison means something only if the completions differ in length.
+  ASSERT_NE(*std::min_element(lengths.begin(), lengths.end()),
+            *std::max_element(lengths.begin(), lengths.end()));
+
+  auto result = Evaluate(*f.context);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->problems, n);
+  EXPECT_DOUBLE_EQ(result->overall, total / n);
+  EXPECT_DOUBLE_EQ(result->parse_rate, static_cast<double>(parsed) / n);
+  EXPECT_DOUBLE_EQ(result->mean_length, static_cast<double>(generated) / n);
+  for (const auto& [name, sum_count] : per_dataset) {
+    EXPECT_DOUBLE_EQ(result->accuracy.at(name), sum_count.first / sum_count.second) << name;
+  }
+}
+
+}  // namespace
+}  // namespace loom::train
