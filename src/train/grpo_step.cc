@@ -36,13 +36,6 @@ class MeanBy {
   std::map<std::string, std::pair<double, int64_t>> sums_;
 };
 
-struct Rewards {
-  std::vector<float> total, task, length;
-  std::vector<int64_t> response_tokens;
-  int64_t parsed = 0;
-  int64_t episodes = 0, episodes_failed = 0, episode_steps = 0;
-};
-
 // Reasoning tokens of a multi-turn sample: in each stretch of generated
 // tokens (a turn), those before its `</think>` (all of them when
 // `think_end_id` is -1).
@@ -90,7 +83,50 @@ std::vector<MicroBatch> MicroBatches(const std::vector<TrainingSample>& samples,
   return out;
 }
 
+// The policy version of the oldest generated token (`version` when none is older).
+int64_t OldestVersion(const rollout::SampleState& state, int64_t version) {
+  int64_t oldest = version;
+  for (int64_t t = state.prompt_length; t < state.length(); ++t) {
+    if (state.loss_mask[t]) oldest = std::min(oldest, state.versions[t]);
+  }
+  return oldest;
+}
+
+double Mean(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+
 }  // namespace
+
+// What judging a batch found: per-sample rewards and the metrics kept
+// alongside them.
+struct GrpoTrainer::Judged {
+  std::vector<float> total, task, length;  // [n] rewards
+  std::vector<int64_t> response_tokens;    // [n]
+  std::vector<int64_t> subgroup_ids;       // [n]
+  int64_t parsed = 0;
+  int64_t episodes = 0, episodes_failed = 0, episode_steps = 0;
+  int64_t lag_sum = 0, lag_max = 0;  // policy versions behind, oldest token
+  MeanBy reward_by_dataset, reward_by_effort, length_by_dataset, length_by_effort;
+};
+
+// Which samples the step scores, with their advantages.
+struct GrpoTrainer::Selection {
+  at::Tensor advantages;       // [n] float32, centred within subgroups
+  std::vector<size_t> scored;  // indices into the batch
+  int64_t informative = 0;     // subgroups whose rewards differ
+  int64_t subgroups = 0;
+  double weighted_tokens = 0;  // the token-level mean's normaliser
+};
+
+// Sums over micro-batches of what the policy loss reports.
+struct GrpoTrainer::LossTotals {
+  double loss = 0, clip_weighted = 0, ratio_weighted = 0, kl_weighted = 0;
+  double masked_weighted = 0, loss_tokens = 0;
+  int64_t trained_tokens = 0;
+};
 
 Judgement GrpoTrainer::JudgeSample(const TrainingSample& sample, int64_t* reasoning,
                                    int64_t* response_tokens) const {
@@ -113,207 +149,221 @@ Judgement GrpoTrainer::JudgeSample(const TrainingSample& sample, int64_t* reason
   return judgement;
 }
 
-absl::StatusOr<nlohmann::json> GrpoTrainer::Train(const Batch& batch) {
-  const std::vector<TrainingSample>& samples = batch.samples;
-  const dispatch::DispatchStats& dispatch = batch.dispatch;
-  const RolloutTotals& rollout = batch.rollout;
-  const double start = metrics::ProgressLine::SteadySeconds();
-  const config::RunConfig& config = context_.config;
-  const int64_t version = context_.policy_version;
-  const size_t n = samples.size();
-  LOOM_CHECK(n > 0, "empty GRPO batch");
-
+GrpoTrainer::Judged GrpoTrainer::JudgeBatch(const std::vector<TrainingSample>& samples,
+                                            int64_t version) const {
   // Rewards: the verifier's plus the effort-conditioned length reward.
-  Rewards rewards;
-  MeanBy reward_by_dataset, reward_by_effort, length_by_dataset, length_by_effort;
-  std::vector<int64_t> subgroup_ids;
-  int64_t lag_sum = 0, lag_max = 0;
+  Judged judged;
   for (const TrainingSample& sample : samples) {
-    const auto& tokens = sample.state.tokens;
     int64_t reasoning = 0, response_tokens = 0;
     Judgement judgement = JudgeSample(sample, &reasoning, &response_tokens);
     const double r_len = length_reward_.Reward(sample.info.effort, reasoning);
-    rewards.task.push_back(static_cast<float>(judgement.reward));
-    rewards.length.push_back(static_cast<float>(r_len));
-    rewards.total.push_back(static_cast<float>(judgement.reward + r_len));
-    rewards.response_tokens.push_back(response_tokens);
-    rewards.parsed += judgement.parsed;
+    judged.task.push_back(static_cast<float>(judgement.reward));
+    judged.length.push_back(static_cast<float>(r_len));
+    judged.total.push_back(static_cast<float>(judgement.reward + r_len));
+    judged.response_tokens.push_back(response_tokens);
+    judged.parsed += judgement.parsed;
     if (sample.info.agent) {
-      ++rewards.episodes;
-      rewards.episodes_failed += sample.info.trajectory->penalty();
-      rewards.episode_steps += sample.info.trajectory->steps();
+      ++judged.episodes;
+      judged.episodes_failed += sample.info.trajectory->penalty();
+      judged.episode_steps += sample.info.trajectory->steps();
     }
-    subgroup_ids.push_back(static_cast<int64_t>(sample.info.subgroup_id));
+    judged.subgroup_ids.push_back(static_cast<int64_t>(sample.info.subgroup_id));
     const std::string& dataset = sample.info.problem->dataset;
     const std::string effort = std::to_string(sample.info.effort);
-    reward_by_dataset.Add(dataset, rewards.total.back());
-    reward_by_effort.Add(effort, rewards.total.back());
-    length_by_dataset.Add(dataset, static_cast<double>(response_tokens));
-    length_by_effort.Add(effort, static_cast<double>(response_tokens));
-    int64_t oldest = version;
-    for (size_t t = sample.state.prompt_length; t < tokens.size(); ++t) {
-      if (sample.state.loss_mask[t]) oldest = std::min(oldest, sample.state.versions[t]);
-    }
-    lag_sum += version - oldest;
-    lag_max = std::max(lag_max, version - oldest);
+    judged.reward_by_dataset.Add(dataset, judged.total.back());
+    judged.reward_by_effort.Add(effort, judged.total.back());
+    judged.length_by_dataset.Add(dataset, static_cast<double>(response_tokens));
+    judged.length_by_effort.Add(effort, static_cast<double>(response_tokens));
+    const int64_t lag = version - OldestVersion(sample.state, version);
+    judged.lag_sum += lag;
+    judged.lag_max = std::max(judged.lag_max, lag);
   }
+  return judged;
+}
+
+GrpoTrainer::Selection GrpoTrainer::Select(const std::vector<TrainingSample>& samples,
+                                           const Judged& judged, int64_t version) const {
+  const config::RunConfig& config = context_.config;
+  const size_t n = samples.size();
   // Subgroups whose rewards all agree carry no gradient (advantage 0).
   std::map<uint64_t, std::pair<float, float>> reward_range;
   for (size_t i = 0; i < n; ++i) {
-    auto it = reward_range
-                  .emplace(samples[i].info.subgroup_id,
-                           std::make_pair(rewards.total[i], rewards.total[i]))
-                  .first;
-    it->second.first = std::min(it->second.first, rewards.total[i]);
-    it->second.second = std::max(it->second.second, rewards.total[i]);
+    auto it =
+        reward_range
+            .emplace(samples[i].info.subgroup_id, std::make_pair(judged.total[i], judged.total[i]))
+            .first;
+    it->second.first = std::min(it->second.first, judged.total[i]);
+    it->second.second = std::max(it->second.second, judged.total[i]);
   }
-  int64_t informative = 0;
-  for (const auto& [id, range] : reward_range) informative += range.first < range.second;
-  at::Tensor advantages =
-      algo::SubgroupAdvantages(at::tensor(rewards.total, at::kFloat),
-                               at::tensor(subgroup_ids, at::kLong), config.grpo.scale_by_std);
-
+  Selection selection;
+  selection.subgroups = static_cast<int64_t>(reward_range.size());
+  for (const auto& [id, range] : reward_range) selection.informative += range.first < range.second;
+  selection.advantages = algo::SubgroupAdvantages(at::tensor(judged.total, at::kFloat),
+                                                  at::tensor(judged.subgroup_ids, at::kLong),
+                                                  config.grpo.scale_by_std);
   // The samples the step scores: all, or only those of informative subgroups.
-  std::vector<size_t> scored_samples;
   for (size_t i = 0; i < n; ++i) {
     const auto& range = reward_range.at(samples[i].info.subgroup_id);
     if (!config.grpo.SkipsUninformative() || range.first < range.second) {
-      scored_samples.push_back(i);
+      selection.scored.push_back(i);
     }
   }
-
   // One token-level mean over the scored samples: count the weighted tokens first.
-  double weighted_tokens = 0;
-  for (size_t i : scored_samples) {
+  for (size_t i : selection.scored) {
     const auto& state = samples[i].state;
     for (int64_t t = 1; t < state.length(); ++t) {
       const bool fresh =
           config.async.mask_lag < 0 || version - state.versions[t] <= config.async.mask_lag;
-      weighted_tokens += (state.loss_mask[t] && fresh) ? 1 : 0;
+      selection.weighted_tokens += (state.loss_mask[t] && fresh) ? 1 : 0;
     }
   }
+  return selection;
+}
 
-  double loss_sum = 0, clip_weighted = 0, masked_weighted = 0, loss_tokens = 0, ratio_weighted = 0,
-         kl_weighted = 0;
-  int64_t trained_tokens = 0;
-  for (const MicroBatch& micro :
-       MicroBatches(samples, scored_samples, config.train.micro_batch_tokens)) {
-    std::vector<const std::vector<int64_t>*> tokens, versions;
-    std::vector<const std::vector<uint8_t>*> masks;
-    std::vector<const std::vector<float>*> behaviour;
-    std::vector<at::Tensor> routing;
-    std::vector<int64_t> group_lengths;
-    std::vector<int64_t> group_index;
-    for (size_t i : micro.samples) {
-      const auto& state = samples[i].state;
-      tokens.push_back(&state.tokens);
-      versions.push_back(&state.versions);
-      masks.push_back(&state.loss_mask);
-      behaviour.push_back(&state.logprobs);
-      if (state.moe_layers > 0) routing.push_back(state.RoutingTensor());
-      group_lengths.push_back(state.length());
-      group_index.push_back(static_cast<int64_t>(i));
-      trained_tokens += state.length();
-    }
-    ShiftedBatch shifted = TeacherForcing(tokens, masks);
-    if (!routing.empty()) shifted.batch.replay_routing = at::cat(routing, 0);
-    // Score at the temperature of the samples' behaviour log-probs.
-    model::ScoreOptions score_options;
-    score_options.temperature = micro.temperature;
-    auto scored = context_.model.Score(shifted.batch, score_options);
-    if (!scored.ok()) return scored.status();
-    // Everything but the log-probs is built on the CPU: move it once to where
-    // the log-probs are (no copy when that is the CPU).
-    const at::Device device = scored->logprobs.device();
-    algo::PolicyLossInputs inputs;
-    inputs.logprobs = scored->logprobs;
-    inputs.behaviour_logprobs = ShiftedValues(behaviour).to(device);
-    inputs.advantages =
-        algo::ExpandToTokens(advantages.index_select(0, at::tensor(group_index, at::kLong)),
-                             group_lengths)
-            .to(device);
-    inputs.loss_mask = shifted.target_weight.to(device);
-    inputs.versions = ShiftedValues(versions).to(device);
-    algo::PolicyLossOptions options;
-    options.clip_low = config.grpo.clip_low;
-    options.clip_high = config.grpo.clip_high;
-    options.policy_version = version;
-    options.mask_lag = config.async.mask_lag;
-    options.normalizer = std::max(weighted_tokens, 1.0);
-    if (reference_ != nullptr) {
-      at::NoGradGuard no_grad;
-      auto reference = reference_->Score(shifted.batch, score_options);
-      if (!reference.ok()) return reference.status();
-      inputs.ref_logprobs = reference->logprobs;
-      options.kl_coef = config.grpo.kl_coef;
-    }
-    algo::PolicyLossResult loss = algo::PolicyLoss(inputs, options);
-    loss.loss.backward();
-    loss_sum += loss.loss.item<double>();
-    clip_weighted += loss.clip_fraction * static_cast<double>(loss.weighted_tokens);
-    ratio_weighted += loss.mean_ratio * static_cast<double>(loss.weighted_tokens);
-    kl_weighted += loss.kl * static_cast<double>(loss.weighted_tokens);
-    masked_weighted += loss.masked_fraction * static_cast<double>(loss.loss_tokens);
-    loss_tokens += static_cast<double>(loss.loss_tokens);
+absl::StatusOr<algo::PolicyLossResult> GrpoTrainer::MicroBatchLoss(
+    const std::vector<TrainingSample>& samples, const std::vector<size_t>& indices,
+    double temperature, const Selection& selection, int64_t version) const {
+  const config::RunConfig& config = context_.config;
+  std::vector<const std::vector<int64_t>*> tokens, versions;
+  std::vector<const std::vector<uint8_t>*> masks;
+  std::vector<const std::vector<float>*> behaviour;
+  std::vector<at::Tensor> routing;
+  std::vector<int64_t> lengths, index;
+  for (size_t i : indices) {
+    const auto& state = samples[i].state;
+    tokens.push_back(&state.tokens);
+    versions.push_back(&state.versions);
+    masks.push_back(&state.loss_mask);
+    behaviour.push_back(&state.logprobs);
+    if (state.moe_layers > 0) routing.push_back(state.RoutingTensor());
+    lengths.push_back(state.length());
+    index.push_back(static_cast<int64_t>(i));
   }
+  ShiftedBatch shifted = TeacherForcing(tokens, masks);
+  if (!routing.empty()) shifted.batch.replay_routing = at::cat(routing, 0);
+  // Score at the temperature of the samples' behaviour log-probs.
+  model::ScoreOptions score_options;
+  score_options.temperature = temperature;
+  auto scored = context_.model.Score(shifted.batch, score_options);
+  if (!scored.ok()) return scored.status();
+  // Everything but the log-probs is built on the CPU: move it once to where
+  // the log-probs are (no copy when that is the CPU).
+  const at::Device device = scored->logprobs.device();
+  algo::PolicyLossInputs inputs;
+  inputs.logprobs = scored->logprobs;
+  inputs.behaviour_logprobs = ShiftedValues(behaviour).to(device);
+  inputs.advantages =
+      algo::ExpandToTokens(selection.advantages.index_select(0, at::tensor(index, at::kLong)),
+                           lengths)
+          .to(device);
+  inputs.loss_mask = shifted.target_weight.to(device);
+  inputs.versions = ShiftedValues(versions).to(device);
+  algo::PolicyLossOptions options;
+  options.clip_low = config.grpo.clip_low;
+  options.clip_high = config.grpo.clip_high;
+  options.policy_version = version;
+  options.mask_lag = config.async.mask_lag;
+  options.normalizer = std::max(selection.weighted_tokens, 1.0);
+  if (reference_ != nullptr) {
+    at::NoGradGuard no_grad;
+    auto reference = reference_->Score(shifted.batch, score_options);
+    if (!reference.ok()) return reference.status();
+    inputs.ref_logprobs = reference->logprobs;
+    options.kl_coef = config.grpo.kl_coef;
+  }
+  return algo::PolicyLoss(inputs, options);
+}
+
+absl::StatusOr<GrpoTrainer::LossTotals> GrpoTrainer::Backward(
+    const std::vector<TrainingSample>& samples, const Selection& selection, int64_t version) const {
+  LossTotals totals;
+  for (const MicroBatch& micro :
+       MicroBatches(samples, selection.scored, context_.config.train.micro_batch_tokens)) {
+    for (size_t i : micro.samples) totals.trained_tokens += samples[i].state.length();
+    auto loss = MicroBatchLoss(samples, micro.samples, micro.temperature, selection, version);
+    if (!loss.ok()) return loss.status();
+    loss->loss.backward();
+    totals.loss += loss->loss.item<double>();
+    totals.clip_weighted += loss->clip_fraction * static_cast<double>(loss->weighted_tokens);
+    totals.ratio_weighted += loss->mean_ratio * static_cast<double>(loss->weighted_tokens);
+    totals.kl_weighted += loss->kl * static_cast<double>(loss->weighted_tokens);
+    totals.masked_weighted += loss->masked_fraction * static_cast<double>(loss->loss_tokens);
+    totals.loss_tokens += static_cast<double>(loss->loss_tokens);
+  }
+  return totals;
+}
+
+absl::StatusOr<nlohmann::json> GrpoTrainer::Train(const Batch& batch) {
+  const double start = metrics::ProgressLine::SteadySeconds();
+  const int64_t version = context_.policy_version;
+  LOOM_CHECK(!batch.samples.empty(), "empty GRPO batch");
+  const Judged judged = JudgeBatch(batch.samples, version);
+  const Selection selection = Select(batch.samples, judged, version);
+  auto totals = Backward(batch.samples, selection, version);
+  if (!totals.ok()) return totals.status();
   const StageOptimizer::Applied applied = optimizer_.Step(batch.step, context_.policy_version);
   const double train_seconds = metrics::ProgressLine::SteadySeconds() - start;
+  return Record(batch, judged, selection, *totals, applied, train_seconds);
+}
 
-  auto mean = [](const std::vector<float>& v) {
-    double s = 0;
-    for (float x : v) s += x;
-    return v.empty() ? 0.0 : s / static_cast<double>(v.size());
-  };
+nlohmann::json GrpoTrainer::Record(const Batch& batch, const Judged& judged,
+                                   const Selection& selection, const LossTotals& totals,
+                                   const StageOptimizer::Applied& applied,
+                                   double train_seconds) const {
+  const double n = static_cast<double>(batch.samples.size());
+  const RolloutTotals& rollout = batch.rollout;
   double response_mean = 0;
-  for (int64_t len : rewards.response_tokens) response_mean += static_cast<double>(len);
-  response_mean /= static_cast<double>(n);
-  const double weighted = std::max(weighted_tokens, 1.0);
+  for (int64_t len : judged.response_tokens) response_mean += static_cast<double>(len);
+  response_mean /= n;
   nlohmann::json record{
       {"stage", kGrpoStage},
       {"step", batch.step + 1},
       {"version", context_.policy_version},
-      {"loss", loss_sum},
+      {"loss", totals.loss},
       {"lr", applied.lr},
       {"grad_norm", applied.grad_norm},
-      {"samples", n},
-      {"reward_mean", mean(rewards.total)},
-      {"reward_task_mean", mean(rewards.task)},
-      {"reward_length_mean", mean(rewards.length)},
-      {"reward_by_dataset", reward_by_dataset.Json()},
-      {"reward_by_effort", reward_by_effort.Json()},
+      {"samples", batch.samples.size()},
+      {"reward_mean", Mean(judged.total)},
+      {"reward_task_mean", Mean(judged.task)},
+      {"reward_length_mean", Mean(judged.length)},
+      {"reward_by_dataset", judged.reward_by_dataset.Json()},
+      {"reward_by_effort", judged.reward_by_effort.Json()},
       {"response_length_mean", response_mean},
-      {"response_length_by_dataset", length_by_dataset.Json()},
-      {"response_length_by_effort", length_by_effort.Json()},
-      {"parse_rate", static_cast<double>(rewards.parsed) / static_cast<double>(n)},
-      {"skipped_samples", static_cast<int64_t>(n - scored_samples.size())},
+      {"response_length_by_dataset", judged.length_by_dataset.Json()},
+      {"response_length_by_effort", judged.length_by_effort.Json()},
+      {"parse_rate", static_cast<double>(judged.parsed) / n},
+      {"skipped_samples", static_cast<int64_t>(batch.samples.size() - selection.scored.size())},
       {"informative_subgroup_fraction",
-       static_cast<double>(informative) / static_cast<double>(reward_range.size())},
-      {"samples_failed", dispatch.samples_failed},
-      {"inflight_mean", dispatch.inflight_mean},
-      {"inflight_min", dispatch.inflight_min},
-      {"inflight_max", dispatch.inflight_max},
-      {"staleness_mean", static_cast<double>(lag_sum) / static_cast<double>(n)},
-      {"staleness_max", lag_max},
-      {"masked_token_fraction", loss_tokens > 0 ? masked_weighted / loss_tokens : 0.0},
+       static_cast<double>(selection.informative) / static_cast<double>(selection.subgroups)},
+      {"samples_failed", batch.dispatch.samples_failed},
+      {"inflight_mean", batch.dispatch.inflight_mean},
+      {"inflight_min", batch.dispatch.inflight_min},
+      {"inflight_max", batch.dispatch.inflight_max},
+      {"staleness_mean", static_cast<double>(judged.lag_sum) / n},
+      {"staleness_max", judged.lag_max},
+      {"masked_token_fraction",
+       totals.loss_tokens > 0 ? totals.masked_weighted / totals.loss_tokens : 0.0},
       {"rollout_tokens_per_s",
        rollout.seconds > 0
            ? static_cast<double>(rollout.decode_tokens + rollout.prefill_tokens) / rollout.seconds
            : 0.0},
-      {"train_tokens_per_s", static_cast<double>(trained_tokens) / std::max(train_seconds, 1e-9)},
+      {"train_tokens_per_s",
+       static_cast<double>(totals.trained_tokens) / std::max(train_seconds, 1e-9)},
       {"time_rollout_s", rollout.seconds},
       {"time_train_s", train_seconds}};
   // Ratios exist only for scored tokens: a step whose subgroups were all
   // uninformative (and skipped) has none.
-  if (weighted_tokens > 0) {
-    record["clip_fraction"] = clip_weighted / weighted;
-    record["ratio_mean"] = ratio_weighted / weighted;
-    if (reference_ != nullptr) record["kl"] = kl_weighted / weighted;
+  if (selection.weighted_tokens > 0) {
+    const double weighted = selection.weighted_tokens;
+    record["clip_fraction"] = totals.clip_weighted / weighted;
+    record["ratio_mean"] = totals.ratio_weighted / weighted;
+    if (reference_ != nullptr) record["kl"] = totals.kl_weighted / weighted;
   }
-  if (rewards.episodes > 0) {
-    record["episodes"] = rewards.episodes;
-    record["episodes_failed"] = rewards.episodes_failed;
+  if (judged.episodes > 0) {
+    record["episodes"] = judged.episodes;
+    record["episodes_failed"] = judged.episodes_failed;
     record["episode_steps_mean"] =
-        static_cast<double>(rewards.episode_steps) / static_cast<double>(rewards.episodes);
+        static_cast<double>(judged.episode_steps) / static_cast<double>(judged.episodes);
   }
   return record;
 }

@@ -42,6 +42,17 @@ class SftSampler {
                             context_.tokenizer);
   }
 
+  // The next `n` examples.
+  absl::StatusOr<std::vector<SftExample>> NextBatch(int n) {
+    std::vector<SftExample> examples;
+    for (int i = 0; i < n; ++i) {
+      auto example = Next();
+      if (!example.ok()) return example.status();
+      examples.push_back(*std::move(example));
+    }
+    return examples;
+  }
+
   // The data cursor, for checkpoints.
   SftCursor Export() const {
     std::ostringstream rng;
@@ -64,6 +75,51 @@ class SftSampler {
   std::vector<double> weights_;
   std::vector<uint64_t> next_index_;
 };
+
+// One SFT optimizer step on `examples`: next-token loss on the references,
+// micro-batched, a token-level mean over the whole batch. Returns its
+// metrics line.
+absl::StatusOr<nlohmann::json> SftStep(TrainContext& context, StageOptimizer& optimizer,
+                                       const std::vector<SftExample>& examples, int64_t step) {
+  const double start = Seconds();
+  std::vector<int64_t> lengths;
+  int64_t loss_tokens = 0, tokens = 0;
+  for (const auto& e : examples) {
+    lengths.push_back(static_cast<int64_t>(e.tokens.size()));
+    tokens += lengths.back();
+    for (size_t t = 1; t < e.loss_mask.size(); ++t) loss_tokens += e.loss_mask[t];
+  }
+  double loss_sum = 0;
+  for (const auto& group : SplitByTokens(lengths, context.config.train.micro_batch_tokens)) {
+    std::vector<const std::vector<int64_t>*> seqs;
+    std::vector<const std::vector<uint8_t>*> masks;
+    for (size_t i : group) {
+      seqs.push_back(&examples[i].tokens);
+      masks.push_back(&examples[i].loss_mask);
+    }
+    ShiftedBatch shifted = TeacherForcing(seqs, masks);
+    auto scored = context.model.Score(shifted.batch);
+    if (!scored.ok()) return scored.status();
+    // The weights are built on the CPU; the loss runs where the log-probs are.
+    const at::Tensor target_weight = shifted.target_weight.to(scored->logprobs.device());
+    algo::SftLossResult loss =
+        algo::SftLoss(scored->logprobs, target_weight, static_cast<double>(loss_tokens));
+    loss.loss.backward();
+    loss_sum += loss.loss.item<double>();
+  }
+  const StageOptimizer::Applied applied = optimizer.Step(step, context.policy_version);
+  const double seconds = Seconds() - start;
+  return nlohmann::json{{"stage", kSftStage},
+                        {"step", step + 1},
+                        {"version", context.policy_version},
+                        {"loss", loss_sum},
+                        {"lr", applied.lr},
+                        {"grad_norm", applied.grad_norm},
+                        {"tokens", tokens},
+                        {"loss_tokens", loss_tokens},
+                        {"train_tokens_per_s", tokens / std::max(seconds, 1e-9)},
+                        {"step_seconds", seconds}};
+}
 
 }  // namespace
 
@@ -88,55 +144,15 @@ absl::Status RunSftStage(TrainContext& context) {
         !s.ok()) {
       return s;
     }
-    const double start = Seconds();
-    std::vector<SftExample> examples;
-    for (int i = 0; i < sft.batch_sequences; ++i) {
-      auto example = sampler.Next();
-      if (!example.ok()) return example.status();
-      examples.push_back(*std::move(example));
-    }
-    std::vector<int64_t> lengths;
-    int64_t loss_tokens = 0, tokens = 0;
-    for (const auto& e : examples) {
-      lengths.push_back(static_cast<int64_t>(e.tokens.size()));
-      tokens += lengths.back();
-      for (size_t t = 1; t < e.loss_mask.size(); ++t) loss_tokens += e.loss_mask[t];
-    }
-    double loss_sum = 0;
-    for (const auto& group : SplitByTokens(lengths, context.config.train.micro_batch_tokens)) {
-      std::vector<const std::vector<int64_t>*> seqs;
-      std::vector<const std::vector<uint8_t>*> masks;
-      for (size_t i : group) {
-        seqs.push_back(&examples[i].tokens);
-        masks.push_back(&examples[i].loss_mask);
-      }
-      ShiftedBatch shifted = TeacherForcing(seqs, masks);
-      auto scored = context.model.Score(shifted.batch);
-      if (!scored.ok()) return scored.status();
-      // The weights are built on the CPU; the loss runs where the log-probs are.
-      const at::Tensor target_weight = shifted.target_weight.to(scored->logprobs.device());
-      algo::SftLossResult loss =
-          algo::SftLoss(scored->logprobs, target_weight, static_cast<double>(loss_tokens));
-      loss.loss.backward();
-      loss_sum += loss.loss.item<double>();
-    }
-    const StageOptimizer::Applied applied = optimizer.Step(step, context.policy_version);
-    const double seconds = Seconds() - start;
-
-    nlohmann::json record = {{"stage", kSftStage},
-                             {"step", step + 1},
-                             {"version", context.policy_version},
-                             {"loss", loss_sum},
-                             {"lr", applied.lr},
-                             {"grad_norm", applied.grad_norm},
-                             {"tokens", tokens},
-                             {"loss_tokens", loss_tokens},
-                             {"train_tokens_per_s", tokens / std::max(seconds, 1e-9)},
-                             {"step_seconds", seconds}};
-    if (absl::Status s = context.metrics.Write(record); !s.ok()) return s;
+    auto examples = sampler.NextBatch(sft.batch_sequences);
+    if (!examples.ok()) return examples.status();
+    auto record = SftStep(context, optimizer, *examples, step);
+    if (!record.ok()) return record.status();
+    if (absl::Status s = context.metrics.Write(*record); !s.ok()) return s;
     char text[160];
     std::snprintf(text, sizeof text, "sft step %lld | loss %.4f | %.0f tok/s",
-                  static_cast<long long>(step + 1), loss_sum, tokens / std::max(seconds, 1e-9));
+                  static_cast<long long>(step + 1), (*record)["loss"].get<double>(),
+                  (*record)["train_tokens_per_s"].get<double>());
     progress.Update(text, step + 1, sft.steps);
     const bool last = step + 1 == sft.steps;
     if (last || (eval_every > 0 && (step + 1) % eval_every == 0)) {

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "loom/algo/length_reward.h"
+#include "loom/algo/policy_loss.h"
 #include "loom/model/transformer.h"
 #include "loom/train/async_loop.h"
 #include "loom/train/context.h"
@@ -40,10 +41,33 @@ class GrpoTrainer : public BatchTrainer {
   absl::StatusOr<nlohmann::json> Train(const Batch& batch) override;
 
  private:
+  struct Judged;      // rewards and the metrics kept alongside them
+  struct Selection;   // the samples scored, their advantages, the normaliser
+  struct LossTotals;  // what the loss reported, summed over micro-batches
+
   // The task reward of one sample (the verifier's, or its episode's), its
   // reasoning length and its generated tokens.
   Judgement JudgeSample(const TrainingSample& sample, int64_t* reasoning,
                         int64_t* response_tokens) const;
+  // Rewards (verifier + length), lag and per-dataset / per-effort metrics.
+  Judged JudgeBatch(const std::vector<TrainingSample>& samples, int64_t version) const;
+  // Subgroup advantages, the samples to score (informative subgroups only
+  // under grpo.skip_uninformative) and the token normaliser.
+  Selection Select(const std::vector<TrainingSample>& samples, const Judged& judged,
+                   int64_t version) const;
+  // Scores the selected samples micro-batch by micro-batch, each at its
+  // sampling temperature, and accumulates the policy loss's gradients.
+  absl::StatusOr<LossTotals> Backward(const std::vector<TrainingSample>& samples,
+                                      const Selection& selection, int64_t version) const;
+  absl::StatusOr<algo::PolicyLossResult> MicroBatchLoss(const std::vector<TrainingSample>& samples,
+                                                        const std::vector<size_t>& indices,
+                                                        double temperature,
+                                                        const Selection& selection,
+                                                        int64_t version) const;
+  // The step's metrics line.
+  nlohmann::json Record(const Batch& batch, const Judged& judged, const Selection& selection,
+                        const LossTotals& totals, const StageOptimizer::Applied& applied,
+                        double train_seconds) const;
 
   TrainContext& context_;
   StageOptimizer& optimizer_;
