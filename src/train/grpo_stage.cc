@@ -14,6 +14,7 @@
 #include "loom/train/encoding.h"
 #include "loom/train/evaluator.h"
 #include "loom/train/grpo_step.h"
+#include "loom/train/live_config.h"
 #include "loom/train/stage_checkpoint.h"
 #include "loom/train/stage_optimizer.h"
 #include "train/agent_rollout.h"
@@ -52,6 +53,7 @@ class EnginePort : public dispatch::RolloutPort {
         entry.problem_index = group.problem_index;
         entry.problem = problem;
         entry.agent = agent;
+        entry.config_version = context_.live->version();
         loop_.table().Admit(std::move(entry));
         if (!prompt.ok()) {
           loop_.table().Fail(ticket.sample_id, prompt.status());
@@ -141,8 +143,10 @@ absl::Status RunGrpoStage(TrainContext& context) {
   options.engine =
       rollout::EngineOptionsFromConfig(config.rollout, static_cast<uint64_t>(config.run.seed));
   options.engine.initial_version = context.policy_version;
+  LOOM_CHECK(context.live != nullptr, "GRPO stage without the live config");
   options.dispatch = dispatch::DispatchOptions::FromConfig(
       config.async, config.effort, config.tasks, static_cast<uint64_t>(config.run.seed));
+  options.dispatch.datasets = context.live->datasets();
   options.offload_parked = config.rollout.offload_parked;
   auto loop = AsyncLoop::Create(context.model, options);
   if (!loop.ok()) return loop.status();

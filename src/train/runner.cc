@@ -9,6 +9,7 @@
 #include "loom/model/transformer.h"
 #include "loom/train/checkpointer.h"
 #include "loom/train/context.h"
+#include "loom/train/live_config.h"
 #include "loom/train/stages.h"
 
 namespace loom::train {
@@ -71,6 +72,8 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
 
   TrainContext context{config,   run_dir,         **model, **tokenizer,        *datasets,
                        *metrics, *special_tokens, 0,       checkpointer->get()};
+  LiveConfig live(config.tasks, cursor ? cursor->config_version : 0);
+  context.live = &live;
   size_t first_stage = 0;
   if (cursor) {
     context.policy_version = cursor->policy_version;

@@ -5,6 +5,7 @@
 #include "loom/config/check.h"
 #include "loom/train/checkpointer.h"
 #include "loom/train/grpo_stage.h"
+#include "loom/train/live_config.h"
 #include "loom/train/sft_stage.h"
 
 namespace loom::train {
@@ -16,6 +17,7 @@ TrainState CursorState(const TrainContext& context, const char* stage, int64_t s
   state.cursor.stage = stage;
   state.cursor.step = step;
   state.cursor.policy_version = context.policy_version;
+  state.cursor.config_version = context.live != nullptr ? context.live->version() : 0;
   state.optimizer = optimizer.StateDict();
   return state;
 }

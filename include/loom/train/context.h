@@ -16,6 +16,7 @@
 namespace loom::train {
 
 class Checkpointer;
+class LiveConfig;
 
 struct TrainContext {
   const config::RunConfig& config;
@@ -27,6 +28,8 @@ struct TrainContext {
   chat::SpecialTokenIds special_tokens{};  // EOS, </think>: resolved once from the tokenizer
   int64_t policy_version = 0;              // bumped by every optimizer step of every stage
   Checkpointer* checkpointer = nullptr;    // checkpoints and resume (checkpointer.h); may be null
+  LiveConfig* live = nullptr;  // the sections that may change mid-run (live_config.h); set by the
+                               // runner, null only in tests that call a trainer directly
 };
 
 }  // namespace loom::train
