@@ -23,15 +23,15 @@ absl::StatusOr<std::unique_ptr<AgentStage>> AgentStage::Create(const TrainContex
   if (!clients.ok()) return clients.status();
   std::unique_ptr<AgentStage> stage(new AgentStage(context, *std::move(log)));
   stage->clients_ = *std::move(clients);
-  AgentOptions options;
+  agent::AgentOptions options;
   options.scaffold = rpc::ScaffoldOptionsFrom(context.config.sandbox);
   options.turn_timeout_s = context.config.sandbox.episode_timeout_s;
   options.eos_id = context.special_tokens.eos;
   stage->episodes_ =
-      std::make_unique<AgentEpisodes>(*stage->clients_.pool, context.tokenizer, options);
-  stage->rollout_ = std::make_unique<AgentRollout>(*stage->episodes_, engine, context.tokenizer,
-                                                   context.special_tokens.eos, *std::move(turn_end),
-                                                   context.config.sandbox.max_turn_tokens);
+      std::make_unique<agent::AgentEpisodes>(*stage->clients_.pool, context.tokenizer, options);
+  stage->rollout_ = std::make_unique<agent::AgentRollout>(
+      *stage->episodes_, engine, context.tokenizer, context.special_tokens.eos,
+      *std::move(turn_end), context.config.sandbox.max_turn_tokens);
   return stage;
 }
 

@@ -10,13 +10,13 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "loom/agent/episodes.h"
+#include "loom/agent/rollout.h"
 #include "loom/metrics/metrics_writer.h"
 #include "loom/rollout/engine.h"
 #include "loom/rpc/sandbox_clients.h"
-#include "loom/train/agent_episodes.h"
 #include "loom/train/context.h"
 #include "loom/train/sample_table.h"
-#include "train/agent_rollout.h"
 
 namespace loom::train {
 
@@ -28,7 +28,7 @@ class AgentStage {
   static absl::StatusOr<std::unique_ptr<AgentStage>> Create(const TrainContext& context,
                                                             rollout::RolloutEngine& engine);
 
-  AgentRollout* rollout() { return rollout_.get(); }
+  agent::AgentRollout* rollout() { return rollout_.get(); }
 
   // Appends a finished agent sample (its trajectory in `info`) to the log.
   absl::Status Log(const rollout::SampleState& state, const SampleEntry& info);
@@ -39,8 +39,8 @@ class AgentStage {
 
   const TrainContext& context_;
   rpc::SandboxClients clients_;
-  std::unique_ptr<AgentEpisodes> episodes_;
-  std::unique_ptr<AgentRollout> rollout_;
+  std::unique_ptr<agent::AgentEpisodes> episodes_;
+  std::unique_ptr<agent::AgentRollout> rollout_;
   metrics::MetricsWriter log_;
 };
 

@@ -54,7 +54,7 @@ void AsyncLoop::Finished(uint64_t id, rollout::SampleState state) {
 absl::Status AsyncLoop::CollectEpisodes() {
   // Wait for the workers only when the engine has nothing to run.
   const bool idle = engine_->num_running() + engine_->num_waiting() == 0;
-  for (AgentResult& result : agents_->rollout()->Pump(idle ? 0.05 : 0)) {
+  for (agent::AgentResult& result : agents_->rollout()->Pump(idle ? 0.05 : 0)) {
     const uint64_t id = result.state.id;
     SampleEntry* entry = table_.Find(id);
     LOOM_CHECK(entry != nullptr, "agent sample " << id);

@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "loom/agent/rollout.h"
 #include "loom/algo/length_reward.h"
 #include "loom/config/check.h"
 #include "loom/metrics/progress.h"
@@ -17,7 +18,6 @@
 #include "loom/train/live_config.h"
 #include "loom/train/stage_checkpoint.h"
 #include "loom/train/stage_optimizer.h"
-#include "train/agent_rollout.h"
 #include "train/agent_stage.h"
 
 namespace loom::train {

@@ -1,4 +1,4 @@
-#include "loom/train/agent_episodes.h"
+#include "loom/agent/episodes.h"
 
 #include <chrono>
 
@@ -6,7 +6,7 @@
 #include "loom/chat/special_tokens.h"
 #include "loom/rpc/chat_bridge.h"
 
-namespace loom::train {
+namespace loom::agent {
 namespace {
 
 std::vector<int64_t> Widen(const std::vector<int32_t>& ids) {
@@ -226,4 +226,4 @@ void AgentEpisodes::Cut(uint64_t id) {
   reply_cv_.notify_all();
 }
 
-}  // namespace loom::train
+}  // namespace loom::agent

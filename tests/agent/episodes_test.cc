@@ -6,7 +6,7 @@
 // and the token sequence must be what the chat encoder gives for the
 // trajectory's conversation (no re-tokenisation drift).
 
-#include "loom/train/agent_episodes.h"
+#include "loom/agent/episodes.h"
 
 #include <gtest/gtest.h>
 
@@ -18,7 +18,7 @@
 #include "loom/tokenizer/tiny.h"
 #include "sandbox/worker_fixture.h"
 
-namespace loom::train {
+namespace loom::agent {
 namespace {
 
 const std::string kEos(tokenizer::dsv4::kEos);
@@ -188,4 +188,4 @@ TEST_F(AgentEpisodesTest, StoppingTheTrainerEndsWaitingEpisodes) {
 }
 
 }  // namespace
-}  // namespace loom::train
+}  // namespace loom::agent

@@ -1,8 +1,8 @@
-#include "train/agent_rollout.h"
+#include "loom/agent/rollout.h"
 
 #include <spdlog/spdlog.h>
 
-namespace loom::train {
+namespace loom::agent {
 
 void AgentRollout::Start(rollout::SampleRequest request, const v1::Task& task, int effort) {
   request.stop.eos_token_ids.clear();
@@ -100,4 +100,4 @@ bool AgentRollout::Hold(rollout::SampleState& state) {
   return true;
 }
 
-}  // namespace loom::train
+}  // namespace loom::agent

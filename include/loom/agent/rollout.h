@@ -19,11 +19,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "loom/agent/episodes.h"
 #include "loom/rollout/engine.h"
 #include "loom/tokenizer/tokenizer.h"
-#include "loom/train/agent_episodes.h"
 
-namespace loom::train {
+namespace loom::agent {
 
 // A finished agent sample: its tokens and its episode's record.
 struct AgentResult {
@@ -77,4 +77,4 @@ class AgentRollout {
   std::map<uint64_t, rollout::SampleState> held_;       // finished by the engine, episode running
 };
 
-}  // namespace loom::train
+}  // namespace loom::agent

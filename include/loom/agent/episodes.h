@@ -36,7 +36,7 @@
 #include "loom/tokenizer/tokenizer.h"
 #include "loom/v1/sandbox.pb.h"
 
-namespace loom::train {
+namespace loom::agent {
 
 // The token view of one episode's conversation, kept by its client thread.
 // Appended messages are encoded as a continuation of what came before, so
@@ -135,4 +135,4 @@ class AgentEpisodes {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-}  // namespace loom::train
+}  // namespace loom::agent
