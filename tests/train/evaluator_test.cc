@@ -11,41 +11,17 @@
 #include <map>
 #include <optional>
 
-#include "loom/config/run_config.h"
-#include "loom/metrics/metrics_writer.h"
 #include "loom/model/transformer.h"
-#include "loom/tokenizer/tiny.h"
 #include "loom/train/encoding.h"
-#include "loom/train/run_dir.h"
-#include "testing/temp_dir.h"
+#include "train/train_fixture.h"
 
 namespace loom::train {
 namespace {
 
 float kEosGain = 8;
 
-struct Fixture {
-  testing::TempDir dir;
-  config::RunConfig config;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
-  std::unique_ptr<model::Transformer> model;
-  std::vector<std::unique_ptr<tasks::Dataset>> datasets;
-  std::optional<RunDir> run_dir;
-  std::optional<metrics::MetricsWriter> metrics;
-  std::unique_ptr<TrainContext> context;
-
+struct Fixture : TrainFixture {
   Fixture() {
-    tokenizer = std::move(*tokenizer::Tokenizer::FromJson(tokenizer::TinyTokenizerJson(), "tiny"));
-    model::ModelConfig c = *model::DefaultModelConfig("llama");
-    c.vocab_size = tokenizer->VocabSize();
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.max_position_embeddings = 1024;
-    model = model::Transformer::RandomInit(c, 11, {at::kFloat, at::kCPU, false});
     config.rollout.max_batch = 8;
     config.rollout.max_new_tokens = 40;
     config::DatasetSection sums, sorts;
@@ -56,9 +32,7 @@ struct Fixture {
     sorts.eval_size = 5;
     config.tasks.datasets = {sums, sorts};
     datasets = std::move(*tasks::LoadDatasets(config.tasks, 3));
-    run_dir = *RunDir::Create(config, dir / "run");
-    metrics.emplace(std::move(*metrics::MetricsWriter::Open(run_dir->metrics_path())));
-    context.reset(new TrainContext{config, *run_dir, *model, *tokenizer, datasets, *metrics});
+    Build(TinyModelConfig("llama"), 11, /*requires_grad=*/false);
     context->special_tokens = *chat::SpecialTokenIds::Resolve(*tokenizer);
     // A random model almost never picks EOS; a louder EOS row makes it stop
     // at different lengths on different prompts.

@@ -14,61 +14,34 @@
 #include <cmath>
 #include <optional>
 
-#include "loom/config/run_config.h"
-#include "loom/metrics/metrics_writer.h"
 #include "loom/model/transformer.h"
 #include "loom/tasks/generator.h"
-#include "loom/tokenizer/tiny.h"
 #include "loom/train/encoding.h"
 #include "loom/train/grpo_step.h"
-#include "loom/train/run_dir.h"
-#include "testing/temp_dir.h"
+#include "train/train_fixture.h"
 
 namespace loom::train {
 namespace {
 
 constexpr int64_t kExperts = 4;
 
-struct MoeFixture {
-  testing::TempDir dir;
-  config::RunConfig config;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
-  std::unique_ptr<model::Transformer> model;
-  std::vector<std::unique_ptr<tasks::Dataset>> datasets;
-  std::optional<RunDir> run_dir;
-  std::optional<metrics::MetricsWriter> metrics;
-  std::unique_ptr<TrainContext> context;
-
+struct MoeFixture : TrainFixture {
   MoeFixture() {
-    tokenizer = std::move(*tokenizer::Tokenizer::FromJson(tokenizer::TinyTokenizerJson(), "tiny"));
-    model::ModelConfig c = *model::DefaultModelConfig("qwen3_moe");
-    c.vocab_size = tokenizer->VocabSize();
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.max_position_embeddings = 1024;
-    c.num_experts = kExperts;
-    c.num_experts_per_tok = 2;
-    c.moe_intermediate_size = 16;
-    model = model::Transformer::RandomInit(c, 7, {at::kFloat, at::kCPU, /*requires_grad=*/true});
-    {
-      // Weights large enough that which experts a token visits shows in its
-      // log-probs (at the default init scale every expert adds almost nothing).
-      at::NoGradGuard no_grad;
-      at::manual_seed(7);
-      for (at::Tensor p : model->Parameters()) {
-        if (p.dim() > 1) p.copy_(at::randn(p.sizes()) * 0.15);
-      }
-    }
     config.train.grpo.steps = 1;
     config.train.grpo.warmup_steps = 0;
     config.train.grpo.lr = 0;
-    run_dir = *RunDir::Create(config, dir / "run");
-    metrics.emplace(std::move(*metrics::MetricsWriter::Open(run_dir->metrics_path())));
-    context.reset(new TrainContext{config, *run_dir, *model, *tokenizer, datasets, *metrics});
+    model::ModelConfig c = TinyModelConfig("qwen3_moe");
+    c.num_experts = kExperts;
+    c.num_experts_per_tok = 2;
+    c.moe_intermediate_size = 16;
+    Build(c, 7, /*requires_grad=*/true);
+    // Weights large enough that which experts a token visits shows in its
+    // log-probs (at the default init scale every expert adds almost nothing).
+    at::NoGradGuard no_grad;
+    at::manual_seed(7);
+    for (at::Tensor p : model->Parameters()) {
+      if (p.dim() > 1) p.copy_(at::randn(p.sizes()) * 0.15);
+    }
   }
 
   // A finished sample whose completion is `written_from`'s reference turn,

@@ -10,46 +10,20 @@
 
 #include <filesystem>
 
-#include "loom/config/run_config.h"
-#include "loom/metrics/metrics_writer.h"
 #include "loom/model/transformer.h"
 #include "loom/tasks/generator.h"
-#include "loom/tokenizer/tiny.h"
 #include "loom/train/encoding.h"
-#include "loom/train/run_dir.h"
-#include "testing/temp_dir.h"
+#include "train/train_fixture.h"
 
 namespace loom::train {
 namespace {
 
-struct Fixture {
-  testing::TempDir dir;
-  config::RunConfig config;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
-  std::unique_ptr<model::Transformer> model;
-  std::vector<std::unique_ptr<tasks::Dataset>> datasets;
-  std::optional<RunDir> run_dir;
-  std::optional<metrics::MetricsWriter> metrics;
-  std::unique_ptr<TrainContext> context;
-
+struct Fixture : TrainFixture {
   Fixture() {
-    tokenizer = std::move(*tokenizer::Tokenizer::FromJson(tokenizer::TinyTokenizerJson(), "tiny"));
-    model::ModelConfig c = *model::DefaultModelConfig("llama");
-    c.vocab_size = tokenizer->VocabSize();
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.max_position_embeddings = 1024;
-    model = model::Transformer::RandomInit(c, 7, {at::kFloat, at::kCPU, /*requires_grad=*/true});
     config.train.grpo.steps = 1;
     config.train.grpo.warmup_steps = 0;
     config.train.grpo.lr = 1e-2;
-    run_dir = *RunDir::Create(config, dir / "run");
-    metrics.emplace(std::move(*metrics::MetricsWriter::Open(run_dir->metrics_path())));
-    context.reset(new TrainContext{config, *run_dir, *model, *tokenizer, datasets, *metrics});
+    Build(TinyModelConfig("llama"), 7, /*requires_grad=*/true);
   }
 
   // A finished sample whose completion is `problem`'s reference turn, with

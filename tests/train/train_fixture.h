@@ -1,0 +1,56 @@
+#pragma once
+// A tiny random model on the tiny byte-level tokenizer with a TrainContext
+// around it (run directory and metrics in a temp dir), for tests that call a
+// trainer or the evaluator directly. Edit `config` and `datasets`, then Build.
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loom/config/run_config.h"
+#include "loom/metrics/metrics_writer.h"
+#include "loom/model/transformer.h"
+#include "loom/tasks/dataset.h"
+#include "loom/tokenizer/tiny.h"
+#include "loom/train/context.h"
+#include "loom/train/run_dir.h"
+#include "testing/temp_dir.h"
+
+namespace loom::train {
+
+struct TrainFixture {
+  testing::TempDir dir;
+  config::RunConfig config;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer =
+      std::move(*tokenizer::Tokenizer::FromJson(tokenizer::TinyTokenizerJson(), "tiny"));
+  std::unique_ptr<model::Transformer> model;
+  std::vector<std::unique_ptr<tasks::Dataset>> datasets;
+  std::optional<RunDir> run_dir;
+  std::optional<metrics::MetricsWriter> metrics;
+  std::unique_ptr<TrainContext> context;
+
+  // Two layers, hidden 32, 4 heads of 8 over 2 KV heads, the tokenizer's vocabulary.
+  model::ModelConfig TinyModelConfig(const std::string& arch) const {
+    model::ModelConfig c = *model::DefaultModelConfig(arch);
+    c.vocab_size = tokenizer->VocabSize();
+    c.hidden_size = 32;
+    c.intermediate_size = 64;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 8;
+    c.max_position_embeddings = 1024;
+    return c;
+  }
+
+  // A random model of `c` (seed `seed`), the run directory, metrics and context.
+  void Build(const model::ModelConfig& c, uint64_t seed, bool requires_grad) {
+    model = model::Transformer::RandomInit(c, seed, {at::kFloat, at::kCPU, requires_grad});
+    run_dir = *RunDir::Create(config, dir / "run");
+    metrics.emplace(std::move(*metrics::MetricsWriter::Open(run_dir->metrics_path())));
+    context.reset(new TrainContext{config, *run_dir, *model, *tokenizer, datasets, *metrics});
+  }
+};
+
+}  // namespace loom::train
