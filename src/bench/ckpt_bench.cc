@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "loom/ckpt/checkpoint.h"
+#include "loom/config/files.h"
 #include "loom/config/run_config.h"
 #include "loom/metrics/progress.h"
 #include "loom/rollout/engine.h"
@@ -148,7 +149,7 @@ absl::StatusOr<nlohmann::json> RunCkptBench(const CkptBenchOptions& o) {
   if (!resume.ok()) return resume.status();
   auto reprefill = FirstTokens(**loaded, o, *samples, true);
   if (!reprefill.ok()) return reprefill.status();
-  fs::remove_all(root);
+  RemoveTree(root).IgnoreError();
   return nlohmann::json{{"samples", o.samples},
                         {"prompt_tokens", o.prompt_tokens},
                         {"parameters", (*m)->NumParameters()},

@@ -85,7 +85,8 @@ absl::StatusOr<CheckpointWriter> CheckpointWriter::Begin(const std::string& root
   fs::create_directories(root, ec);
   if (ec) return absl::UnavailableError("cannot create " + root + ": " + ec.message());
   for (const auto& entry : fs::directory_iterator(root, ec)) {
-    if (entry.path().filename().string().rfind(kTempPrefix, 0) == 0) fs::remove_all(entry, ec);
+    if (entry.path().filename().string().rfind(kTempPrefix, 0) == 0)
+      RemoveTree(entry.path().string()).IgnoreError();
   }
   const std::string temp =
       root + "/" + kTempPrefix + CheckpointName(step) + "-" + std::to_string(::getpid());
@@ -104,8 +105,7 @@ CheckpointWriter::CheckpointWriter(CheckpointWriter&& other) noexcept
 
 CheckpointWriter::~CheckpointWriter() {
   if (!committed_ && !temp_dir_.empty()) {
-    std::error_code ec;
-    fs::remove_all(temp_dir_, ec);
+    RemoveTree(temp_dir_).IgnoreError();
   }
 }
 
@@ -167,14 +167,15 @@ absl::StatusOr<std::string> CheckpointWriter::Commit(const nlohmann::json& meta)
   committed_ = true;
   if (absl::Status s = FsyncPath(root_, true); !s.ok()) return s;
   if (absl::Status s = WriteFileAtomic(root_ + "/" + kLatest, name + "\n"); !s.ok()) return s;
-  fs::remove_all(trash, ec);
+  RemoveTree(trash).IgnoreError();
   return final_dir;
 }
 
 absl::StatusOr<Manifest> VerifyCheckpoint(const std::string& dir) {
   const std::string manifest_path = dir + "/" + kManifest;
   auto text = ReadFile(manifest_path);
-  if (!text.ok()) return absl::DataLossError("checkpoint " + dir + " has no readable manifest.json");
+  if (!text.ok())
+    return absl::DataLossError("checkpoint " + dir + " has no readable manifest.json");
   nlohmann::json json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.is_object() || !json.contains("step") ||
       !json["step"].is_number_integer() || !json.contains("files") || !json["files"].is_array()) {
@@ -193,8 +194,8 @@ absl::StatusOr<Manifest> VerifyCheckpoint(const std::string& dir) {
                           entry["crc32"].get<uint32_t>()};
     if (expected.path.find("..") != std::string::npos || expected.path.empty() ||
         expected.path[0] == '/') {
-      return absl::DataLossError(manifest_path + ": file path escapes the checkpoint: " +
-                                 expected.path);
+      return absl::DataLossError(manifest_path +
+                                 ": file path escapes the checkpoint: " + expected.path);
     }
     auto actual = Describe(dir, expected.path);
     if (!actual.ok()) return actual.status();
@@ -264,14 +265,15 @@ absl::Status ApplyRetention(const std::string& root, int keep_last, int64_t keep
   if (keep_last < 1) return absl::InvalidArgumentError("keep_last must be >= 1");
   std::vector<std::string> dirs = ListCheckpoints(root);
   const std::string latest = ReadLatest(root);
-  const size_t keep_from = dirs.size() > static_cast<size_t>(keep_last) ? dirs.size() - keep_last : 0;
+  const size_t keep_from =
+      dirs.size() > static_cast<size_t>(keep_last) ? dirs.size() - keep_last : 0;
   for (size_t i = 0; i < keep_from; ++i) {
     const std::string name = fs::path(dirs[i]).filename().string();
     const int64_t step = StepOfName(name).value_or(0);
     if (name == latest || (keep_every > 0 && step % keep_every == 0)) continue;
-    std::error_code ec;
-    fs::remove_all(dirs[i], ec);
-    if (ec) return absl::UnavailableError("cannot delete " + dirs[i] + ": " + ec.message());
+    if (absl::Status s = RemoveTree(dirs[i]); !s.ok()) {
+      return absl::UnavailableError("cannot delete " + dirs[i] + ": " + std::string(s.message()));
+    }
   }
   return absl::OkStatus();
 }

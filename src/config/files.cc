@@ -1,6 +1,8 @@
 #include "loom/config/files.h"
 
 #include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -60,6 +62,36 @@ absl::Status WriteFileAtomic(const std::string& path, const std::string& content
     ::fsync(dir_fd);
     ::close(dir_fd);
   }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// nftw's callback takes no context; RemoveTree is not reentrant across
+// threads through this, so the first error is kept per thread.
+thread_local std::string remove_error;
+
+int RemoveEntry(const char* path, const struct stat*, int type, struct FTW*) {
+  const int rc = type == FTW_DP ? ::rmdir(path) : ::unlink(path);
+  if (rc != 0 && errno != ENOENT && remove_error.empty()) {
+    remove_error = std::string(path) + ": " + std::strerror(errno);
+  }
+  return 0;  // keep going: remove as much as possible
+}
+
+}  // namespace
+
+absl::Status RemoveTree(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return absl::InternalError("cannot remove " + path + ": " + std::strerror(errno));
+  }
+  remove_error.clear();
+  if (::nftw(path.c_str(), RemoveEntry, 16, FTW_DEPTH | FTW_PHYS) != 0 && remove_error.empty()) {
+    remove_error = path + ": " + std::strerror(errno);
+  }
+  if (!remove_error.empty()) return absl::InternalError("cannot remove " + remove_error);
   return absl::OkStatus();
 }
 

@@ -134,8 +134,7 @@ void LocalWorkers::StopAll() {
 
 LocalWorkers::~LocalWorkers() {
   StopAll();
-  std::error_code ec;
-  if (!dir_.empty()) fs::remove_all(dir_, ec);
+  if (!dir_.empty()) RemoveTree(dir_).IgnoreError();
 }
 
 }  // namespace loom::rpc

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "loom/config/files.h"
 
 namespace loom::sandbox {
 namespace fs = std::filesystem;
@@ -109,10 +110,7 @@ Sandbox::Sandbox(const SandboxConfig& config, int slot, std::string dir)
   if (geteuid() == 0) uid_ = config.uid_base + slot;
 }
 
-Sandbox::~Sandbox() {
-  std::error_code ec;
-  fs::remove_all(dir_, ec);
-}
+Sandbox::~Sandbox() { RemoveTree(dir_).IgnoreError(); }
 
 absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& config, int slot,
                                                          const std::string& name,
@@ -206,7 +204,7 @@ void CleanLeftovers(const std::string& root) {
     int pid = 0;
     if (!absl::SimpleAtoi(name.substr(1), &pid) || pid <= 0) continue;
     if (pid == getpid() || IsAlive(pid)) continue;
-    fs::remove_all(entry.path(), ec);
+    RemoveTree(entry.path().string()).IgnoreError();
   }
 }
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "loom/config/files.h"
 #include "sandbox/sandbox_service.h"
 
 namespace loom::sandbox {
@@ -79,8 +80,7 @@ WorkerServer::~WorkerServer() {
 }
 
 void WorkerServer::RemoveSandboxDirectory() {
-  std::error_code ec;
-  if (!sandbox_dir_.empty()) fs::remove_all(sandbox_dir_, ec);
+  if (!sandbox_dir_.empty()) RemoveTree(sandbox_dir_).IgnoreError();
 }
 
 void WorkerServer::Wait() {
