@@ -186,10 +186,11 @@ timed bf16 run_train bf16 100 "${SHORT[@]}" --set model.dtype=bfloat16 > "$OUT/t
 tail -n 8 "$OUT/train_bf16.log"
 
 # --- (3) preempt mid-GRPO, then --resume auto ------------------------------------
-# keep_last=50: no checkpoint is deleted (the deletion is what crashed on the
-# first GPU run), so the preemption and resume themselves are exercised.
+# Checkpoints every 3 steps with the default retention (keep_last 3): old
+# checkpoints are deleted while the run goes on (that deletion crashed under
+# pip LibTorch's own std::filesystem::remove_all before loom's RemoveTree).
 PRE=(--set train.sft.steps=20 --set train.grpo.steps=8 --set ckpt.every_steps=3
-     --set ckpt.keep_last=50 --set grpo.skip_uninformative=off)
+     --set grpo.skip_uninformative=off)
 preempt() {  # SIGTERM once the second GRPO step is in metrics.jsonl
   train preempt 90 "${PRE[@]}" &  # a subshell that execs timeout: $! is timeout's pid
   local pid=$!
