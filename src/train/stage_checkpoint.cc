@@ -31,8 +31,8 @@ absl::StatusOr<TrainState> CaptureGrpo(const TrainContext& context, GrpoLoopStat
   grpo.decode_tokens = loop.totals().decode_tokens;
   loop.engine().ParkAll();
   for (const auto& [id, entry] : loop.table().entries()) {
-    grpo.records.push_back(
-        {id, entry.dataset, entry.problem_index, entry.subgroup_id, entry.effort});
+    grpo.records.push_back({id, entry.dataset, entry.problem_index, entry.subgroup_id, entry.effort,
+                            entry.config_version});
     if (entry.state) {
       grpo.finished.push_back(*entry.state);
       continue;
@@ -94,6 +94,7 @@ absl::Status RestoreGrpo(TrainContext& context, GrpoLoopState loop) {
     entry.effort = r.effort;
     entry.dataset = r.dataset;
     entry.problem_index = r.problem_index;
+    entry.config_version = r.config_version;
     entry.problem =
         std::make_shared<tasks::Problem>(context.datasets[r.dataset]->Train(r.problem_index));
     table.Admit(std::move(entry));

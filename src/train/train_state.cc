@@ -23,7 +23,8 @@ nlohmann::json RecordJson(const SampleRecord& r) {
           {"dataset", r.dataset},
           {"problem_index", r.problem_index},
           {"subgroup_id", r.subgroup_id},
-          {"effort", r.effort}};
+          {"effort", r.effort},
+          {"config_version", r.config_version}};
 }
 
 nlohmann::json StateJson(const TrainState& state) {
@@ -87,6 +88,9 @@ absl::Status ParseGrpo(const nlohmann::json& j, Fields& f, GrpoCursor& grpo) {
     f.Get(r, "problem_index", rec.problem_index);
     f.Get(r, "subgroup_id", rec.subgroup_id);
     f.Get(r, "effort", rec.effort);
+    // Checkpoints written before live config versions existed have none: 0.
+    if (r.is_object() && r.contains("config_version"))
+      f.Get(r, "config_version", rec.config_version);
     grpo.records.push_back(rec);
   }
   return f.status();

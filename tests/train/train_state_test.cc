@@ -44,7 +44,7 @@ TrainState StateWithInflight(rollout::RolloutEngine& engine) {
     auto exported = engine.Export(id);
     EXPECT_TRUE(exported.ok()) << exported.status();
     state.grpo->inflight.push_back(*std::move(exported));
-    state.grpo->records.push_back({id, 0, 100 + id, 50 + id, 100});
+    state.grpo->records.push_back({id, 0, 100 + id, 50 + id, 100, 7 + id});
   }
   return state;
 }
@@ -81,6 +81,7 @@ TEST(TrainStateTest, InflightSamplesResumeOnTheirKvWithoutPrefill) {
   EXPECT_EQ(state->cursor.policy_version, 9);
   EXPECT_EQ(state->grpo->records.size(), static_cast<size_t>(kSamples));
   EXPECT_EQ(state->grpo->records[2].problem_index, 103u);
+  EXPECT_EQ(state->grpo->records[2].config_version, 10) << "dispatch versions survive a resume";
   EXPECT_EQ(state->grpo->dispatcher["cursors"][0], 4);
   auto loaded = model::Transformer::Load(ckpt_dir + "/model", {});
   ASSERT_TRUE(loaded.ok()) << loaded.status();

@@ -56,6 +56,7 @@ struct SampleRecord {
   uint64_t problem_index = 0;
   uint64_t subgroup_id = 0;
   int effort = 0;
+  int64_t config_version = 0;  // the live config version it was dispatched under
 };
 
 // The GRPO loop between two engine steps.
