@@ -33,10 +33,8 @@ void AsyncLoop::DropFailures() {
     LOOM_CHECK(entry != nullptr, "failed sample " << id << " is not in the table");
     const tasks::Problem& problem = *entry->problem;
     if (warned.insert(&problem).second) {
-      spdlog::warn("dataset '{}': problem {}{} could not start, its prompt group is dropped: {}",
-                   problem.dataset, problem.id,
-                   problem.source.empty() ? "" : " (" + problem.source + ")",
-                   std::string(status.message()));
+      spdlog::warn("dataset '{}': problem {} could not start, its prompt group is dropped: {}",
+                   problem.dataset, problem.Describe(), std::string(status.message()));
     }
     dispatcher_->OnSampleFailed(id);
     table_.Erase(id);

@@ -81,10 +81,8 @@ absl::StatusOr<EvalResult> Evaluate(const TrainContext& context) {
     request.stop.eos_token_ids = {context.special_tokens.eos};
     if (absl::Status s = (*engine)->Add(request); !s.ok()) {
       // A prompt too long for the context or the pool: wrong, not fatal.
-      spdlog::warn("dataset '{}': held-out problem {}{} could not start, counted as wrong: {}",
-                   problem.dataset, problem.id,
-                   problem.source.empty() ? "" : " (" + problem.source + ")",
-                   std::string(s.message()));
+      spdlog::warn("dataset '{}': held-out problem {} could not start, counted as wrong: {}",
+                   problem.dataset, problem.Describe(), std::string(s.message()));
       ++per_dataset[problem.dataset].second;
       ++result.skipped;
       continue;

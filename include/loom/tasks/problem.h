@@ -32,6 +32,10 @@ struct Problem {
   // task (the worker gets the task; `messages` only describes it).
   uint64_t task_seed = 0;
 
+  // The problem for messages: its id, and where it came from when known
+  // ("arith/train/5", "jsonl/train/3 (data.jsonl:12)").
+  std::string Describe() const { return source.empty() ? id : id + " (" + source + ")"; }
+
   // The reward of a response (its final content, reasoning stripped): 1 or 0.
   double Score(const std::string& response) const { return Verify(verifier, answer, response); }
 };
