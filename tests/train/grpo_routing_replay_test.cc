@@ -48,24 +48,10 @@ struct MoeFixture : TrainFixture {
   // judged by `judged_by`; behaviour log-probs and routing not yet recorded.
   TrainingSample Sample(std::shared_ptr<const tasks::Problem> judged_by,
                         const tasks::Problem& written_from, uint64_t subgroup) const {
-    SftExample example = *EncodeSftExample(written_from, 100, *tokenizer);
-    rollout::SampleState state;
-    state.tokens = example.tokens;
-    state.loss_mask = example.loss_mask;
-    state.prompt_length =
-        static_cast<int64_t>(std::find(example.loss_mask.begin(), example.loss_mask.end(), 1) -
-                             example.loss_mask.begin());
-    state.versions.assign(state.tokens.size(), -1);
-    state.logprobs.assign(state.tokens.size(), 0.0f);
-    for (int64_t t = state.prompt_length; t < state.length(); ++t) state.versions[t] = 0;
-    state.generated = state.length() - state.prompt_length;
-    state.moe_layers = model->config().NumMoeLayers();
-    state.top_k = model->config().num_experts_per_tok;
-    SampleEntry info;
-    info.problem = std::move(judged_by);
-    info.subgroup_id = subgroup;
-    info.effort = 100;
-    return {std::move(state), std::move(info)};
+    TrainingSample sample = ReferenceSample(std::move(judged_by), written_from, subgroup);
+    sample.state.moe_layers = model->config().NumMoeLayers();
+    sample.state.top_k = model->config().num_experts_per_tok;
+    return sample;
   }
 
   // Two subgroups, each with a right and a wrong answer (so both carry a

@@ -32,27 +32,12 @@ struct Fixture : TrainFixture {
   TrainingSample Sample(std::shared_ptr<const tasks::Problem> judged_by,
                         const tasks::Problem& written_from, uint64_t subgroup,
                         double temperature = 1.0) {
-    SftExample example = *EncodeSftExample(written_from, 100, *tokenizer);
-    rollout::SampleState state;
-    state.tokens = example.tokens;
-    state.loss_mask = example.loss_mask;
-    state.prompt_length =
-        static_cast<int64_t>(std::find(example.loss_mask.begin(), example.loss_mask.end(), 1) -
-                             example.loss_mask.begin());
-    state.versions.assign(state.tokens.size(), -1);
-    state.logprobs.assign(state.tokens.size(), 0.0f);
+    TrainingSample sample = ReferenceSample(std::move(judged_by), written_from, subgroup);
+    rollout::SampleState& state = sample.state;
     state.sampling.temperature = temperature;
     const std::vector<float> current = TokenLogprobs(state.tokens, temperature);
-    for (size_t t = static_cast<size_t>(state.prompt_length); t < state.tokens.size(); ++t) {
-      state.versions[t] = 0;
-      state.logprobs[t] = current[t];
-    }
-    state.generated = static_cast<int64_t>(state.tokens.size()) - state.prompt_length;
-    SampleEntry info;
-    info.problem = std::move(judged_by);
-    info.subgroup_id = subgroup;
-    info.effort = 100;
-    return {std::move(state), std::move(info)};
+    for (int64_t t = state.prompt_length; t < state.length(); ++t) state.logprobs[t] = current[t];
+    return sample;
   }
 
   // log p(tokens[t] | tokens[<t]) for t >= 1 (index 0 holds 0).

@@ -3,6 +3,7 @@
 // around it (run directory and metrics in a temp dir), for tests that call a
 // trainer or the evaluator directly. Edit `config` and `datasets`, then Build.
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,7 +15,9 @@
 #include "loom/tasks/dataset.h"
 #include "loom/tokenizer/tiny.h"
 #include "loom/train/context.h"
+#include "loom/train/encoding.h"
 #include "loom/train/run_dir.h"
+#include "loom/train/sample_table.h"
 #include "testing/temp_dir.h"
 
 namespace loom::train {
@@ -42,6 +45,29 @@ struct TrainFixture {
     c.head_dim = 8;
     c.max_position_embeddings = 1024;
     return c;
+  }
+
+  // A finished sample whose completion is `written_from`'s reference turn,
+  // judged by `judged_by`, every generated token at version 0; its behaviour
+  // log-probs are left at 0 for the test to record.
+  TrainingSample ReferenceSample(std::shared_ptr<const tasks::Problem> judged_by,
+                                 const tasks::Problem& written_from, uint64_t subgroup) const {
+    SftExample example = *EncodeSftExample(written_from, 100, *tokenizer);
+    rollout::SampleState state;
+    state.tokens = example.tokens;
+    state.loss_mask = example.loss_mask;
+    state.prompt_length =
+        static_cast<int64_t>(std::find(example.loss_mask.begin(), example.loss_mask.end(), 1) -
+                             example.loss_mask.begin());
+    state.versions.assign(state.tokens.size(), -1);
+    state.logprobs.assign(state.tokens.size(), 0.0f);
+    for (int64_t t = state.prompt_length; t < state.length(); ++t) state.versions[t] = 0;
+    state.generated = state.length() - state.prompt_length;
+    SampleEntry info;
+    info.problem = std::move(judged_by);
+    info.subgroup_id = subgroup;
+    info.effort = 100;
+    return {std::move(state), std::move(info)};
   }
 
   // A random model of `c` (seed `seed`), the run directory, metrics and context.
