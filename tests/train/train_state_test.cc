@@ -44,7 +44,7 @@ TrainState StateWithInflight(rollout::RolloutEngine& engine) {
     auto exported = engine.Export(id);
     EXPECT_TRUE(exported.ok()) << exported.status();
     state.grpo->inflight.push_back(*std::move(exported));
-    state.grpo->records.push_back({id, 0, 100 + id, 50 + id, 100, 7 + id});
+    state.grpo->records.push_back({id, 0, 100 + id, 50 + id, 100, static_cast<int64_t>(7 + id)});
   }
   return state;
 }
