@@ -191,6 +191,25 @@ int64_t Transformer::NumParameters() const {
   return n;
 }
 
+int64_t Transformer::ParameterCount(const ModelConfig& config) {
+  ModelWeights shapes_only;
+  int64_t n = 0;
+  for (const ParamSlot& slot : ParamSlots(config, shapes_only)) {
+    int64_t numel = 1;
+    for (int64_t d : slot.shape) numel *= d;
+    n += numel;
+  }
+  return n;
+}
+
+int64_t Transformer::ParameterBytes() const {
+  int64_t bytes = 0;
+  for (auto& [name, tensor] : NamedParameters()) bytes += tensor.numel() * tensor.element_size();
+  return bytes;
+}
+
+const at::Tensor& Transformer::LmHead() const { return weights_->lm_head; }
+
 KvPoolOptions Transformer::PoolOptions(int64_t max_tokens, int64_t block_size) const {
   return KvPoolOptionsFor(config_, max_tokens, block_size, options_.dtype, options_.device);
 }

@@ -64,6 +64,37 @@ at::Tensor DefaultPositions(const std::vector<int64_t>& lengths) {
   return parts.empty() ? at::zeros({0}, at::kLong) : at::cat(parts);
 }
 
+// KL(softmax(hidden · head^T) ‖ teacher) at the teacher's rows; `hidden` is
+// already divided by the temperature, the teacher's hidden states are not.
+absl::StatusOr<at::Tensor> ReverseKl(const at::Tensor& hidden, const at::Tensor& head,
+                                     const TeacherRows& teacher, const ScoreOptions& options) {
+  const at::Device device = hidden.device();
+  if (!teacher.rows.defined() || teacher.rows.dim() != 1) {
+    return absl::InvalidArgumentError("teacher rows must be a [N] int64 tensor");
+  }
+  const int64_t n = teacher.rows.size(0), vocab = head.size(0);
+  if (auto s = CheckIds(teacher.rows, 0, hidden.size(0), "teacher row"); !s.ok()) return s;
+  at::Tensor teacher_hidden, teacher_head, teacher_logprobs;
+  if (teacher.head.defined()) {
+    if (teacher.head.dim() != 2 || teacher.head.size(0) != vocab || !teacher.hidden.defined() ||
+        teacher.hidden.sizes().vec() != std::vector<int64_t>{n, teacher.head.size(1)}) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "teacher head must be [", vocab, ", H_t] and its hidden states [", n, ", H_t]"));
+    }
+    teacher_head = teacher.head.to(device);
+    teacher_hidden = teacher.hidden.to(device, teacher_head.scalar_type()) / options.temperature;
+  } else {
+    if (!teacher.logprobs.defined() ||
+        teacher.logprobs.sizes().vec() != std::vector<int64_t>{n, vocab}) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("teacher log-probs must be [", n, ", ", vocab, "]"));
+    }
+    teacher_logprobs = teacher.logprobs.to(device);
+  }
+  return ChunkedReverseKl(hidden.index_select(0, teacher.rows.to(device)), head, teacher_hidden,
+                          teacher_head, teacher_logprobs, options.chunk_tokens);
+}
+
 }  // namespace
 
 absl::StatusOr<ScoreResult> Transformer::Score(const PackedBatch& batch,
@@ -88,16 +119,26 @@ absl::StatusOr<ScoreResult> Transformer::Score(const PackedBatch& batch,
     if (batch.replay_routing.defined()) input.replay = batch.replay_routing.to(device);
     ScoreResult result;
     at::Tensor hidden = RunStack(config_, *weights_, input, &result.routing);
+    if (options.hidden_rows.defined()) {
+      result.hidden = hidden.index_select(0, options.hidden_rows.to(device));
+    }
     // logits / T == (hidden / T) · lm_head^T, so the chunked kernels stay as they are.
     if (options.temperature != 1.0) hidden = hidden / options.temperature;
     at::Tensor targets = batch.targets.defined()
                              ? batch.targets.to(device)
                              : at::full({batch.tokens.size(0)}, -1, input.tokens.options());
     result.logprobs =
-        ChunkedTargetLogprobs(hidden, weights_->lm_head, targets, options.chunk_tokens);
+        batch.targets.defined()
+            ? ChunkedTargetLogprobs(hidden, weights_->lm_head, targets, options.chunk_tokens)
+            : at::zeros({batch.tokens.size(0)}, hidden.options().dtype(at::kFloat));
     if (options.full_vocab_rows.defined()) {
       at::Tensor rows = hidden.index_select(0, options.full_vocab_rows.to(device));
       result.full_logprobs = FullLogprobs(rows, weights_->lm_head, options.chunk_tokens);
+    }
+    if (options.teacher != nullptr) {
+      auto kl = ReverseKl(hidden, weights_->lm_head, *options.teacher, options);
+      if (!kl.ok()) return kl.status();
+      result.kl = *std::move(kl);
     }
     return result;
   } catch (const c10::Error& e) {

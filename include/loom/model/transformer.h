@@ -96,6 +96,12 @@ class Transformer {
   at::ScalarType dtype() const { return options_.dtype; }
   at::Device device() const { return options_.device; }
   int64_t NumParameters() const;
+  // Parameters a model of `config` has (from the shapes alone, nothing allocated).
+  static int64_t ParameterCount(const ModelConfig& config);
+  // Bytes of the parameters in their dtype (what the model holds on its device).
+  int64_t ParameterBytes() const;
+  // The LM head [vocab, hidden] (the embedding when tied), sharing storage.
+  const at::Tensor& LmHead() const;
 
   ~Transformer();
 
