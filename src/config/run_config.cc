@@ -7,6 +7,41 @@
 
 namespace loom::config {
 
+bool RunConfig::HasStage(const std::string& name) const {
+  for (const std::string& stage : train.stages) {
+    if (stage == name) return true;
+  }
+  return false;
+}
+
+void RunConfig::Validate(ErrorSink& errors) const {
+  const bool opd_stage = HasStage("opd");
+  if (opd_stage && opd.teachers.empty()) {
+    errors.Error("opd.teachers", "train.stages has opd but no teacher is configured");
+  }
+  for (size_t i = 0; i < tasks.datasets.size(); ++i) {
+    const DatasetSection& dataset = tasks.datasets[i];
+    const std::string key = "tasks.datasets[" + std::to_string(i) + "].teacher";
+    if (dataset.teacher.empty()) {
+      if (opd_stage) {
+        errors.Error(key, "dataset '" + dataset.name +
+                              "' needs a teacher: the opd stage distils every dataset");
+      }
+      continue;
+    }
+    bool known = false;
+    std::string names;
+    for (const TeacherSection& teacher : opd.teachers) {
+      known = known || teacher.name == dataset.teacher;
+      names += (names.empty() ? "" : ", ") + teacher.name;
+    }
+    if (!known) {
+      errors.Error(key, "unknown teacher '" + dataset.teacher +
+                            "' (opd.teachers: " + (names.empty() ? "none" : names) + ")");
+    }
+  }
+}
+
 absl::StatusOr<RunConfig> LoadRunConfig(const std::string& path,
                                         const std::vector<std::string>& overrides) {
   std::vector<ConfigError> errors;

@@ -14,27 +14,10 @@
 #include "loom/train/encoding.h"
 #include "loom/train/grpo_stage.h"
 #include "loom/v1/sandbox.pb.h"
+#include "train/trainer_util.h"
 
 namespace loom::train {
 namespace {
-
-// Running mean keyed by name, for "by dataset" / "by effort" metrics.
-class MeanBy {
- public:
-  void Add(const std::string& key, double value) {
-    auto& [sum, count] = sums_[key];
-    sum += value;
-    ++count;
-  }
-  nlohmann::json Json() const {
-    nlohmann::json out = nlohmann::json::object();
-    for (const auto& [key, sum_count] : sums_) out[key] = sum_count.first / sum_count.second;
-    return out;
-  }
-
- private:
-  std::map<std::string, std::pair<double, int64_t>> sums_;
-};
 
 // Reasoning tokens of a multi-turn sample: in each stretch of generated
 // tokens (a turn), those before its `</think>` (all of them when
@@ -55,47 +38,6 @@ int64_t MultiTurnReasoningLength(const rollout::SampleState& state, int64_t thin
     }
   }
   return count;
-}
-
-// Samples scored together: one temperature (each sample is scored at the one
-// it was drawn with), at most max_tokens tokens unless a sample alone is longer.
-struct MicroBatch {
-  double temperature = 1.0;
-  std::vector<size_t> samples;  // indices into the step's samples
-};
-
-std::vector<MicroBatch> MicroBatches(const std::vector<TrainingSample>& samples,
-                                     const std::vector<size_t>& chosen, int64_t max_tokens) {
-  std::map<double, std::vector<size_t>> by_temperature;
-  for (size_t i : chosen) {
-    by_temperature[samples[i].state.sampling.LogprobTemperature()].push_back(i);
-  }
-  std::vector<MicroBatch> out;
-  for (const auto& [temperature, indices] : by_temperature) {
-    std::vector<int64_t> lengths;
-    for (size_t i : indices) lengths.push_back(samples[i].state.length());
-    for (const auto& group : SplitByTokens(lengths, max_tokens)) {
-      MicroBatch micro{temperature, {}};
-      for (size_t k : group) micro.samples.push_back(indices[k]);
-      out.push_back(std::move(micro));
-    }
-  }
-  return out;
-}
-
-// The policy version of the oldest generated token (`version` when none is older).
-int64_t OldestVersion(const rollout::SampleState& state, int64_t version) {
-  int64_t oldest = version;
-  for (int64_t t = state.prompt_length; t < state.length(); ++t) {
-    if (state.loss_mask[t]) oldest = std::min(oldest, state.versions[t]);
-  }
-  return oldest;
-}
-
-double Mean(const std::vector<float>& v) {
-  double s = 0;
-  for (float x : v) s += x;
-  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
 }
 
 }  // namespace
@@ -128,6 +70,22 @@ struct GrpoTrainer::LossTotals {
   int64_t trained_tokens = 0;
 };
 
+Judgement JudgeTrainingSample(const TrainContext& context, const TrainingSample& sample) {
+  const rollout::SampleState& state = sample.state;
+  if (!sample.info.agent) {
+    std::vector<int64_t> completion(state.tokens.begin() + state.prompt_length, state.tokens.end());
+    return JudgeCompletion(*sample.info.problem, completion, context.tokenizer);
+  }
+  LOOM_CHECK(sample.info.trajectory != nullptr, "agent sample " << state.id << " without episode");
+  const v1::Trajectory& trajectory = *sample.info.trajectory;
+  Judgement judgement;
+  judgement.parsed = !trajectory.penalty() && trajectory.format_errors() == 0;
+  judgement.content = trajectory.answer();
+  judgement.reward =
+      trajectory.penalty() ? context.config.sandbox.failure_reward : trajectory.verdict().reward();
+  return judgement;
+}
+
 Judgement GrpoTrainer::JudgeSample(const TrainingSample& sample, int64_t* reasoning,
                                    int64_t* response_tokens) const {
   const rollout::SampleState& state = sample.state;
@@ -135,18 +93,11 @@ Judgement GrpoTrainer::JudgeSample(const TrainingSample& sample, int64_t* reason
     std::vector<int64_t> completion(state.tokens.begin() + state.prompt_length, state.tokens.end());
     *reasoning = algo::ReasoningLength(completion, think_end_id_);
     *response_tokens = static_cast<int64_t>(completion.size());
-    return JudgeCompletion(*sample.info.problem, completion, context_.tokenizer);
+  } else {
+    *reasoning = MultiTurnReasoningLength(state, think_end_id_);
+    *response_tokens = state.generated;
   }
-  LOOM_CHECK(sample.info.trajectory != nullptr, "agent sample " << state.id << " without episode");
-  const v1::Trajectory& trajectory = *sample.info.trajectory;
-  *reasoning = MultiTurnReasoningLength(state, think_end_id_);
-  *response_tokens = state.generated;
-  Judgement judgement;
-  judgement.parsed = !trajectory.penalty() && trajectory.format_errors() == 0;
-  judgement.content = trajectory.answer();
-  judgement.reward =
-      trajectory.penalty() ? context_.config.sandbox.failure_reward : trajectory.verdict().reward();
-  return judgement;
+  return JudgeTrainingSample(context_, sample);
 }
 
 GrpoTrainer::Judged GrpoTrainer::JudgeBatch(const std::vector<TrainingSample>& samples,

@@ -10,6 +10,7 @@
 #include "loom/train/checkpointer.h"
 #include "loom/train/context.h"
 #include "loom/train/live_config.h"
+#include "loom/train/opd_stage.h"
 #include "loom/train/stages.h"
 
 namespace loom::train {
@@ -56,6 +57,9 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
   if (!model.ok()) return model.status();
   auto tokenizer = tokenizer::Tokenizer::FromFile(config.model.path + "/tokenizer.json");
   if (!tokenizer.ok()) return tokenizer.status();
+  auto teachers =
+      OpenTeachers(config, (*model)->config().vocab_size, **tokenizer, {*dtype, *device, false});
+  if (!teachers.ok()) return teachers.status();
   auto special_tokens = chat::SpecialTokenIds::Resolve(**tokenizer);
   if (!special_tokens.ok()) return special_tokens.status();
   auto datasets = tasks::LoadDatasets(config.tasks, static_cast<uint64_t>(config.run.seed));
@@ -74,6 +78,7 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
                        *metrics, *special_tokens, 0,       checkpointer->get()};
   LiveConfig live(config.tasks, cursor ? cursor->config_version : 0);
   context.live = &live;
+  context.teachers = teachers->get();
   size_t first_stage = 0;
   if (cursor) {
     context.policy_version = cursor->policy_version;

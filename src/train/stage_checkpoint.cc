@@ -4,7 +4,6 @@
 
 #include "loom/config/check.h"
 #include "loom/train/checkpointer.h"
-#include "loom/train/grpo_stage.h"
 #include "loom/train/live_config.h"
 #include "loom/train/sft_stage.h"
 
@@ -22,9 +21,9 @@ TrainState CursorState(const TrainContext& context, const char* stage, int64_t s
   return state;
 }
 
-absl::StatusOr<TrainState> CaptureGrpo(const TrainContext& context, GrpoLoopState& grpo_loop) {
-  AsyncLoop& loop = grpo_loop.loop;
-  TrainState state = CursorState(context, kGrpoStage, grpo_loop.step, grpo_loop.optimizer);
+absl::StatusOr<TrainState> CaptureAsync(const TrainContext& context, AsyncStageState& stage) {
+  AsyncLoop& loop = stage.loop;
+  TrainState state = CursorState(context, stage.stage, stage.step, stage.optimizer);
   GrpoCursor grpo;
   grpo.dispatcher = loop.dispatcher().ExportState();
   grpo.prefill_tokens = loop.totals().prefill_tokens;
@@ -32,7 +31,7 @@ absl::StatusOr<TrainState> CaptureGrpo(const TrainContext& context, GrpoLoopStat
   loop.engine().ParkAll();
   for (const auto& [id, entry] : loop.table().entries()) {
     grpo.records.push_back({id, entry.dataset, entry.problem_index, entry.subgroup_id, entry.effort,
-                            entry.config_version});
+                            entry.config_version, entry.teacher});
     if (entry.state) {
       grpo.finished.push_back(*entry.state);
       continue;
@@ -41,7 +40,7 @@ absl::StatusOr<TrainState> CaptureGrpo(const TrainContext& context, GrpoLoopStat
       // The episode lives on a sandbox worker; it cannot be saved and resumed.
       return absl::FailedPreconditionError(
           "checkpoint: agent sample " + std::to_string(id) +
-          " is in a sandbox episode; checkpoints of GRPO runs with sandbox datasets are only "
+          " is in a sandbox episode; checkpoints of async stages with sandbox datasets are only "
           "possible with no episode in flight (not supported yet)");
     }
     auto exported = loop.engine().Export(id);
@@ -63,22 +62,24 @@ absl::Status ImportInflight(rollout::RolloutEngine& engine,
 
 }  // namespace
 
-absl::Status GrpoBoundary(TrainContext& context, GrpoLoopState loop, bool after_step) {
+absl::Status AsyncBoundary(TrainContext& context, AsyncStageState loop, bool after_step) {
   if (context.checkpointer == nullptr) return absl::OkStatus();
   rollout::RolloutEngine& engine = loop.loop.engine();
   return context.checkpointer->Boundary(
-      after_step, context.policy_version, context.model, [&] { return CaptureGrpo(context, loop); },
+      after_step, context.policy_version, context.model,
+      [&] { return CaptureAsync(context, loop); },
       [&](TrainState&& state) {
         if (absl::Status s = engine.Resume(context.policy_version); !s.ok()) return s;
         return ImportInflight(engine, std::move(state.grpo->inflight));
       });
 }
 
-absl::Status RestoreGrpo(TrainContext& context, GrpoLoopState loop) {
+absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop) {
   if (context.checkpointer == nullptr) return absl::OkStatus();
-  std::optional<TrainState> state = context.checkpointer->TakeResume(kGrpoStage);
+  std::optional<TrainState> state = context.checkpointer->TakeResume(loop.stage);
   if (!state) return absl::OkStatus();
-  LOOM_CHECK(state->grpo.has_value(), "GRPO checkpoint without a GRPO cursor");
+  LOOM_CHECK(state->grpo.has_value(),
+             "checkpoint of stage " << loop.stage << " without a loop cursor");
   GrpoCursor& grpo = *state->grpo;
   SampleTable& table = loop.loop.table();
   if (absl::Status s = loop.optimizer.LoadStateDict(state->optimizer); !s.ok()) return s;
@@ -95,6 +96,7 @@ absl::Status RestoreGrpo(TrainContext& context, GrpoLoopState loop) {
     entry.dataset = r.dataset;
     entry.problem_index = r.problem_index;
     entry.config_version = r.config_version;
+    entry.teacher = r.teacher;
     entry.problem =
         std::make_shared<tasks::Problem>(context.datasets[r.dataset]->Train(r.problem_index));
     table.Admit(std::move(entry));
@@ -118,11 +120,11 @@ absl::Status RestoreGrpo(TrainContext& context, GrpoLoopState loop) {
   loop.loop.totals().decode_tokens = grpo.decode_tokens;
   loop.step = state->cursor.step;
   spdlog::info(
-      "GRPO resumes at step {}: {} in-flight samples restored with {} KV tokens "
+      "{} resumes at step {}: {} in-flight samples restored with {} KV tokens "
       "(no re-prefill), {} finished samples awaiting training",
-      loop.step, inflight, kv_tokens, finished);
+      loop.stage, loop.step, inflight, kv_tokens, finished);
   return context.metrics.Write({{"event", "resume"},
-                                {"stage", kGrpoStage},
+                                {"stage", loop.stage},
                                 {"step", loop.step},
                                 {"version", context.policy_version},
                                 {"inflight_restored", inflight},

@@ -1,6 +1,7 @@
 #include "loom/train/stages.h"
 
 #include "loom/train/grpo_stage.h"
+#include "loom/train/opd_stage.h"
 #include "loom/train/sft_stage.h"
 
 namespace loom::train {
@@ -9,6 +10,7 @@ namespace {
 constexpr StageKind kStages[] = {
     {kSftStage, RunSftStage},
     {kGrpoStage, RunGrpoStage},
+    {kOpdStage, RunOpdStage},
 };
 
 }  // namespace

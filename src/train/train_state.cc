@@ -24,7 +24,8 @@ nlohmann::json RecordJson(const SampleRecord& r) {
           {"problem_index", r.problem_index},
           {"subgroup_id", r.subgroup_id},
           {"effort", r.effort},
-          {"config_version", r.config_version}};
+          {"config_version", r.config_version},
+          {"teacher", r.teacher}};
 }
 
 nlohmann::json StateJson(const TrainState& state) {
@@ -91,6 +92,7 @@ absl::Status ParseGrpo(const nlohmann::json& j, Fields& f, GrpoCursor& grpo) {
     // Checkpoints written before live config versions existed have none: 0.
     if (r.is_object() && r.contains("config_version"))
       f.Get(r, "config_version", rec.config_version);
+    if (r.is_object() && r.contains("teacher")) f.Get(r, "teacher", rec.teacher);
     grpo.records.push_back(rec);
   }
   return f.status();

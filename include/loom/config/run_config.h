@@ -12,6 +12,7 @@
 #include "loom/config/ckpt_section.h"
 #include "loom/config/grpo_section.h"
 #include "loom/config/model_section.h"
+#include "loom/config/opd_section.h"
 #include "loom/config/rollout_section.h"
 #include "loom/config/run_section.h"
 #include "loom/config/sandbox_section.h"
@@ -28,6 +29,7 @@ struct RunConfig {
   TasksSection tasks;
   EffortSection effort;
   GrpoSection grpo;
+  OpdSection opd;
   AsyncSection async;
   SandboxSection sandbox;
   TrainSection train;
@@ -41,12 +43,19 @@ struct RunConfig {
     v.Section("tasks", tasks, Doc("Datasets: built-in task generators and JSON-lines files."));
     v.Section("effort", effort, Doc("Reasoning-effort levels and responses per level."));
     v.Section("grpo", grpo, Doc("The GRPO loss and the effort-conditioned length reward."));
+    v.Section("opd", opd, Doc("On-policy distillation: teachers, the KL estimator, memory."));
     v.Section("async", async, Doc("Dispatch policy, concurrency and off-policy bounds."));
     v.Section("sandbox", sandbox,
               Doc("Sandbox workers for agent episodes: addresses or local workers, limits."));
     v.Section("train", train, Doc("The stages to run and their optimizers."));
     v.Section("ckpt", ckpt, Doc("Checkpoint interval, retention and the preemption deadline."));
   }
+
+  // Rules across sections: every dataset's teacher is one of opd.teachers,
+  // and an opd stage has a teacher for every dataset.
+  void Validate(ErrorSink& errors) const;
+
+  bool HasStage(const std::string& name) const;
 };
 
 // Loads `path` (with its bases), applies `overrides` ("a.b=value"), binds and

@@ -17,17 +17,18 @@ struct DatasetSection {
   std::string name;  // required; unique; names metrics and problem ids
   std::string kind = "arithmetic";
   std::string environment = "none";  // "sandbox": multi-turn agent episodes on sandbox workers
-  std::string path;       // kind jsonl: the training file
-  std::string eval_path;  // kind jsonl: optional separate held-out file
-  double weight = 1.0;    // relative sampling weight
-  int max_inflight = 0;   // concurrency cap in samples; 0 = none
+  std::string path;                  // kind jsonl: the training file
+  std::string eval_path;             // kind jsonl: optional separate held-out file
+  double weight = 1.0;               // relative sampling weight
+  int max_inflight = 0;              // concurrency cap in samples; 0 = none
   int min_difficulty = 1;
   int max_difficulty = 3;
-  double eval_fraction = 0.1;  // share of the problem space held out
-  int eval_size = 64;          // held-out problems evaluated (generators)
-  std::string system_prompt;   // "" = no system message
-  double answer_only_fraction = 0;  // generators: SFT references without the worked reasoning
+  double eval_fraction = 0.1;           // share of the problem space held out
+  int eval_size = 64;                   // held-out problems evaluated (generators)
+  std::string system_prompt;            // "" = no system message
+  double answer_only_fraction = 0;      // generators: SFT references without the worked reasoning
   double reversed_answer_fraction = 0;  // generators: SFT references whose answer is reversed
+  std::string teacher;                  // opd stage: the teacher (opd.teachers[].name)
 
   template <class V>
   void Visit(V& v) {
@@ -93,6 +94,9 @@ struct DatasetSection {
                 "answer that often, so GRPO has plenty of correct samples to reinforce. "
                 "Held-out problems and verifiers are unaffected.")
                 .Range(0, 1));
+    v.Field("teacher", teacher,
+            Doc("The opd stage distils this dataset's samples from this teacher (a name in "
+                "opd.teachers); required for every dataset when train.stages has opd."));
   }
 
   void Validate(ErrorSink& errors) const {
@@ -103,8 +107,9 @@ struct DatasetSection {
     if (kind == "jsonl" && path.empty()) errors.Error("path", "is required for kind jsonl");
     if (kind != "jsonl" && !path.empty()) errors.Error("path", "is only for kind jsonl");
     if (environment == "sandbox" && kind != "arithmetic" && kind != "fix_repo") {
-      errors.Error("kind", "environment sandbox runs the built-in agentic tasks: arithmetic or "
-                           "fix_repo");
+      errors.Error("kind",
+                   "environment sandbox runs the built-in agentic tasks: arithmetic or "
+                   "fix_repo");
     }
     if (environment != "sandbox" && kind == "fix_repo") {
       errors.Error("kind", "fix_repo is an agentic task: set environment: sandbox");

@@ -63,17 +63,25 @@ struct GrpoStageSection : OptimizerFields {
   }
 };
 
+struct OpdStageSection : OptimizerFields {
+  template <class V>
+  void Visit(V& v) {
+    OptimizerFields::Visit(v);
+  }
+};
+
 struct TrainSection {
   std::vector<std::string> stages = {"sft", "grpo"};
   int64_t micro_batch_tokens = 4096;
   SftStageSection sft;
   GrpoStageSection grpo;
+  OpdStageSection opd;
 
   template <class V>
   void Visit(V& v) {
     v.Field("stages", stages,
             Doc("Stages to run, in order; each starts from the previous one's weights. Each of "
-                "sft and grpo may appear at most once."));
+                "sft, grpo and opd may appear at most once."));
     v.Field("micro_batch_tokens", micro_batch_tokens,
             Doc("Tokens per forward/backward pass; a training batch is split into micro-batches "
                 "of at most this many (gradients accumulate). Smaller uses less memory.")
@@ -81,12 +89,14 @@ struct TrainSection {
                 .Min(16));
     v.Section("sft", sft, Doc("Supervised fine-tuning on reference solutions."));
     v.Section("grpo", grpo, Doc("The GRPO stage's optimizer (the loss itself is `grpo:`)."));
+    v.Section("opd", opd,
+              Doc("The on-policy distillation stage's optimizer (the loss itself is `opd:`)."));
   }
 
   void Validate(ErrorSink& errors) const {
     for (size_t i = 0; i < stages.size(); ++i) {
-      if (stages[i] != "sft" && stages[i] != "grpo") {
-        errors.Error("stages", "unknown stage '" + stages[i] + "' (expected sft or grpo)");
+      if (stages[i] != "sft" && stages[i] != "grpo" && stages[i] != "opd") {
+        errors.Error("stages", "unknown stage '" + stages[i] + "' (expected sft, grpo or opd)");
       }
       for (size_t j = 0; j < i; ++j) {
         if (stages[i] == stages[j]) errors.Error("stages", "stage '" + stages[i] + "' twice");

@@ -13,6 +13,10 @@
 #include "loom/tokenizer/tokenizer.h"
 #include "loom/train/run_dir.h"
 
+namespace loom::algo {
+class TeacherPool;
+}  // namespace loom::algo
+
 namespace loom::train {
 
 class Checkpointer;
@@ -30,6 +34,7 @@ struct TrainContext {
   Checkpointer* checkpointer = nullptr;    // checkpoints and resume (checkpointer.h); may be null
   LiveConfig* live = nullptr;  // the sections that may change mid-run (live_config.h); set by the
                                // runner, null only in tests that call a trainer directly
+  algo::TeacherPool* teachers = nullptr;  // the opd stage's teachers (opd_stage.h); null without
 };
 
 }  // namespace loom::train

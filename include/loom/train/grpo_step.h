@@ -22,6 +22,11 @@
 
 namespace loom::train {
 
+// The task reward of a finished sample: the verifier's on its completion, or
+// its agent episode's verdict (sandbox.failure_reward when the episode failed
+// for infrastructure reasons).
+Judgement JudgeTrainingSample(const TrainContext& context, const TrainingSample& sample);
+
 class GrpoTrainer : public BatchTrainer {
  public:
   // `think_end_id`: the `</think>` token (-1 when the tokenizer lacks it:

@@ -3,7 +3,7 @@
 // at a boundary, giving it back to continue, and restoring it on resume. Each
 // stage calls one hook per boundary; the Checkpointer decides whether to save.
 //
-// GRPO capture happens between engine steps (a token boundary): the engine is
+// Async stages (grpo, opd) capture between engine steps (a token boundary): the engine is
 // parked and every in-flight sample exported with its KV on the host; after a
 // periodic save they are imported back in id order — the order they were
 // added in, which the engine's admission and batch order follow — so the run
@@ -20,20 +20,22 @@
 
 namespace loom::train {
 
-// Borrowed views of the GRPO stage's state.
-struct GrpoLoopState {
-  AsyncLoop& loop;  // engine, dispatcher, sample table, rollout totals
+// Borrowed views of an async stage's state.
+struct AsyncStageState {
+  const char* stage;  // kGrpoStage, kOpdStage: the checkpoint's stage name
+  AsyncLoop& loop;    // engine, dispatcher, sample table, rollout totals
   AdamW& optimizer;
   int64_t& step;  // optimizer steps done in the stage
 };
 
-// Checkpoint boundary of the GRPO loop (between engine steps; `after_step`
-// right after an optimizer step). PreemptedStatus() after a preemption save.
-absl::Status GrpoBoundary(TrainContext& context, GrpoLoopState loop, bool after_step);
+// Checkpoint boundary of an async stage's loop (between engine steps;
+// `after_step` right after an optimizer step). PreemptedStatus() after a
+// preemption save.
+absl::Status AsyncBoundary(TrainContext& context, AsyncStageState loop, bool after_step);
 
-// Restores the GRPO stage from the checkpoint being resumed, if it stopped
+// Restores an async stage from the checkpoint being resumed, if it stopped
 // in this stage (otherwise does nothing).
-absl::Status RestoreGrpo(TrainContext& context, GrpoLoopState loop);
+absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop);
 
 // Checkpoint boundary of the SFT stage after `step` optimizer steps
 // (`after_step`: one just finished); `cursor` is the sampler's data cursor.

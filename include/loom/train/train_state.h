@@ -57,9 +57,10 @@ struct SampleRecord {
   uint64_t subgroup_id = 0;
   int effort = 0;
   int64_t config_version = 0;  // the live config version it was dispatched under
+  int teacher = -1;            // opd: its teacher's slot in opd.teachers; -1 = none
 };
 
-// The GRPO loop between two engine steps.
+// An async stage's loop (grpo, opd) between two engine steps.
 struct GrpoCursor {
   nlohmann::json dispatcher;                   // Dispatcher::ExportState()
   std::vector<rollout::SampleState> inflight;  // exported from the engine (KV on host), id order

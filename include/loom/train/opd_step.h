@@ -1,0 +1,58 @@
+#pragma once
+// OpdTrainer: the opd stage's BatchTrainer. One optimizer step of on-policy
+// distillation on a batch of the student's own samples:
+//
+//  * full (default): at every response token, the exact reverse
+//    KL(π_student ‖ π_teacher) over the whole vocabulary at the sampling
+//    temperature, token-level mean over the batch; the gradient flows through
+//    the student's whole distribution. The teacher side is kept compact — its
+//    final hidden state per token (H_t numbers, not V) and its LM head, applied
+//    chunk by chunk inside the KL (model::TeacherRows) — so no [T × V] tensor
+//    of either model exists for a whole micro-batch.
+//  * sampled: the sampled-token form — per-token advantage log π_teacher(y_t)
+//    − log π_behaviour(y_t) in the clipped policy loss.
+//
+// Either way opd.reward_weight > 0 adds the GRPO loss on verifier rewards
+// (subgroup advantages), and tokens older than async.mask_lag are masked.
+// The batch is grouped by teacher: each teacher is brought onto the device
+// (TeacherPool) at most once per step, resident teachers first.
+
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "loom/algo/teacher_pool.h"
+#include "loom/train/async_loop.h"
+#include "loom/train/context.h"
+#include "loom/train/stage_optimizer.h"
+
+namespace loom::train {
+
+class OpdTrainer : public BatchTrainer {
+ public:
+  // `teachers`: borrowed; every sample's info.teacher is a slot in it.
+  OpdTrainer(TrainContext& context, StageOptimizer& optimizer, algo::TeacherPool& teachers)
+      : context_(context), optimizer_(optimizer), teachers_(teachers) {}
+
+  // Trains on the batch as its step of the stage; bumps context.policy_version.
+  absl::StatusOr<nlohmann::json> Train(const Batch& batch) override;
+
+ private:
+  struct Step;  // what one step accumulates across teachers and micro-batches
+
+  // The distillation (and reward) loss of the samples `indices`, all of one
+  // teacher and one temperature; accumulates gradients and metrics.
+  absl::Status MicroBatchBackward(const std::vector<TrainingSample>& samples,
+                                  const std::vector<size_t>& indices, double temperature,
+                                  const model::Transformer& teacher, Step& step) const;
+  nlohmann::json Record(const Batch& batch, const Step& step,
+                        const StageOptimizer::Applied& applied, double train_seconds) const;
+
+  TrainContext& context_;
+  StageOptimizer& optimizer_;
+  algo::TeacherPool& teachers_;
+};
+
+}  // namespace loom::train

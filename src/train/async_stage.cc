@@ -1,0 +1,160 @@
+#include "loom/train/async_stage.h"
+
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include "loom/agent/rollout.h"
+#include "loom/config/check.h"
+#include "loom/metrics/progress.h"
+#include "loom/tasks/agent_tasks.h"
+#include "loom/train/encoding.h"
+#include "loom/train/evaluator.h"
+#include "loom/train/live_config.h"
+#include "loom/train/stage_checkpoint.h"
+#include "train/agent_stage.h"
+
+namespace loom::train {
+namespace {
+
+// The real engine as the dispatcher sees it: admitting a prompt group encodes
+// its problem once per effort, records every sample in the table and adds it
+// to the engine (with its dataset's teacher, in OPD); a sandbox dataset's samples start their
+// episodes instead (their prompts come from the worker). A sample that cannot start is reported to
+// the table as failed.
+class EnginePort : public dispatch::RolloutPort {
+ public:
+  EnginePort(const TrainContext& context, AsyncLoop& loop, AgentStage* agents,
+             const std::vector<int>& dataset_teacher)
+      : context_(context), loop_(loop), agents_(agents), dataset_teacher_(dataset_teacher) {}
+
+  int64_t PolicyVersion() const override { return loop_.engine().policy_version(); }
+
+  void Admit(const dispatch::PromptGroup& group) override {
+    const auto& dataset = *context_.datasets[group.dataset];
+    auto problem = std::make_shared<tasks::Problem>(dataset.Train(group.problem_index));
+    const config::DatasetSection& spec = context_.config.tasks.datasets[group.dataset];
+    const bool agent = spec.environment == "sandbox";
+    for (const dispatch::Subgroup& subgroup : group.subgroups) {
+      const int shown_effort = context_.config.effort.PromptEffort(subgroup.effort);
+      absl::StatusOr<std::vector<int64_t>> prompt = std::vector<int64_t>();
+      if (!agent) prompt = EncodeProblemPrompt(*problem, shown_effort, context_.tokenizer);
+      for (const dispatch::SampleTicket& ticket : subgroup.samples) {
+        SampleEntry entry;
+        entry.id = ticket.sample_id;
+        entry.subgroup_id = subgroup.id;
+        entry.effort = subgroup.effort;
+        entry.dataset = group.dataset;
+        entry.problem_index = group.problem_index;
+        entry.problem = problem;
+        entry.agent = agent;
+        entry.config_version = context_.live->version();
+        if (!dataset_teacher_.empty()) entry.teacher = dataset_teacher_[group.dataset];
+        loop_.table().Admit(std::move(entry));
+        if (!prompt.ok()) {
+          loop_.table().Fail(ticket.sample_id, prompt.status());
+          continue;
+        }
+        rollout::SampleRequest request = Request(ticket.sample_id, *prompt);
+        if (agent) {
+          LOOM_CHECK(agents_ != nullptr, "sandbox dataset without sandbox clients");
+          agents_->rollout()->Start(
+              std::move(request), tasks::BuiltinTask(spec.kind, problem->task_seed), shown_effort);
+        } else if (absl::Status s = loop_.engine().Add(request); !s.ok()) {
+          loop_.table().Fail(ticket.sample_id, s);
+        }
+      }
+    }
+  }
+
+ private:
+  rollout::SampleRequest Request(uint64_t id, const std::vector<int64_t>& prompt) const {
+    const config::RolloutSection& rollout = context_.config.rollout;
+    rollout::SampleRequest request;
+    request.id = id;
+    request.prompt = prompt;
+    request.sampling = {rollout.temperature, rollout.top_p, rollout.top_k};
+    request.stop.max_new_tokens = rollout.max_new_tokens;
+    request.stop.eos_token_ids = {context_.special_tokens.eos};
+    return request;
+  }
+
+  const TrainContext& context_;
+  AsyncLoop& loop_;
+  AgentStage* agents_;  // null without sandbox datasets
+  const std::vector<int>& dataset_teacher_;
+};
+
+// Per-step reporting: the metrics line, the progress line, and held-out
+// evaluation every tasks.eval_every steps and at the end.
+class StepReport {
+ public:
+  StepReport(TrainContext& context, const AsyncLoop& loop, const AsyncStageSpec& spec)
+      : context_(context),
+        loop_(loop),
+        spec_(spec),
+        progress_(stdout, {static_cast<bool>(::isatty(1)), 0.2, 30.0}) {}
+  ~StepReport() { progress_.Finish(); }
+
+  absl::Status operator()(int64_t step, const nlohmann::json& record) {
+    if (absl::Status s = context_.metrics.Write(record); !s.ok()) return s;
+    const int64_t steps = spec_.optimizer->steps;
+    const int64_t eval_every = context_.config.tasks.eval_every;
+    char text[200];
+    const auto headline = record.find(spec_.headline);
+    std::snprintf(text, sizeof text, "%s step %lld | %s %.3f | in flight %lld", spec_.stage,
+                  static_cast<long long>(step), spec_.headline,
+                  headline != record.end() && headline->is_number() ? headline->get<double>() : 0.0,
+                  static_cast<long long>(loop_.dispatcher().inflight()));
+    progress_.Update(text, step, steps);
+    if (step == steps || (eval_every > 0 && step % eval_every == 0)) {
+      progress_.Finish();
+      return LogEvaluation(context_, spec_.stage, step);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  TrainContext& context_;
+  const AsyncLoop& loop_;
+  const AsyncStageSpec& spec_;
+  metrics::ProgressLine progress_;
+};
+
+}  // namespace
+
+absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
+  const config::RunConfig& config = context.config;
+  AsyncLoop::Options options;
+  options.engine =
+      rollout::EngineOptionsFromConfig(config.rollout, static_cast<uint64_t>(config.run.seed));
+  options.engine.initial_version = context.policy_version;
+  LOOM_CHECK(context.live != nullptr, "stage " << spec.stage << " without the live config");
+  options.dispatch = dispatch::DispatchOptions::FromConfig(
+      config.async, config.effort, config.tasks, static_cast<uint64_t>(config.run.seed));
+  options.dispatch.datasets = context.live->datasets();
+  options.offload_parked = config.rollout.offload_parked;
+  auto loop = AsyncLoop::Create(context.model, options);
+  if (!loop.ok()) return loop.status();
+
+  StageOptimizer optimizer(context.model, *spec.optimizer);
+  auto trainer = spec.make_trainer(optimizer);
+  if (!trainer.ok()) return trainer.status();
+  auto agents = AgentStage::Create(context, (*loop)->engine());
+  if (!agents.ok()) return agents.status();
+  (*loop)->set_agents(agents->get());
+  EnginePort port(context, **loop, agents->get(), spec.dataset_teacher);
+
+  int64_t step = 0;
+  AsyncStageState state{spec.stage, **loop, optimizer.adamw(), step};
+  if (absl::Status s = RestoreAsync(context, state); !s.ok()) return s;
+  StepReport report(context, **loop, spec);
+  LoopHooks hooks;
+  hooks.boundary = [&](bool after_step) { return AsyncBoundary(context, state, after_step); };
+  hooks.after_step = [&](int64_t done, const nlohmann::json& record) {
+    return report(done, record);
+  };
+  return (*loop)->Run(port, **trainer, step, spec.optimizer->steps, context.policy_version, hooks);
+}
+
+}  // namespace loom::train

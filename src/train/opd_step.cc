@@ -1,0 +1,287 @@
+#include "loom/train/opd_step.h"
+
+#include <algorithm>
+#include <map>
+
+#include <ATen/core/grad_mode.h>
+
+#include "loom/algo/advantages.h"
+#include "loom/algo/policy_loss.h"
+#include "loom/config/check.h"
+#include "loom/metrics/progress.h"
+#include "loom/train/batching.h"
+#include "loom/train/grpo_step.h"
+#include "loom/train/opd_stage.h"
+#include "train/trainer_util.h"
+
+namespace loom::train {
+
+struct OpdTrainer::Step {
+  int64_t version = 0;
+  double normalizer = 1;  // weighted tokens of the whole batch: one token-level mean
+  at::Tensor advantages;  // [n] verifier-reward advantages (opd.reward_weight > 0)
+  double loss = 0;
+  double kl_weighted = 0;  // per-token KL summed over weighted tokens
+  double weighted_tokens = 0, loss_tokens = 0;
+  int64_t trained_tokens = 0;
+  double teacher_seconds = 0, student_seconds = 0;
+  MeanBy kl_by_dataset, kl_by_teacher;
+};
+
+namespace {
+
+double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
+
+// The teachers of `samples` with the samples of each, resident teachers
+// first (least recently used first, so none is evicted before its turn).
+std::vector<std::pair<int, std::vector<size_t>>> ByTeacher(
+    const std::vector<TrainingSample>& samples, const algo::TeacherPool& pool) {
+  std::map<int, std::vector<size_t>> groups;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const int teacher = samples[i].info.teacher;
+    LOOM_CHECK(teacher >= 0 && teacher < pool.size(),
+               "opd sample " << samples[i].state.id << " has no teacher");
+    groups[teacher].push_back(i);
+  }
+  std::vector<std::pair<int, std::vector<size_t>>> ordered;
+  for (int slot : pool.ResidentSlots()) {
+    auto it = groups.find(slot);
+    if (it == groups.end()) continue;
+    ordered.emplace_back(slot, std::move(it->second));
+    groups.erase(it);
+  }
+  for (auto& [slot, indices] : groups) ordered.emplace_back(slot, std::move(indices));
+  return ordered;
+}
+
+}  // namespace
+
+absl::Status OpdTrainer::MicroBatchBackward(const std::vector<TrainingSample>& samples,
+                                            const std::vector<size_t>& indices, double temperature,
+                                            const model::Transformer& teacher, Step& step) const {
+  const config::RunConfig& config = context_.config;
+  std::vector<const std::vector<int64_t>*> tokens, versions;
+  std::vector<const std::vector<uint8_t>*> masks;
+  std::vector<const std::vector<float>*> behaviour;
+  std::vector<at::Tensor> routing;
+  std::vector<int64_t> lengths, index;
+  for (size_t i : indices) {
+    const auto& state = samples[i].state;
+    tokens.push_back(&state.tokens);
+    versions.push_back(&state.versions);
+    masks.push_back(&state.loss_mask);
+    behaviour.push_back(&state.logprobs);
+    if (state.moe_layers > 0) routing.push_back(state.RoutingTensor());
+    lengths.push_back(state.length());
+    index.push_back(static_cast<int64_t>(i));
+    step.trained_tokens += state.length();
+  }
+  ShiftedBatch shifted = TeacherForcing(tokens, masks);
+  const at::Tensor shifted_versions = ShiftedValues(versions);
+  const at::Tensor weights = algo::PolicyTokenWeights(shifted.target_weight, shifted_versions,
+                                                      step.version, config.async.mask_lag);
+  const at::Tensor rows = weights.gt(0).nonzero().squeeze(1);
+  step.loss_tokens += shifted.target_weight.sum().item<double>();
+  step.weighted_tokens += static_cast<double>(rows.size(0));
+
+  // Full KL needs neither model's target log-probs (only hidden states and
+  // the KL), unless the reward term trains on the student's.
+  const bool full = config.opd.FullKl();
+  const double reward_weight = config.opd.reward_weight;
+  model::PackedBatch teacher_batch = shifted.batch;
+  if (full) teacher_batch.targets = at::Tensor();
+  if (full && reward_weight == 0) shifted.batch.targets = at::Tensor();
+
+  // The teacher: its own routing, no gradients; at the student's temperature.
+  model::ScoreOptions options;
+  options.temperature = temperature;
+  double start = Seconds();
+  model::TeacherRows teacher_rows;
+  at::Tensor teacher_logprobs;
+  {
+    at::NoGradGuard no_grad;
+    model::ScoreOptions teacher_options = options;
+    if (full) teacher_options.hidden_rows = rows;
+    auto scored = teacher.Score(teacher_batch, teacher_options);
+    if (!scored.ok()) return scored.status();
+    if (full) {
+      teacher_rows = {rows, scored->hidden, teacher.LmHead(), {}};
+    } else {
+      teacher_logprobs = scored->logprobs;
+    }
+  }
+  step.teacher_seconds += Seconds() - start;
+
+  // The student: with its recorded routing, as in GRPO.
+  start = Seconds();
+  if (!routing.empty()) shifted.batch.replay_routing = at::cat(routing, 0);
+  if (full) options.teacher = &teacher_rows;
+  auto scored = context_.model.Score(shifted.batch, options);
+  if (!scored.ok()) return scored.status();
+  const at::Device device = scored->logprobs.device();
+  const at::Tensor behaviour_logprobs = ShiftedValues(behaviour).to(device);
+  // Per-token KL at the weighted rows: exact, or the sampled token's estimate.
+  at::Tensor kl_rows;
+  at::Tensor loss = at::zeros({}, scored->logprobs.options());
+  at::Tensor token_advantages = at::zeros_like(behaviour_logprobs);
+  if (full) {
+    kl_rows = scored->kl;
+    loss = kl_rows.sum() / step.normalizer;
+  } else {
+    const at::Tensor sampled =
+        (teacher_logprobs.to(device) - behaviour_logprobs) * weights.to(device);
+    token_advantages = token_advantages + sampled;
+    kl_rows = -sampled.index_select(0, rows.to(device));
+  }
+  if (reward_weight > 0) {
+    token_advantages =
+        token_advantages +
+        reward_weight * algo::ExpandToTokens(
+                            step.advantages.index_select(0, at::tensor(index, at::kLong)), lengths)
+                            .to(device);
+  }
+  if (!full || reward_weight > 0) {
+    algo::PolicyLossInputs inputs;
+    inputs.logprobs = scored->logprobs;
+    inputs.behaviour_logprobs = behaviour_logprobs;
+    inputs.advantages = token_advantages;
+    inputs.loss_mask = shifted.target_weight.to(device);
+    inputs.versions = shifted_versions.to(device);
+    algo::PolicyLossOptions policy;
+    policy.clip_low = config.grpo.clip_low;
+    policy.clip_high = config.grpo.clip_high;
+    policy.policy_version = step.version;
+    policy.mask_lag = config.async.mask_lag;
+    policy.normalizer = step.normalizer;
+    loss = loss + algo::PolicyLoss(inputs, policy).loss;
+  }
+  loss.backward();
+  step.student_seconds += Seconds() - start;
+  step.loss += loss.item<double>();
+
+  // KL by dataset and by teacher: per-sample sums over their weighted rows.
+  const at::Tensor kl = kl_rows.detach().to(at::kCPU, at::kDouble);
+  step.kl_weighted += kl.sum().item<double>();
+  std::vector<int64_t> sample_of_token;
+  for (size_t k = 0; k < lengths.size(); ++k) {
+    sample_of_token.insert(sample_of_token.end(), lengths[k], static_cast<int64_t>(k));
+  }
+  const at::Tensor owner = at::tensor(sample_of_token, at::kLong).index_select(0, rows.cpu());
+  const int64_t n = static_cast<int64_t>(indices.size());
+  const at::Tensor sums = at::zeros({n}, at::kDouble).index_add_(0, owner, kl);
+  const at::Tensor counts = at::bincount(owner, {}, n);
+  for (int64_t k = 0; k < n; ++k) {
+    const double count = static_cast<double>(counts[k].item<int64_t>());
+    if (count == 0) continue;
+    const SampleEntry& info = samples[indices[k]].info;
+    const double mean = sums[k].item<double>() / count;
+    step.kl_by_dataset.Add(info.problem->dataset, mean, count);
+    step.kl_by_teacher.Add(teachers_.name(info.teacher), mean, count);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<nlohmann::json> OpdTrainer::Train(const Batch& batch) {
+  const double start = Seconds();
+  const config::RunConfig& config = context_.config;
+  const std::vector<TrainingSample>& samples = batch.samples;
+  LOOM_CHECK(!samples.empty(), "empty OPD batch");
+  Step step;
+  step.version = context_.policy_version;
+  // One token-level mean over the batch: count its weighted tokens first.
+  double weighted = 0;
+  for (const TrainingSample& sample : samples) {
+    const auto& state = sample.state;
+    for (int64_t t = 1; t < state.length(); ++t) {
+      const bool fresh =
+          config.async.mask_lag < 0 || step.version - state.versions[t] <= config.async.mask_lag;
+      weighted += (state.loss_mask[t] && fresh) ? 1 : 0;
+    }
+  }
+  step.normalizer = std::max(weighted, 1.0);
+  // Verifier rewards: always reported; subgroup advantages when they are trained on.
+  std::vector<float> rewards;
+  std::vector<int64_t> subgroups;
+  MeanBy reward_by_dataset;
+  int64_t lag_sum = 0, lag_max = 0, response_tokens = 0;
+  for (const TrainingSample& sample : samples) {
+    rewards.push_back(static_cast<float>(JudgeTrainingSample(context_, sample).reward));
+    subgroups.push_back(static_cast<int64_t>(sample.info.subgroup_id));
+    reward_by_dataset.Add(sample.info.problem->dataset, rewards.back());
+    const int64_t lag = step.version - OldestVersion(sample.state, step.version);
+    lag_sum += lag;
+    lag_max = std::max(lag_max, lag);
+    response_tokens += sample.state.length() - sample.state.prompt_length;
+  }
+  if (config.opd.reward_weight > 0) {
+    step.advantages =
+        algo::SubgroupAdvantages(at::tensor(rewards, at::kFloat), at::tensor(subgroups, at::kLong),
+                                 config.grpo.scale_by_std);
+  }
+  const algo::TeacherPoolStats before = teachers_.stats();
+  for (const auto& [slot, indices] : ByTeacher(samples, teachers_)) {
+    const double acquire_start = Seconds();
+    auto teacher = teachers_.Acquire(slot);
+    if (!teacher.ok()) return teacher.status();
+    step.teacher_seconds += Seconds() - acquire_start;
+    for (const MicroBatch& micro :
+         MicroBatches(samples, indices, config.train.micro_batch_tokens)) {
+      if (absl::Status s =
+              MicroBatchBackward(samples, micro.samples, micro.temperature, **teacher, step);
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  const StageOptimizer::Applied applied = optimizer_.Step(batch.step, context_.policy_version);
+  const double train_seconds = Seconds() - start;
+  nlohmann::json record = Record(batch, step, applied, train_seconds);
+  const algo::TeacherPoolStats& after = teachers_.stats();
+  const double n = static_cast<double>(samples.size());
+  record["teacher_loads"] = after.loads - before.loads;
+  record["teacher_evictions"] = after.evictions - before.evictions;
+  record["teacher_load_s"] = after.load_seconds - before.load_seconds;
+  record["teachers_resident"] = teachers_.ResidentSlots().size();
+  record["reward_mean"] = Mean(rewards);
+  record["reward_by_dataset"] = reward_by_dataset.Json();
+  record["response_length_mean"] = static_cast<double>(response_tokens) / n;
+  record["staleness_mean"] = static_cast<double>(lag_sum) / n;
+  record["staleness_max"] = lag_max;
+  return record;
+}
+
+nlohmann::json OpdTrainer::Record(const Batch& batch, const Step& step,
+                                  const StageOptimizer::Applied& applied,
+                                  double train_seconds) const {
+  const RolloutTotals& rollout = batch.rollout;
+  return {
+      {"stage", kOpdStage},
+      {"step", batch.step + 1},
+      {"version", context_.policy_version},
+      {"estimator", context_.config.opd.estimator},
+      {"loss", step.loss},
+      {"lr", applied.lr},
+      {"grad_norm", applied.grad_norm},
+      {"samples", batch.samples.size()},
+      {"kl", step.weighted_tokens > 0 ? step.kl_weighted / step.weighted_tokens : 0.0},
+      {"kl_by_dataset", step.kl_by_dataset.Json()},
+      {"kl_by_teacher", step.kl_by_teacher.Json()},
+      {"masked_token_fraction",
+       step.loss_tokens > 0 ? 1.0 - step.weighted_tokens / step.loss_tokens : 0.0},
+      {"samples_failed", batch.dispatch.samples_failed},
+      {"inflight_mean", batch.dispatch.inflight_mean},
+      {"inflight_min", batch.dispatch.inflight_min},
+      {"inflight_max", batch.dispatch.inflight_max},
+      {"rollout_tokens_per_s",
+       rollout.seconds > 0
+           ? static_cast<double>(rollout.decode_tokens + rollout.prefill_tokens) / rollout.seconds
+           : 0.0},
+      {"train_tokens_per_s",
+       static_cast<double>(step.trained_tokens) / std::max(train_seconds, 1e-9)},
+      {"time_rollout_s", rollout.seconds},
+      {"time_teacher_s", step.teacher_seconds},
+      {"time_student_s", step.student_seconds},
+      {"time_train_s", train_seconds}};
+}
+
+}  // namespace loom::train

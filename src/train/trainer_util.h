@@ -1,0 +1,81 @@
+#pragma once
+// Small pieces the async stages' trainers (grpo_step.cc, opd_step.cc) share:
+// micro-batching a step's samples and the metrics lines' helpers. Private to
+// the train module.
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/rollout/sample_state.h"
+#include "loom/train/batching.h"
+#include "loom/train/sample_table.h"
+
+namespace loom::train {
+
+// Samples scored together: one temperature (each sample is scored at the one
+// it was drawn with), at most max_tokens tokens unless a sample alone is longer.
+struct MicroBatch {
+  double temperature = 1.0;
+  std::vector<size_t> samples;  // indices into the step's samples
+};
+
+inline std::vector<MicroBatch> MicroBatches(const std::vector<TrainingSample>& samples,
+                                            const std::vector<size_t>& chosen, int64_t max_tokens) {
+  std::map<double, std::vector<size_t>> by_temperature;
+  for (size_t i : chosen) {
+    by_temperature[samples[i].state.sampling.LogprobTemperature()].push_back(i);
+  }
+  std::vector<MicroBatch> out;
+  for (const auto& [temperature, indices] : by_temperature) {
+    std::vector<int64_t> lengths;
+    for (size_t i : indices) lengths.push_back(samples[i].state.length());
+    for (const auto& group : SplitByTokens(lengths, max_tokens)) {
+      MicroBatch micro{temperature, {}};
+      for (size_t k : group) micro.samples.push_back(indices[k]);
+      out.push_back(std::move(micro));
+    }
+  }
+  return out;
+}
+
+// Running (weighted) mean keyed by name, for "by dataset" / "by effort" metrics.
+class MeanBy {
+ public:
+  void Add(const std::string& key, double value, double weight = 1) {
+    auto& [sum, total] = sums_[key];
+    sum += value * weight;
+    total += weight;
+  }
+  nlohmann::json Json() const {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [key, sum_total] : sums_) {
+      if (sum_total.second > 0) out[key] = sum_total.first / sum_total.second;
+    }
+    return out;
+  }
+
+ private:
+  std::map<std::string, std::pair<double, double>> sums_;
+};
+
+// The policy version of the oldest generated token (`version` when none is older).
+inline int64_t OldestVersion(const rollout::SampleState& state, int64_t version) {
+  int64_t oldest = version;
+  for (int64_t t = state.prompt_length; t < state.length(); ++t) {
+    if (state.loss_mask[t]) oldest = std::min(oldest, state.versions[t]);
+  }
+  return oldest;
+}
+
+inline double Mean(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+
+}  // namespace loom::train
