@@ -54,10 +54,11 @@ struct TargetLogprobFunction : public torch::autograd::Function<TargetLogprobFun
   }
 };
 
-// The teacher's log-probs at rows [begin, begin + n), float32.
+// The teacher's log-probs at rows [begin, begin + n), float32: from its
+// hidden states and head, or (an empty head) given.
 at::Tensor TeacherChunk(const at::Tensor& teacher_hidden, const at::Tensor& teacher_head,
                         const at::Tensor& teacher_logprobs, int64_t begin, int64_t n) {
-  if (!teacher_head.defined()) return teacher_logprobs.narrow(0, begin, n).to(at::kFloat);
+  if (teacher_head.numel() == 0) return teacher_logprobs.narrow(0, begin, n).to(at::kFloat);
   at::Tensor logits = at::matmul(teacher_hidden.narrow(0, begin, n), teacher_head.t());
   return at::log_softmax(logits.to(at::kFloat), -1);
 }
@@ -114,8 +115,12 @@ struct ReverseKlFunction : public torch::autograd::Function<ReverseKlFunction> {
 at::Tensor ChunkedReverseKl(const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& teacher_hidden, const at::Tensor& teacher_head,
                             const at::Tensor& teacher_logprobs, int64_t chunk_rows) {
-  return ReverseKlFunction::apply(hidden, weight, teacher_hidden, teacher_head, teacher_logprobs,
-                                  std::max<int64_t>(1, chunk_rows));
+  // Autograd functions take defined tensors only: an unused side is empty.
+  auto or_empty = [&](const at::Tensor& x) {
+    return x.defined() ? x : at::empty({0}, hidden.options());
+  };
+  return ReverseKlFunction::apply(hidden, weight, or_empty(teacher_hidden), or_empty(teacher_head),
+                                  or_empty(teacher_logprobs), std::max<int64_t>(1, chunk_rows));
 }
 
 at::Tensor ChunkedTargetLogprobs(const at::Tensor& hidden, const at::Tensor& weight,

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "forward.h"
 #include "logprobs.h"
+#include "loom/model/distill.h"
 #include "loom/model/transformer.h"
 
 namespace loom::model {
@@ -64,37 +65,6 @@ at::Tensor DefaultPositions(const std::vector<int64_t>& lengths) {
   return parts.empty() ? at::zeros({0}, at::kLong) : at::cat(parts);
 }
 
-// KL(softmax(hidden · head^T) ‖ teacher) at the teacher's rows; `hidden` is
-// already divided by the temperature, the teacher's hidden states are not.
-absl::StatusOr<at::Tensor> ReverseKl(const at::Tensor& hidden, const at::Tensor& head,
-                                     const TeacherRows& teacher, const ScoreOptions& options) {
-  const at::Device device = hidden.device();
-  if (!teacher.rows.defined() || teacher.rows.dim() != 1) {
-    return absl::InvalidArgumentError("teacher rows must be a [N] int64 tensor");
-  }
-  const int64_t n = teacher.rows.size(0), vocab = head.size(0);
-  if (auto s = CheckIds(teacher.rows, 0, hidden.size(0), "teacher row"); !s.ok()) return s;
-  at::Tensor teacher_hidden, teacher_head, teacher_logprobs;
-  if (teacher.head.defined()) {
-    if (teacher.head.dim() != 2 || teacher.head.size(0) != vocab || !teacher.hidden.defined() ||
-        teacher.hidden.sizes().vec() != std::vector<int64_t>{n, teacher.head.size(1)}) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "teacher head must be [", vocab, ", H_t] and its hidden states [", n, ", H_t]"));
-    }
-    teacher_head = teacher.head.to(device);
-    teacher_hidden = teacher.hidden.to(device, teacher_head.scalar_type()) / options.temperature;
-  } else {
-    if (!teacher.logprobs.defined() ||
-        teacher.logprobs.sizes().vec() != std::vector<int64_t>{n, vocab}) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("teacher log-probs must be [", n, ", ", vocab, "]"));
-    }
-    teacher_logprobs = teacher.logprobs.to(device);
-  }
-  return ChunkedReverseKl(hidden.index_select(0, teacher.rows.to(device)), head, teacher_hidden,
-                          teacher_head, teacher_logprobs, options.chunk_tokens);
-}
-
 }  // namespace
 
 absl::StatusOr<ScoreResult> Transformer::Score(const PackedBatch& batch,
@@ -103,6 +73,14 @@ absl::StatusOr<ScoreResult> Transformer::Score(const PackedBatch& batch,
   if (!(options.temperature > 0) || !std::isfinite(options.temperature)) {
     return absl::InvalidArgumentError(
         absl::StrCat("Score: temperature must be > 0, got ", options.temperature));
+  }
+  for (const auto& [rows, what] : {std::pair{&options.full_vocab_rows, "full-vocab row"},
+                                   std::pair{&options.hidden_rows, "hidden row"}}) {
+    if (!rows->defined()) continue;
+    if (rows->dim() != 1 || rows->scalar_type() != at::kLong) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "s must be a [N] int64 tensor"));
+    }
+    if (auto s = CheckIds(*rows, 0, batch.tokens.size(0), what); !s.ok()) return s;
   }
   try {
     const at::Device device = options_.device;
@@ -122,6 +100,12 @@ absl::StatusOr<ScoreResult> Transformer::Score(const PackedBatch& batch,
     if (options.hidden_rows.defined()) {
       result.hidden = hidden.index_select(0, options.hidden_rows.to(device));
     }
+    if (options.teacher != nullptr) {
+      auto kl = ReverseKl(hidden, weights_->lm_head, *options.teacher, options.temperature,
+                          options.chunk_tokens);
+      if (!kl.ok()) return kl.status();
+      result.kl = *std::move(kl);
+    }
     // logits / T == (hidden / T) · lm_head^T, so the chunked kernels stay as they are.
     if (options.temperature != 1.0) hidden = hidden / options.temperature;
     at::Tensor targets = batch.targets.defined()
@@ -135,15 +119,45 @@ absl::StatusOr<ScoreResult> Transformer::Score(const PackedBatch& batch,
       at::Tensor rows = hidden.index_select(0, options.full_vocab_rows.to(device));
       result.full_logprobs = FullLogprobs(rows, weights_->lm_head, options.chunk_tokens);
     }
-    if (options.teacher != nullptr) {
-      auto kl = ReverseKl(hidden, weights_->lm_head, *options.teacher, options);
-      if (!kl.ok()) return kl.status();
-      result.kl = *std::move(kl);
-    }
     return result;
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("Score: ", e.what_without_backtrace()));
   }
+}
+
+absl::StatusOr<at::Tensor> ReverseKl(const at::Tensor& hidden, const at::Tensor& head,
+                                     const TeacherRows& teacher, double temperature,
+                                     int64_t chunk_rows) {
+  if (!(temperature > 0) || !std::isfinite(temperature)) {
+    return absl::InvalidArgumentError(absl::StrCat("temperature must be > 0, got ", temperature));
+  }
+  const at::Device device = hidden.device();
+  if (!teacher.rows.defined() || teacher.rows.dim() != 1 ||
+      teacher.rows.scalar_type() != at::kLong) {
+    return absl::InvalidArgumentError("teacher rows must be a [N] int64 tensor");
+  }
+  const int64_t n = teacher.rows.size(0), vocab = head.size(0);
+  if (auto s = CheckIds(teacher.rows, 0, hidden.size(0), "teacher row"); !s.ok()) return s;
+  at::Tensor teacher_hidden, teacher_head, teacher_logprobs;
+  if (teacher.head.defined()) {
+    if (teacher.head.dim() != 2 || teacher.head.size(0) != vocab || !teacher.hidden.defined() ||
+        teacher.hidden.sizes().vec() != std::vector<int64_t>{n, teacher.head.size(1)}) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "teacher head must be [", vocab, ", H_t] and its hidden states [", n, ", H_t]"));
+    }
+    teacher_head = teacher.head.to(device);
+    teacher_hidden = teacher.hidden.to(device, teacher_head.scalar_type()) / temperature;
+  } else {
+    if (!teacher.logprobs.defined() ||
+        teacher.logprobs.sizes().vec() != std::vector<int64_t>{n, vocab}) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("teacher log-probs must be [", n, ", ", vocab, "]"));
+    }
+    teacher_logprobs = teacher.logprobs.to(device);
+  }
+  at::Tensor rows = hidden.index_select(0, teacher.rows.to(device));
+  if (temperature != 1.0) rows = rows / temperature;
+  return ChunkedReverseKl(rows, head, teacher_hidden, teacher_head, teacher_logprobs, chunk_rows);
 }
 
 PackedBatch TeacherForcingBatch(const std::vector<std::vector<int64_t>>& sequences) {

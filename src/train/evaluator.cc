@@ -16,13 +16,18 @@ struct EvalPrompt {
   std::vector<int64_t> tokens;
 };
 
-// Every held-out problem's prompt at the highest training effort level.
-absl::StatusOr<std::vector<EvalPrompt>> EncodeEvalPrompts(const TrainContext& context) {
+// The held-out prompts of `datasets` (empty: all) at the highest training effort level.
+absl::StatusOr<std::vector<EvalPrompt>> EncodeEvalPrompts(const TrainContext& context,
+                                                          const std::vector<int>& datasets) {
   const config::RunConfig& config = context.config;
   const int effort = *std::max_element(config.effort.levels.begin(), config.effort.levels.end());
   std::vector<EvalPrompt> prompts;
-  for (const auto& dataset : context.datasets) {
-    for (const tasks::Problem& problem : dataset->Eval()) {
+  for (size_t d = 0; d < context.datasets.size(); ++d) {
+    if (!datasets.empty() &&
+        std::find(datasets.begin(), datasets.end(), static_cast<int>(d)) == datasets.end()) {
+      continue;
+    }
+    for (const tasks::Problem& problem : context.datasets[d]->Eval()) {
       auto prompt =
           EncodeProblemPrompt(problem, config.effort.PromptEffort(effort), context.tokenizer);
       if (!prompt.ok()) return prompt.status();
@@ -34,7 +39,8 @@ absl::StatusOr<std::vector<EvalPrompt>> EncodeEvalPrompts(const TrainContext& co
 
 // The run's engine options with a pool for these prompts (EvalPoolTokens).
 absl::StatusOr<std::unique_ptr<rollout::RolloutEngine>> CreateEvalEngine(
-    const TrainContext& context, const std::vector<EvalPrompt>& prompts) {
+    const TrainContext& context, const model::Transformer& model,
+    const std::vector<EvalPrompt>& prompts) {
   const config::RunConfig& config = context.config;
   int64_t longest = 0;
   for (const EvalPrompt& p : prompts) {
@@ -44,8 +50,8 @@ absl::StatusOr<std::unique_ptr<rollout::RolloutEngine>> CreateEvalEngine(
       rollout::EngineOptionsFromConfig(config.rollout, static_cast<uint64_t>(config.run.seed));
   options.pool_tokens =
       EvalPoolTokens(options, static_cast<int64_t>(prompts.size()), longest,
-                     config.rollout.max_new_tokens, context.model.config().max_position_embeddings);
-  return rollout::RolloutEngine::Create(context.model, options);
+                     config.rollout.max_new_tokens, model.config().max_position_embeddings);
+  return rollout::RolloutEngine::Create(model, options);
 }
 
 }  // namespace
@@ -60,10 +66,15 @@ int64_t EvalPoolTokens(const rollout::EngineOptions& run_engine, int64_t prompts
 }
 
 absl::StatusOr<EvalResult> Evaluate(const TrainContext& context) {
+  return Evaluate(context, context.model, {});
+}
+
+absl::StatusOr<EvalResult> Evaluate(const TrainContext& context, const model::Transformer& model,
+                                    const std::vector<int>& datasets) {
   const config::RunConfig& config = context.config;
-  auto prompts = EncodeEvalPrompts(context);
+  auto prompts = EncodeEvalPrompts(context, datasets);
   if (!prompts.ok()) return prompts.status();
-  auto engine = CreateEvalEngine(context, *prompts);
+  auto engine = CreateEvalEngine(context, model, *prompts);
   if (!engine.ok()) return engine.status();
 
   EvalResult result;

@@ -9,6 +9,8 @@
 
 #include "loom/config/check.h"
 #include "loom/train/async_stage.h"
+#include "loom/train/checkpointer.h"
+#include "loom/train/evaluator.h"
 #include "loom/train/opd_step.h"
 
 namespace loom::train {
@@ -44,6 +46,41 @@ absl::Status TrainCompanion(const config::TeacherSection& teacher) {
                                          " (preempted? run again to continue it)");
   }
   return absl::OkStatus();
+}
+
+// Each teacher's held-out accuracy on the datasets it teaches, as metrics
+// lines: the baseline of the student's.
+absl::Status EvaluateTeachers(TrainContext& context, const std::vector<int>& dataset_teacher) {
+  algo::TeacherPool& pool = *context.teachers;
+  for (int slot = 0; slot < pool.size(); ++slot) {
+    std::vector<int> datasets;
+    for (size_t d = 0; d < dataset_teacher.size(); ++d) {
+      if (dataset_teacher[d] == slot) datasets.push_back(static_cast<int>(d));
+    }
+    if (datasets.empty()) continue;
+    auto teacher = pool.Acquire(slot);
+    if (!teacher.ok()) return teacher.status();
+    auto eval = Evaluate(context, **teacher, datasets);
+    if (!eval.ok()) return eval.status();
+    spdlog::info("teacher '{}': held-out accuracy {:.3f} over {} problems", pool.name(slot),
+                 eval->overall, eval->problems);
+    nlohmann::json record = {{"event", "teacher_eval"},
+                             {"stage", kOpdStage},
+                             {"teacher", pool.name(slot)},
+                             {"eval_accuracy", eval->overall},
+                             {"eval_parse_rate", eval->parse_rate}};
+    for (const auto& [name, accuracy] : eval->accuracy) {
+      record["eval_accuracy_by_dataset"][name] = accuracy;
+    }
+    if (absl::Status s = context.metrics.Write(record); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// True when the run resumes inside the opd stage (its baselines are logged).
+bool ResumesInOpd(const TrainContext& context) {
+  return context.checkpointer != nullptr && context.checkpointer->resume_cursor() &&
+         context.checkpointer->resume_cursor()->stage == kOpdStage;
 }
 
 }  // namespace
@@ -83,6 +120,9 @@ absl::Status RunOpdStage(TrainContext& context) {
     }
     LOOM_CHECK(slot >= 0, "dataset " << dataset.name << " has no teacher (config validation)");
     spec.dataset_teacher.push_back(slot);
+  }
+  if (config.opd.eval_teachers && !ResumesInOpd(context)) {
+    if (absl::Status s = EvaluateTeachers(context, spec.dataset_teacher); !s.ok()) return s;
   }
   spec.make_trainer =
       [&](StageOptimizer& optimizer) -> absl::StatusOr<std::unique_ptr<BatchTrainer>> {

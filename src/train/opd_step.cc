@@ -9,6 +9,7 @@
 #include "loom/algo/policy_loss.h"
 #include "loom/config/check.h"
 #include "loom/metrics/progress.h"
+#include "loom/model/distill.h"
 #include "loom/train/batching.h"
 #include "loom/train/grpo_step.h"
 #include "loom/train/opd_stage.h"
@@ -32,10 +33,10 @@ namespace {
 
 double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
 
-// The teachers of `samples` with the samples of each, resident teachers
-// first (least recently used first, so none is evicted before its turn).
-std::vector<std::pair<int, std::vector<size_t>>> ByTeacher(
-    const std::vector<TrainingSample>& samples, const algo::TeacherPool& pool) {
+// The samples' indices grouped by teacher, resident teachers first (least
+// recently used first, so none is evicted before its turn).
+std::vector<size_t> ByTeacher(const std::vector<TrainingSample>& samples,
+                              const algo::TeacherPool& pool) {
   std::map<int, std::vector<size_t>> groups;
   for (size_t i = 0; i < samples.size(); ++i) {
     const int teacher = samples[i].info.teacher;
@@ -43,14 +44,15 @@ std::vector<std::pair<int, std::vector<size_t>>> ByTeacher(
                "opd sample " << samples[i].state.id << " has no teacher");
     groups[teacher].push_back(i);
   }
-  std::vector<std::pair<int, std::vector<size_t>>> ordered;
+  std::vector<size_t> ordered;
   for (int slot : pool.ResidentSlots()) {
     auto it = groups.find(slot);
     if (it == groups.end()) continue;
-    ordered.emplace_back(slot, std::move(it->second));
+    ordered.insert(ordered.end(), it->second.begin(), it->second.end());
     groups.erase(it);
   }
-  for (auto& [slot, indices] : groups) ordered.emplace_back(slot, std::move(indices));
+  for (const auto& [slot, indices] : groups)
+    ordered.insert(ordered.end(), indices.begin(), indices.end());
   return ordered;
 }
 
@@ -58,7 +60,7 @@ std::vector<std::pair<int, std::vector<size_t>>> ByTeacher(
 
 absl::Status OpdTrainer::MicroBatchBackward(const std::vector<TrainingSample>& samples,
                                             const std::vector<size_t>& indices, double temperature,
-                                            const model::Transformer& teacher, Step& step) const {
+                                            Step& step) const {
   const config::RunConfig& config = context_.config;
   std::vector<const std::vector<int64_t>*> tokens, versions;
   std::vector<const std::vector<uint8_t>*> masks;
@@ -80,71 +82,121 @@ absl::Status OpdTrainer::MicroBatchBackward(const std::vector<TrainingSample>& s
   const at::Tensor shifted_versions = ShiftedValues(versions);
   const at::Tensor weights = algo::PolicyTokenWeights(shifted.target_weight, shifted_versions,
                                                       step.version, config.async.mask_lag);
-  const at::Tensor rows = weights.gt(0).nonzero().squeeze(1);
+  const at::Tensor rows = weights.gt(0).nonzero().squeeze(1);  // ascending
   step.loss_tokens += shifted.target_weight.sum().item<double>();
   step.weighted_tokens += static_cast<double>(rows.size(0));
-
-  // Full KL needs neither model's target log-probs (only hidden states and
-  // the KL), unless the reward term trains on the student's.
   const bool full = config.opd.FullKl();
   const double reward_weight = config.opd.reward_weight;
-  model::PackedBatch teacher_batch = shifted.batch;
-  if (full) teacher_batch.targets = at::Tensor();
-  if (full && reward_weight == 0) shifted.batch.targets = at::Tensor();
+  // The sample each token belongs to, and each sample's first token.
+  std::vector<int64_t> owner_of_token, first_token = {0};
+  for (size_t k = 0; k < lengths.size(); ++k) {
+    owner_of_token.insert(owner_of_token.end(), lengths[k], static_cast<int64_t>(k));
+    first_token.push_back(first_token.back() + lengths[k]);
+  }
+  const at::Tensor owner = at::tensor(owner_of_token, at::kLong).index_select(0, rows);
+  const std::vector<int64_t> row_owner(owner.data_ptr<int64_t>(),
+                                       owner.data_ptr<int64_t>() + owner.numel());
 
-  // The teacher: its own routing, no gradients; at the student's temperature.
+  // The student's stack runs once for the whole micro-batch, with its
+  // recorded routing as in GRPO. Full KL needs its final hidden states at the
+  // weighted rows, and its target log-probs only for a policy-loss term.
+  double start = Seconds();
+  model::PackedBatch teacher_batch = shifted.batch;  // tokens and targets, own routing
+  if (!routing.empty()) shifted.batch.replay_routing = at::cat(routing, 0);
+  if (full && reward_weight == 0) shifted.batch.targets = at::Tensor();
   model::ScoreOptions options;
   options.temperature = temperature;
-  double start = Seconds();
-  model::TeacherRows teacher_rows;
-  at::Tensor teacher_logprobs;
-  {
-    at::NoGradGuard no_grad;
-    model::ScoreOptions teacher_options = options;
-    if (full) teacher_options.hidden_rows = rows;
-    auto scored = teacher.Score(teacher_batch, teacher_options);
-    if (!scored.ok()) return scored.status();
-    if (full) {
-      teacher_rows = {rows, scored->hidden, teacher.LmHead(), {}};
-    } else {
-      teacher_logprobs = scored->logprobs;
-    }
-  }
-  step.teacher_seconds += Seconds() - start;
-
-  // The student: with its recorded routing, as in GRPO.
-  start = Seconds();
-  if (!routing.empty()) shifted.batch.replay_routing = at::cat(routing, 0);
-  if (full) options.teacher = &teacher_rows;
+  if (full) options.hidden_rows = rows;
   auto scored = context_.model.Score(shifted.batch, options);
   if (!scored.ok()) return scored.status();
   const at::Device device = scored->logprobs.device();
-  const at::Tensor behaviour_logprobs = ShiftedValues(behaviour).to(device);
-  // Per-token KL at the weighted rows: exact, or the sampled token's estimate.
-  at::Tensor kl_rows;
+  // Full KL: each teacher segment's KL is backpropagated into a detached copy
+  // of the hidden states at once (its teacher can then go), and the stack's
+  // backward runs once at the end from the accumulated gradient.
+  at::Tensor hidden_leaf;
+  if (full) hidden_leaf = scored->hidden.detach().requires_grad_(true);
+  at::Tensor kl_rows = at::zeros({rows.size(0)}, at::kDouble);
+  at::Tensor teacher_logprobs = at::zeros({shifted.batch.tokens.size(0)}, at::kFloat);
+  double kl_loss = 0;
+  step.student_seconds += Seconds() - start;
+
+  // The teachers, one contiguous segment of samples (and of rows) each.
+  int64_t row_begin = 0;
+  for (size_t a = 0; a < indices.size();) {
+    const int slot = samples[indices[a]].info.teacher;
+    size_t b = a;
+    while (b < indices.size() && samples[indices[b]].info.teacher == slot) ++b;
+    int64_t row_end = row_begin;
+    while (row_end < static_cast<int64_t>(row_owner.size()) &&
+           row_owner[row_end] < static_cast<int64_t>(b)) {
+      ++row_end;
+    }
+    start = Seconds();
+    auto teacher = teachers_.Acquire(slot);
+    if (!teacher.ok()) return teacher.status();
+    const int64_t offset = first_token[a], count = first_token[b] - first_token[a];
+    model::PackedBatch segment;
+    segment.tokens = teacher_batch.tokens.narrow(0, offset, count);
+    segment.lengths.assign(lengths.begin() + a, lengths.begin() + b);
+    model::ScoreOptions teacher_options;
+    teacher_options.temperature = temperature;
+    const at::Tensor segment_rows = rows.narrow(0, row_begin, row_end - row_begin);
+    if (full) {
+      teacher_options.hidden_rows = segment_rows - offset;
+    } else {
+      segment.targets = teacher_batch.targets.narrow(0, offset, count);
+    }
+    model::ScoreResult teacher_scored;
+    {
+      at::NoGradGuard no_grad;
+      auto t = (*teacher)->Score(segment, teacher_options);
+      if (!t.ok()) return t.status();
+      teacher_scored = *std::move(t);
+    }
+    step.teacher_seconds += Seconds() - start;
+    start = Seconds();
+    if (full) {
+      model::TeacherRows teacher_rows{at::arange(row_begin, row_end, at::kLong),
+                                      teacher_scored.hidden,
+                                      (*teacher)->LmHead(),
+                                      {}};
+      auto kl = model::ReverseKl(hidden_leaf, context_.model.LmHead(), teacher_rows, temperature);
+      if (!kl.ok()) return kl.status();
+      at::Tensor segment_loss = kl->sum() / step.normalizer;
+      segment_loss.backward();
+      kl_loss += segment_loss.item<double>();
+      kl_rows.narrow(0, row_begin, row_end - row_begin).copy_(kl->detach().to(at::kCPU));
+    } else {
+      teacher_logprobs.narrow(0, offset, count).copy_(teacher_scored.logprobs.to(at::kCPU));
+    }
+    step.student_seconds += Seconds() - start;
+    row_begin = row_end;
+    a = b;
+  }
+
+  // The student's side: the stack's backward from the KL gradient, plus the
+  // policy loss (sampled estimator, reward term).
+  start = Seconds();
   at::Tensor loss = at::zeros({}, scored->logprobs.options());
-  at::Tensor token_advantages = at::zeros_like(behaviour_logprobs);
-  if (full) {
-    kl_rows = scored->kl;
-    loss = kl_rows.sum() / step.normalizer;
-  } else {
-    const at::Tensor sampled =
-        (teacher_logprobs.to(device) - behaviour_logprobs) * weights.to(device);
-    token_advantages = token_advantages + sampled;
-    kl_rows = -sampled.index_select(0, rows.to(device));
-  }
-  if (reward_weight > 0) {
-    token_advantages =
-        token_advantages +
-        reward_weight * algo::ExpandToTokens(
-                            step.advantages.index_select(0, at::tensor(index, at::kLong)), lengths)
-                            .to(device);
-  }
+  if (full && hidden_leaf.grad().defined()) loss = (scored->hidden * hidden_leaf.grad()).sum();
   if (!full || reward_weight > 0) {
+    const at::Tensor behaviour_logprobs = ShiftedValues(behaviour);
+    at::Tensor advantages = at::zeros_like(behaviour_logprobs);
+    if (!full) {
+      const at::Tensor sampled = (teacher_logprobs - behaviour_logprobs) * weights;
+      advantages = advantages + sampled;
+      kl_rows = -sampled.index_select(0, rows).to(at::kDouble);
+    }
+    if (reward_weight > 0) {
+      advantages = advantages +
+                   reward_weight *
+                       algo::ExpandToTokens(
+                           step.advantages.index_select(0, at::tensor(index, at::kLong)), lengths);
+    }
     algo::PolicyLossInputs inputs;
     inputs.logprobs = scored->logprobs;
-    inputs.behaviour_logprobs = behaviour_logprobs;
-    inputs.advantages = token_advantages;
+    inputs.behaviour_logprobs = behaviour_logprobs.to(device);
+    inputs.advantages = advantages.to(device);
     inputs.loss_mask = shifted.target_weight.to(device);
     inputs.versions = shifted_versions.to(device);
     algo::PolicyLossOptions policy;
@@ -153,22 +205,18 @@ absl::Status OpdTrainer::MicroBatchBackward(const std::vector<TrainingSample>& s
     policy.policy_version = step.version;
     policy.mask_lag = config.async.mask_lag;
     policy.normalizer = step.normalizer;
-    loss = loss + algo::PolicyLoss(inputs, policy).loss;
+    at::Tensor policy_loss = algo::PolicyLoss(inputs, policy).loss;
+    step.loss += policy_loss.item<double>();
+    loss = loss + policy_loss;
   }
-  loss.backward();
+  if (loss.requires_grad()) loss.backward();
+  step.loss += kl_loss;
   step.student_seconds += Seconds() - start;
-  step.loss += loss.item<double>();
 
   // KL by dataset and by teacher: per-sample sums over their weighted rows.
-  const at::Tensor kl = kl_rows.detach().to(at::kCPU, at::kDouble);
-  step.kl_weighted += kl.sum().item<double>();
-  std::vector<int64_t> sample_of_token;
-  for (size_t k = 0; k < lengths.size(); ++k) {
-    sample_of_token.insert(sample_of_token.end(), lengths[k], static_cast<int64_t>(k));
-  }
-  const at::Tensor owner = at::tensor(sample_of_token, at::kLong).index_select(0, rows.cpu());
+  step.kl_weighted += kl_rows.sum().item<double>();
   const int64_t n = static_cast<int64_t>(indices.size());
-  const at::Tensor sums = at::zeros({n}, at::kDouble).index_add_(0, owner, kl);
+  const at::Tensor sums = at::zeros({n}, at::kDouble).index_add_(0, owner, kl_rows);
   const at::Tensor counts = at::bincount(owner, {}, n);
   for (int64_t k = 0; k < n; ++k) {
     const double count = static_cast<double>(counts[k].item<int64_t>());
@@ -219,18 +267,13 @@ absl::StatusOr<nlohmann::json> OpdTrainer::Train(const Batch& batch) {
                                  config.grpo.scale_by_std);
   }
   const algo::TeacherPoolStats before = teachers_.stats();
-  for (const auto& [slot, indices] : ByTeacher(samples, teachers_)) {
-    const double acquire_start = Seconds();
-    auto teacher = teachers_.Acquire(slot);
-    if (!teacher.ok()) return teacher.status();
-    step.teacher_seconds += Seconds() - acquire_start;
-    for (const MicroBatch& micro :
-         MicroBatches(samples, indices, config.train.micro_batch_tokens)) {
-      if (absl::Status s =
-              MicroBatchBackward(samples, micro.samples, micro.temperature, **teacher, step);
-          !s.ok()) {
-        return s;
-      }
+  // Samples in teacher order (a teacher spanning two micro-batches is still
+  // resident for the second: it was the last one used).
+  for (const MicroBatch& micro :
+       MicroBatches(samples, ByTeacher(samples, teachers_), config.train.micro_batch_tokens)) {
+    if (absl::Status s = MicroBatchBackward(samples, micro.samples, micro.temperature, step);
+        !s.ok()) {
+      return s;
     }
   }
   const StageOptimizer::Applied applied = optimizer_.Step(batch.step, context_.policy_version);

@@ -134,6 +134,119 @@ TEST(RunConfigTest, ResolvedYamlLoadsBackToTheSameConfig) {
   EXPECT_EQ(again->model.init.at("hidden_size"), "64");
 }
 
+// A config with two datasets and an opd section. `second_dataset` is the
+// second dataset's entry after its name (line 8 when one line), `teachers`
+// the opd.teachers list (from line 11), `opd_fields` more opd keys.
+std::string OpdYaml(const std::string& stages, const std::string& second_dataset,
+                    const std::string& teachers, const std::string& opd_fields = "") {
+  return "run: {name: opd}\n"
+         "model: {path: m}\n"
+         "tasks:\n"
+         "  datasets:\n"
+         "    - name: add\n"
+         "      teacher: t1\n"
+         "    - name: sub\n" +
+         second_dataset +
+         "opd:\n"
+         "  teachers:\n" +
+         teachers + opd_fields + "train: {stages: " + stages + "}\n";
+}
+
+const char* const kTwoTeachers =
+    "    - {name: t1, path: /models/t1}\n"
+    "    - {name: t2, path: /models/t2}\n";
+
+TEST(OpdConfigTest, ValidConfigBinds) {
+  TempDir dir;
+  const std::string path =
+      dir.Write("opd.yaml", OpdYaml("[sft, opd]", "      teacher: t2\n", kTwoTeachers,
+                                    "  reward_weight: 0.25\n  teacher_memory_bytes: 1000000\n"));
+  auto config = LoadRunConfig(path, {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->HasStage("opd"));
+  ASSERT_EQ(config->opd.teachers.size(), 2u);
+  EXPECT_EQ(config->opd.teachers[1].name, "t2");
+  EXPECT_EQ(config->opd.teachers[1].path, "/models/t2");
+  EXPECT_EQ(config->opd.teachers[1].config, "");
+  EXPECT_EQ(config->opd.estimator, "full");  // the default
+  EXPECT_TRUE(config->opd.FullKl());
+  EXPECT_DOUBLE_EQ(config->opd.reward_weight, 0.25);
+  EXPECT_EQ(config->opd.teacher_memory_bytes, 1000000);
+  EXPECT_TRUE(config->opd.eval_teachers);  // the default
+  EXPECT_EQ(config->tasks.datasets[0].teacher, "t1");
+  EXPECT_EQ(config->tasks.datasets[1].teacher, "t2");
+}
+
+TEST(OpdConfigTest, SampledEstimatorAndUnknownEstimator) {
+  TempDir dir;
+  const std::string path =
+      dir.Write("opd.yaml", OpdYaml("[opd]", "      teacher: t2\n", kTwoTeachers));
+  auto sampled = LoadRunConfig(path, {"opd.estimator=sampled"});
+  ASSERT_TRUE(sampled.ok()) << sampled.status();
+  EXPECT_FALSE(sampled->opd.FullKl());
+  const std::string text = ErrorText(LoadRunConfig(path, {"opd.estimator=topk"}));
+  EXPECT_NE(text.find("opd.estimator: expected one of 'full' 'sampled', got 'topk'"),
+            std::string::npos)
+      << text;
+}
+
+// A dataset naming a teacher that opd.teachers lacks: the error points at the
+// dataset's `teacher` key, also when no stage is opd.
+TEST(OpdConfigTest, UnknownTeacherNamesTheDatasetKey) {
+  TempDir dir;
+  for (const std::string stages : {"[opd]", "[sft, grpo]"}) {
+    const std::string path =
+        dir.Write("opd.yaml", OpdYaml(stages, "      teacher: t3\n", kTwoTeachers));
+    EXPECT_EQ(ErrorText(LoadRunConfig(path, {})),
+              path + ":8:7: tasks.datasets[1].teacher: unknown teacher 't3' (opd.teachers: t1, t2)")
+        << stages;
+  }
+}
+
+TEST(OpdConfigTest, OpdStageNeedsATeacherForEveryDataset) {
+  TempDir dir;
+  const std::string path =
+      dir.Write("opd.yaml", OpdYaml("[sft, opd]", "      kind: arithmetic\n", kTwoTeachers));
+  EXPECT_EQ(ErrorText(LoadRunConfig(path, {})),
+            path +
+                ":7:7: tasks.datasets[1].teacher: dataset 'sub' needs a teacher: the opd stage "
+                "distils every dataset");
+  // Without an opd stage a dataset needs no teacher.
+  EXPECT_TRUE(LoadRunConfig(path, {"train.stages=[sft, grpo]"}).ok());
+}
+
+TEST(OpdConfigTest, OpdStageNeedsTeachers) {
+  TempDir dir;
+  const std::string path = dir.Write("opd.yaml",
+                                     "run: {name: opd}\nmodel: {path: m}\n"
+                                     "tasks:\n  datasets:\n    - {name: add}\n"
+                                     "train: {stages: [opd]}\n");
+  const std::string text = ErrorText(LoadRunConfig(path, {}));
+  EXPECT_NE(text.find("opd.teachers: train.stages has opd but no teacher is configured"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tasks.datasets[0].teacher: dataset 'add' needs a teacher"),
+            std::string::npos)
+      << text;
+}
+
+TEST(OpdConfigTest, DuplicateTeacherNames) {
+  TempDir dir;
+  const std::string path = dir.Write("opd.yaml", OpdYaml("[opd]", "      teacher: t1\n",
+                                                         "    - {name: t1, path: /models/a}\n"
+                                                         "    - {name: t1, path: /models/b}\n"));
+  EXPECT_EQ(ErrorText(LoadRunConfig(path, {})),
+            path + ":12:8: opd.teachers[1].name: duplicate teacher name 't1'");
+}
+
+TEST(OpdConfigTest, TeacherNeedsNameAndPath) {
+  TempDir dir;
+  const std::string path =
+      dir.Write("opd.yaml", OpdYaml("[opd]", "      teacher: t1\n", "    - {name: t1}\n"));
+  const std::string text = ErrorText(LoadRunConfig(path, {}));
+  EXPECT_NE(text.find("opd.teachers[0].path: required key is missing"), std::string::npos) << text;
+}
+
 TEST(ConfigDocsTest, DocsMatchTheDeclarations) {
   const std::string path = std::string(LOOM_SOURCE_DIR) + "/docs/config.md";
   EXPECT_EQ(loom::testing::ReadAll(path), ConfigReferenceMarkdown())

@@ -108,7 +108,8 @@ def is_moe_layer(cfg, i):
     return (i + 1) % cfg.get("decoder_sparse_step", 1) == 0
 
 
-def logprobs(cfg, W, tokens):
+def full_logprobs(cfg, W, tokens, temperature=1.0):
+    """[T, V] log-softmax of the next-token logits / temperature at every position."""
     x = W["model.embed_tokens.weight"][torch.tensor(tokens)]
     eps = cfg["rms_norm_eps"]
     for i in range(cfg["num_hidden_layers"]):
@@ -118,16 +119,24 @@ def logprobs(cfg, W, tokens):
         x = h + (moe(cfg, W, p + "mlp.", normed) if is_moe_layer(cfg, i) else mlp(W, p + "mlp.", normed))
     x = rms_norm(x, W["model.norm.weight"], eps)
     head = W["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else W["lm_head.weight"]
-    lp = torch.log_softmax(x @ head.T, -1)
+    return torch.log_softmax(x @ head.T / temperature, -1)
+
+
+def load(model_dir):
+    with open(model_dir + "/config.json") as f:
+        cfg = json.load(f)
+    cfg.setdefault("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    return cfg, read_safetensors(model_dir + "/model.safetensors")
+
+
+def logprobs(cfg, W, tokens):
+    lp = full_logprobs(cfg, W, tokens)
     return [float(lp[i, tokens[i + 1]]) for i in range(len(tokens) - 1)]
 
 
 def main():
     model_dir, input_path, output_path = sys.argv[1:4]
-    with open(model_dir + "/config.json") as f:
-        cfg = json.load(f)
-    cfg.setdefault("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
-    W = read_safetensors(model_dir + "/model.safetensors")
+    cfg, W = load(model_dir)
     with open(input_path) as f, open(output_path, "w") as out:
         for line in f:
             if line.strip():

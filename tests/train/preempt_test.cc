@@ -3,7 +3,9 @@
 // SIGTERM at random moments, then --resume auto, gives the same per-step
 // loss, reward and rollout token counts (so no re-prefill) as an
 // uninterrupted run; a second SIGTERM during the save changes nothing;
-// kill -9 and a corrupt newest checkpoint still resume.
+// kill -9 and a corrupt newest checkpoint still resume. The same holds
+// mid-OPD on configs/test/preempt-opd.yaml (SFT then distillation from two
+// teachers of other architectures, one resident at a time).
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -59,18 +61,27 @@ int CountSteps(const std::string& path, const std::string& stage) {
   return count;
 }
 
-// `loom train` on the preempt config as a child process.
+// What a suite preempts: a config, extra `loom train` arguments, and the
+// training steps an uninterrupted run logs.
+struct Scenario {
+  std::string config;
+  std::vector<std::string> extra_args;
+  size_t steps = 0;
+};
+
+// `loom train` on the suite's scenario as a child process.
 class TrainProcess : public testing::LoomProcess {
  public:
-  TrainProcess(const std::string& run_dir, const std::string& model_dir, bool resume)
-      : LoomProcess(Args(run_dir, model_dir, resume), run_dir + ".out") {}
+  TrainProcess(const Scenario& scenario, const std::string& run_dir, const std::string& model_dir,
+               bool resume)
+      : LoomProcess(Args(scenario, run_dir, model_dir, resume), run_dir + ".out") {}
 
  private:
-  static std::vector<std::string> Args(const std::string& run_dir, const std::string& model_dir,
-                                       bool resume) {
-    std::vector<std::string> args = {"train", "--config",
-                                     LOOM_SOURCE_DIR "/configs/test/preempt.yaml", "--run-dir",
-                                     run_dir, "--set", "model.path=" + model_dir};
+  static std::vector<std::string> Args(const Scenario& scenario, const std::string& run_dir,
+                                       const std::string& model_dir, bool resume) {
+    std::vector<std::string> args = {"train", "--config", scenario.config,          "--run-dir",
+                                     run_dir, "--set",    "model.path=" + model_dir};
+    args.insert(args.end(), scenario.extra_args.begin(), scenario.extra_args.end());
     if (resume) args.insert(args.end(), {"--resume", "auto"});
     return args;
   }
@@ -122,20 +133,31 @@ class PreemptTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir;
+    // train.sft.steps + train.grpo.steps
+    SetUpScenario({LOOM_SOURCE_DIR "/configs/test/preempt.yaml", {}, 20u + 24u});
+  }
+  // Runs the scenario uninterrupted: the baseline every test compares with.
+  static void SetUpScenario(Scenario scenario) {
+    scenario_ = new Scenario(std::move(scenario));
     baseline_ = new Steps;
-    TrainProcess baseline(*dir_ / "baseline", *dir_ / "model", false);
+    TrainProcess baseline(*scenario_, *dir_ / "baseline", *dir_ / "model", false);
     ASSERT_EQ(baseline.Wait(), 0) << testing::ReadAll(*dir_ / "baseline.out");
     *baseline_ = ReadSteps(*dir_ / "baseline");
-    ASSERT_EQ(baseline_->size(), 20u + 24u);  // train.sft.steps + train.grpo.steps
+    ASSERT_EQ(baseline_->size(), scenario_->steps);
   }
   static void TearDownTestSuite() {
     delete baseline_;
+    delete scenario_;
     delete dir_;
   }
 
-  // Resumes `run_dir` until it finishes; returns the resumed runs' exit codes.
+  static TrainProcess Start(const std::string& run_dir, bool resume) {
+    return TrainProcess(*scenario_, run_dir, *dir_ / "model", resume);
+  }
+
+  // Resumes `run_dir` until it finishes.
   static void ResumeToEnd(const std::string& run_dir) {
-    TrainProcess resumed(run_dir, *dir_ / "model", true);
+    TrainProcess resumed = Start(run_dir, true);
     ASSERT_EQ(resumed.Wait(), 0) << testing::ReadAll(run_dir + ".out");
   }
 
@@ -146,9 +168,12 @@ class PreemptTest : public ::testing::Test {
       const nlohmann::json& got = steps[key];
       const std::string where = key.first + " step " + std::to_string(key.second);
       EXPECT_NEAR(got["loss"].get<double>(), want["loss"].get<double>(), 1e-6) << where;
-      if (key.first != "grpo") continue;
+      if (key.first == "sft") continue;
       EXPECT_NEAR(got["reward_mean"].get<double>(), want["reward_mean"].get<double>(), 1e-6)
           << where;
+      if (key.first == "opd") {
+        EXPECT_NEAR(got["kl"].get<double>(), want["kl"].get<double>(), 1e-6) << where;
+      }
       // Equal rollout work per step: a re-prefill of restored samples would show here.
       EXPECT_EQ(got["prefill_tokens"], want["prefill_tokens"]) << where;
       EXPECT_EQ(got["decode_tokens"], want["decode_tokens"]) << where;
@@ -156,10 +181,12 @@ class PreemptTest : public ::testing::Test {
   }
 
   static TempDir* dir_;
+  static Scenario* scenario_;
   static Steps* baseline_;
 };
 
 TempDir* PreemptTest::dir_ = nullptr;
+Scenario* PreemptTest::scenario_ = nullptr;
 Steps* PreemptTest::baseline_ = nullptr;
 
 TEST_F(PreemptTest, SigtermAtRandomMomentsThenResumeEqualsUninterrupted) {
@@ -176,7 +203,7 @@ TEST_F(PreemptTest, SigtermAtRandomMomentsThenResumeEqualsUninterrupted) {
   for (const auto& [stage, steps] : moments) {
     const std::string log = run_dir + ".out";
     const int resumes = Occurrences(testing::ReadAll(log), "resuming from");
-    TrainProcess process(run_dir, *dir_ / "model", !first);
+    TrainProcess process = Start(run_dir, !first);
     // A resumed run has its signal handlers once it says where it resumes.
     if (!first) {
       ASSERT_TRUE(WaitForLog(process, log, "resuming from", resumes + 1));
@@ -208,7 +235,7 @@ TEST_F(PreemptTest, SigtermAtRandomMomentsThenResumeEqualsUninterrupted) {
 
 TEST_F(PreemptTest, SecondSigtermDuringTheSaveChangesNothing) {
   const std::string run_dir = *dir_ / "twice";
-  TrainProcess process(run_dir, *dir_ / "model", false);
+  TrainProcess process = Start(run_dir, false);
   // After GRPO step 1 (policy version 21) no periodic save is due (every_steps
   // 8), so the save that follows is the preemption's.
   ASSERT_TRUE(WaitForSteps(process, run_dir, "grpo", 1));
@@ -226,7 +253,7 @@ TEST_F(PreemptTest, SecondSigtermDuringTheSaveChangesNothing) {
 
 TEST_F(PreemptTest, KillNineThenCorruptNewestCheckpointStillResumes) {
   const std::string run_dir = *dir_ / "killed";
-  TrainProcess process(run_dir, *dir_ / "model", false);
+  TrainProcess process = Start(run_dir, false);
   // ckpt.every_steps 8 and 20 SFT steps: by GRPO step 5 the checkpoints of
   // policy versions 16 (in SFT) and 24 (after GRPO step 4) are committed.
   ASSERT_TRUE(WaitForSteps(process, run_dir, "grpo", 5));
@@ -252,6 +279,61 @@ TEST_F(PreemptTest, KillNineThenCorruptNewestCheckpointStillResumes) {
   const std::string log = testing::ReadAll(run_dir + ".out");
   EXPECT_NE(log.find("skipping checkpoint " + root + "/" + latest), std::string::npos) << log;
   ExpectSameAsBaseline(run_dir);
+}
+
+// SFT then OPD from two teachers (a Qwen3 and a Llama, one resident at a time).
+class OpdPreemptTest : public PreemptTest {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir;
+    std::vector<std::string> extra_args;
+    std::string teachers;
+    for (const char* arch : {"qwen3", "llama"}) {
+      const std::string path = *dir_ / (std::string("teacher-") + arch);
+      auto made = testing::RunLoom(std::string("init-model --arch ") + arch + " --out " + path +
+                                   " --seed 11 --set hidden_size=64 --set num_hidden_layers=2");
+      ASSERT_EQ(made.exit_code, 0) << made.err;
+      teachers +=
+          std::string(teachers.empty() ? "" : ", ") + "{name: " + arch + ", path: " + path + "}";
+    }
+    // train.sft.steps + train.opd.steps
+    SetUpScenario({LOOM_SOURCE_DIR "/configs/test/preempt-opd.yaml",
+                   {"--set", "opd.teachers=[" + teachers + "]"},
+                   20u + 20u});
+  }
+};
+
+TEST_F(OpdPreemptTest, SigtermMidOpdThenResumeEqualsUninterrupted) {
+  const unsigned seed = std::random_device()();
+  std::mt19937 rng(seed);
+  SCOPED_TRACE("random seed " + std::to_string(seed));
+  const std::string run_dir = *dir_ / "preempted";
+  TrainProcess process = Start(run_dir, false);
+  ASSERT_TRUE(WaitForSteps(process, run_dir, "opd", std::uniform_int_distribution<int>(1, 16)(rng)))
+      << "ended early: " << testing::ReadAll(run_dir + ".out");
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 300)(rng)));
+  process.Signal(SIGTERM);
+  ASSERT_EQ(process.Wait(), 0) << testing::ReadAll(run_dir + ".out");
+  ResumeToEnd(run_dir);
+  ExpectSameAsBaseline(run_dir);
+  auto records = metrics::ReadMetrics(run_dir + "/metrics.jsonl");
+  ASSERT_TRUE(records.ok());
+  bool resumed_in_opd = false;
+  int64_t evictions = 0;
+  for (const auto& r : *records) {
+    if (r.value("event", "") == "resume" && r["stage"] == "opd") {
+      resumed_in_opd = true;
+      // async.max_inflight 20 over batches of 10: samples are always in flight.
+      EXPECT_GT(r["inflight_restored"].get<int64_t>(), 0) << r;
+    }
+    if (r.value("stage", "") == "opd" && r.contains("teacher_evictions")) {
+      evictions += r["teacher_evictions"].get<int64_t>();
+      EXPECT_LE(r["teachers_resident"].get<int64_t>(), 1) << r;
+    }
+  }
+  EXPECT_TRUE(resumed_in_opd) << testing::ReadAll(run_dir + ".out");
+  EXPECT_GT(evictions, 0) << "the budget never made a teacher leave";
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ struct OpdSection {
   std::string estimator = "full";
   double reward_weight = 0.0;
   int64_t teacher_memory_bytes = 0;
+  bool eval_teachers = true;
 
   bool FullKl() const { return estimator == "full"; }
 
@@ -65,6 +66,10 @@ struct OpdSection {
                 "teacher must fit alone. 0 = no limit.")
                 .Unit("bytes")
                 .Min(0));
+    v.Field("eval_teachers", eval_teachers,
+            Doc("When the opd stage starts, evaluate each teacher greedily on the held-out sets "
+                "of the datasets it teaches (metrics.jsonl: an `event: teacher_eval` line per "
+                "teacher): the baseline the student's accuracy is measured against."));
   }
 
   void Validate(ErrorSink& errors) const {

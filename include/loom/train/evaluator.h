@@ -40,6 +40,10 @@ int64_t EvalPoolTokens(const rollout::EngineOptions& run_engine, int64_t prompts
 
 // Evaluates at the highest training effort level (effort.levels).
 absl::StatusOr<EvalResult> Evaluate(const TrainContext& context);
+// The same for another model (an OPD teacher) on the datasets `datasets`
+// (indices into context.datasets; empty = all).
+absl::StatusOr<EvalResult> Evaluate(const TrainContext& context, const model::Transformer& model,
+                                    const std::vector<int>& datasets);
 
 // Evaluates and writes the result to the log and metrics.jsonl as an eval
 // line: {"stage", "step", "version", "eval_accuracy", ...}.

@@ -15,7 +15,11 @@
 // Either way opd.reward_weight > 0 adds the GRPO loss on verifier rewards
 // (subgroup advantages), and tokens older than async.mask_lag are masked.
 // The batch is grouped by teacher: each teacher is brought onto the device
-// (TeacherPool) at most once per step, resident teachers first.
+// (TeacherPool) at most once per step, resident teachers first. A
+// micro-batch spans teachers: the student's stack runs once over it, each
+// teacher on its own segment, whose KL gradient is taken at once into the
+// student's hidden states — so only one teacher at a time is needed and the
+// student never runs on a teacher-sized sliver of the batch.
 
 #include <cstdint>
 #include <vector>
@@ -42,11 +46,12 @@ class OpdTrainer : public BatchTrainer {
  private:
   struct Step;  // what one step accumulates across teachers and micro-batches
 
-  // The distillation (and reward) loss of the samples `indices`, all of one
-  // teacher and one temperature; accumulates gradients and metrics.
+  // The distillation (and reward) loss of the samples `indices` (one
+  // temperature, grouped by teacher): the student's stack runs once, each
+  // teacher once on its segment; accumulates gradients and metrics.
   absl::Status MicroBatchBackward(const std::vector<TrainingSample>& samples,
                                   const std::vector<size_t>& indices, double temperature,
-                                  const model::Transformer& teacher, Step& step) const;
+                                  Step& step) const;
   nlohmann::json Record(const Batch& batch, const Step& step,
                         const StageOptimizer::Applied& applied, double train_seconds) const;
 

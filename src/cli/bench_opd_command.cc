@@ -1,0 +1,54 @@
+// `loom bench opd [--quick] [--teachers N] [--resident K] [--rounds R]`: the
+// cost of switching between many teachers in an OPD step. JSON on the last line.
+
+#include <ATen/Parallel.h>
+
+#include <iostream>
+#include <memory>
+
+#include "cli/command.h"
+#include "loom/bench/opd_bench.h"
+
+namespace loom::cli {
+namespace {
+
+struct Options {
+  int threads = 0;
+  bench::OpdBenchOptions bench_options;
+};
+
+int RunBench(const Options& options) {
+  if (options.threads > 0) at::set_num_threads(options.threads);
+  auto result = bench::RunOpdBench(options.bench_options);
+  if (!result.ok()) {
+    std::cerr << "bench opd: " << result.status().message() << "\n";
+    return result.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+  }
+  std::cout << result->dump() << "\n";
+  return kExitOk;
+}
+
+void SetupBenchOpd(CLI::App& app, Context& context) {
+  CLI::App* bench = GroupCommand(app, "bench", "Run benchmarks (JSON results)");
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = bench->add_subcommand(
+      "opd",
+      "OPD step time with a batch spread over many teachers (a budget holding a few) vs "
+      "one resident teacher");
+  cmd->add_flag("--quick", options->bench_options.quick, "Small models, two rounds");
+  cmd->add_option("--teachers", options->bench_options.teachers, "Teachers the batch spans")
+      ->check(CLI::Range(2, 1000));
+  cmd->add_option("--resident", options->bench_options.resident, "Teachers the memory budget holds")
+      ->check(CLI::Range(1, 999));
+  cmd->add_option("--rounds", options->bench_options.rounds, "Measured steps per configuration")
+      ->check(CLI::Range(1, 100));
+  cmd->add_option("--threads", options->threads, "Intra-op threads (default: LibTorch's)");
+  cmd->add_flag("--json", "Accepted for symmetry: the result is always JSON");
+  cmd->callback([options, &context] { context.exit_code = RunBench(*options); });
+}
+
+}  // namespace
+
+LOOM_REGISTER_COMMAND("bench_opd", SetupBenchOpd);
+
+}  // namespace loom::cli
