@@ -153,7 +153,7 @@ absl::StatusOr<nlohmann::json> RunOpdBench(const OpdBenchOptions& options) {
   train::TrainContext context{config, *run_dir, **student, **tokenizer, datasets, *metrics};
   train::StageOptimizer optimizer(**student, config.train.opd);
 
-  const int64_t count = options.quick ? 80 : 160;
+  const int64_t count = options.quick ? 80 : options.sequences;
   const int64_t length = options.quick ? 48 : 96, prompt = length / 3;
   train::Batch spread, single;
   spread.samples = FixedBatch(count, prompt, length, options.teachers, vocab, options.seed);

@@ -1,4 +1,4 @@
-// `loom bench opd [--quick] [--teachers N] [--resident K] [--rounds R]`: the
+// `loom bench opd [--quick] [--teachers N] [--resident K] [--rounds R] [--sequences S]`: the
 // cost of switching between many teachers in an OPD step. JSON on the last line.
 
 #include <ATen/Parallel.h>
@@ -42,6 +42,9 @@ void SetupBenchOpd(CLI::App& app, Context& context) {
       ->check(CLI::Range(1, 999));
   cmd->add_option("--rounds", options->bench_options.rounds, "Measured steps per configuration")
       ->check(CLI::Range(1, 100));
+  cmd->add_option("--sequences", options->bench_options.sequences,
+                  "Sequences in the batch (96 tokens each; --quick: 80 of 48)")
+      ->check(CLI::Range(2, 100000));
   cmd->add_option("--threads", options->threads, "Intra-op threads (default: LibTorch's)");
   cmd->add_flag("--json", "Accepted for symmetry: the result is always JSON");
   cmd->callback([options, &context] { context.exit_code = RunBench(*options); });

@@ -175,40 +175,23 @@ absl::StatusOr<algo::PolicyLossResult> GrpoTrainer::MicroBatchLoss(
     const std::vector<TrainingSample>& samples, const std::vector<size_t>& indices,
     double temperature, const Selection& selection, int64_t version) const {
   const config::RunConfig& config = context_.config;
-  std::vector<const std::vector<int64_t>*> tokens, versions;
-  std::vector<const std::vector<uint8_t>*> masks;
-  std::vector<const std::vector<float>*> behaviour;
-  std::vector<at::Tensor> routing;
-  std::vector<int64_t> lengths, index;
-  for (size_t i : indices) {
-    const auto& state = samples[i].state;
-    tokens.push_back(&state.tokens);
-    versions.push_back(&state.versions);
-    masks.push_back(&state.loss_mask);
-    behaviour.push_back(&state.logprobs);
-    if (state.moe_layers > 0) routing.push_back(state.RoutingTensor());
-    lengths.push_back(state.length());
-    index.push_back(static_cast<int64_t>(i));
-  }
-  ShiftedBatch shifted = TeacherForcing(tokens, masks);
-  if (!routing.empty()) shifted.batch.replay_routing = at::cat(routing, 0);
+  const PackedSamples packed = PackSamples(samples, indices);
   // Score at the temperature of the samples' behaviour log-probs.
   model::ScoreOptions score_options;
   score_options.temperature = temperature;
-  auto scored = context_.model.Score(shifted.batch, score_options);
+  auto scored = context_.model.Score(packed.shifted.batch, score_options);
   if (!scored.ok()) return scored.status();
   // Everything but the log-probs is built on the CPU: move it once to where
   // the log-probs are (no copy when that is the CPU).
   const at::Device device = scored->logprobs.device();
   algo::PolicyLossInputs inputs;
   inputs.logprobs = scored->logprobs;
-  inputs.behaviour_logprobs = ShiftedValues(behaviour).to(device);
+  inputs.behaviour_logprobs = packed.behaviour.to(device);
   inputs.advantages =
-      algo::ExpandToTokens(selection.advantages.index_select(0, at::tensor(index, at::kLong)),
-                           lengths)
+      algo::ExpandToTokens(selection.advantages.index_select(0, packed.index), packed.lengths)
           .to(device);
-  inputs.loss_mask = shifted.target_weight.to(device);
-  inputs.versions = ShiftedValues(versions).to(device);
+  inputs.loss_mask = packed.shifted.target_weight.to(device);
+  inputs.versions = packed.versions.to(device);
   algo::PolicyLossOptions options;
   options.clip_low = config.grpo.clip_low;
   options.clip_high = config.grpo.clip_high;
@@ -217,7 +200,7 @@ absl::StatusOr<algo::PolicyLossResult> GrpoTrainer::MicroBatchLoss(
   options.normalizer = std::max(selection.weighted_tokens, 1.0);
   if (reference_ != nullptr) {
     at::NoGradGuard no_grad;
-    auto reference = reference_->Score(shifted.batch, score_options);
+    auto reference = reference_->Score(packed.shifted.batch, score_options);
     if (!reference.ok()) return reference.status();
     inputs.ref_logprobs = reference->logprobs;
     options.kl_coef = config.grpo.kl_coef;

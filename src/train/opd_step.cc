@@ -29,6 +29,14 @@ struct OpdTrainer::Step {
   MeanBy kl_by_dataset, kl_by_teacher;
 };
 
+// What a micro-batch's teacher segments leave for the student's side.
+struct OpdTrainer::Distilled {
+  at::Tensor hidden;            // full: the student's hidden states at the rows, a leaf
+  at::Tensor kl;                // [N] float64 per-row KL (detached)
+  at::Tensor teacher_logprobs;  // sampled: [T] the teachers' log-probs of the targets
+  double kl_loss = 0;           // full: sum of the segments' losses
+};
+
 namespace {
 
 double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
@@ -58,175 +66,193 @@ std::vector<size_t> ByTeacher(const std::vector<TrainingSample>& samples,
 
 }  // namespace
 
+// One micro-batch: its samples packed, the rows of T the loss weighs
+// (ascending), the sample each such row belongs to and each sample's first
+// token in T.
+struct OpdTrainer::Micro {
+  const std::vector<size_t>& indices;
+  double temperature;
+  PackedSamples packed;
+  at::Tensor weights;  // [T] float32: loss mask x fresh
+  at::Tensor rows;     // [N] int64
+  at::Tensor owner;    // [N] int64: the sample (0..n-1) of each row
+  std::vector<int64_t> first_token;
+
+  Micro(const std::vector<TrainingSample>& samples, const std::vector<size_t>& indices,
+        double temperature, int64_t version, int64_t mask_lag)
+      : indices(indices), temperature(temperature), packed(PackSamples(samples, indices)) {
+    weights =
+        algo::PolicyTokenWeights(packed.shifted.target_weight, packed.versions, version, mask_lag);
+    rows = weights.gt(0).nonzero().squeeze(1);
+    std::vector<int64_t> owner_of_token;
+    first_token = {0};
+    for (size_t k = 0; k < packed.lengths.size(); ++k) {
+      owner_of_token.insert(owner_of_token.end(), packed.lengths[k], static_cast<int64_t>(k));
+      first_token.push_back(first_token.back() + packed.lengths[k]);
+    }
+    owner = at::tensor(owner_of_token, at::kLong).index_select(0, rows);
+  }
+};
+
 absl::Status OpdTrainer::MicroBatchBackward(const std::vector<TrainingSample>& samples,
                                             const std::vector<size_t>& indices, double temperature,
                                             Step& step) const {
   const config::RunConfig& config = context_.config;
-  std::vector<const std::vector<int64_t>*> tokens, versions;
-  std::vector<const std::vector<uint8_t>*> masks;
-  std::vector<const std::vector<float>*> behaviour;
-  std::vector<at::Tensor> routing;
-  std::vector<int64_t> lengths, index;
-  for (size_t i : indices) {
-    const auto& state = samples[i].state;
-    tokens.push_back(&state.tokens);
-    versions.push_back(&state.versions);
-    masks.push_back(&state.loss_mask);
-    behaviour.push_back(&state.logprobs);
-    if (state.moe_layers > 0) routing.push_back(state.RoutingTensor());
-    lengths.push_back(state.length());
-    index.push_back(static_cast<int64_t>(i));
-    step.trained_tokens += state.length();
-  }
-  ShiftedBatch shifted = TeacherForcing(tokens, masks);
-  const at::Tensor shifted_versions = ShiftedValues(versions);
-  const at::Tensor weights = algo::PolicyTokenWeights(shifted.target_weight, shifted_versions,
-                                                      step.version, config.async.mask_lag);
-  const at::Tensor rows = weights.gt(0).nonzero().squeeze(1);  // ascending
-  step.loss_tokens += shifted.target_weight.sum().item<double>();
-  step.weighted_tokens += static_cast<double>(rows.size(0));
+  Micro micro(samples, indices, temperature, step.version, config.async.mask_lag);
+  for (int64_t length : micro.packed.lengths) step.trained_tokens += length;
+  step.loss_tokens += micro.packed.shifted.target_weight.sum().item<double>();
+  step.weighted_tokens += static_cast<double>(micro.rows.size(0));
   const bool full = config.opd.FullKl();
   const double reward_weight = config.opd.reward_weight;
-  // The sample each token belongs to, and each sample's first token.
-  std::vector<int64_t> owner_of_token, first_token = {0};
-  for (size_t k = 0; k < lengths.size(); ++k) {
-    owner_of_token.insert(owner_of_token.end(), lengths[k], static_cast<int64_t>(k));
-    first_token.push_back(first_token.back() + lengths[k]);
-  }
-  const at::Tensor owner = at::tensor(owner_of_token, at::kLong).index_select(0, rows);
-  const std::vector<int64_t> row_owner(owner.data_ptr<int64_t>(),
-                                       owner.data_ptr<int64_t>() + owner.numel());
 
   // The student's stack runs once for the whole micro-batch, with its
   // recorded routing as in GRPO. Full KL needs its final hidden states at the
   // weighted rows, and its target log-probs only for a policy-loss term.
   double start = Seconds();
-  model::PackedBatch teacher_batch = shifted.batch;  // tokens and targets, own routing
-  if (!routing.empty()) shifted.batch.replay_routing = at::cat(routing, 0);
-  if (full && reward_weight == 0) shifted.batch.targets = at::Tensor();
+  model::PackedBatch batch = micro.packed.shifted.batch;
+  if (full && reward_weight == 0) batch.targets = at::Tensor();
   model::ScoreOptions options;
   options.temperature = temperature;
-  if (full) options.hidden_rows = rows;
-  auto scored = context_.model.Score(shifted.batch, options);
+  if (full) options.hidden_rows = micro.rows;
+  auto scored = context_.model.Score(batch, options);
   if (!scored.ok()) return scored.status();
-  const at::Device device = scored->logprobs.device();
-  // Full KL: each teacher segment's KL is backpropagated into a detached copy
-  // of the hidden states at once (its teacher can then go), and the stack's
-  // backward runs once at the end from the accumulated gradient.
-  at::Tensor hidden_leaf;
-  if (full) hidden_leaf = scored->hidden.detach().requires_grad_(true);
-  at::Tensor kl_rows = at::zeros({rows.size(0)}, at::kDouble);
-  at::Tensor teacher_logprobs = at::zeros({shifted.batch.tokens.size(0)}, at::kFloat);
-  double kl_loss = 0;
   step.student_seconds += Seconds() - start;
 
-  // The teachers, one contiguous segment of samples (and of rows) each.
+  // Full KL: each teacher segment's KL is backpropagated at once into a
+  // detached copy of the hidden states (so its teacher can go), and the
+  // stack's backward runs once, from their accumulated gradient.
+  Distilled distilled;
+  if (full) distilled.hidden = scored->hidden.detach().requires_grad_(true);
+  if (absl::Status s = DistilSegments(samples, micro, distilled, step); !s.ok()) return s;
+
+  start = Seconds();
+  at::Tensor loss = at::zeros({}, scored->logprobs.options());
+  if (full && distilled.hidden.grad().defined()) {
+    loss = (scored->hidden * distilled.hidden.grad()).sum();
+  }
+  if (!full || reward_weight > 0) {
+    at::Tensor advantages = at::zeros_like(micro.packed.behaviour);
+    if (!full) {
+      // The sampled form: log p_teacher(y) - log p_behaviour(y), and its negative
+      // the sampled token's KL estimate.
+      const at::Tensor sampled =
+          (distilled.teacher_logprobs - micro.packed.behaviour) * micro.weights;
+      advantages = advantages + sampled;
+      distilled.kl = -sampled.index_select(0, micro.rows).to(at::kDouble);
+    }
+    if (reward_weight > 0) {
+      advantages = advantages + reward_weight * algo::ExpandToTokens(step.advantages.index_select(
+                                                                         0, micro.packed.index),
+                                                                     micro.packed.lengths);
+    }
+    at::Tensor policy_loss = PolicyLoss(micro, scored->logprobs, advantages, step);
+    step.loss += policy_loss.item<double>();
+    loss = loss + policy_loss;
+  }
+  if (loss.requires_grad()) loss.backward();
+  step.loss += distilled.kl_loss;
+  step.student_seconds += Seconds() - start;
+  RecordKl(samples, micro, distilled.kl, step);
+  return absl::OkStatus();
+}
+
+absl::Status OpdTrainer::DistilSegments(const std::vector<TrainingSample>& samples,
+                                        const Micro& micro, Distilled& distilled,
+                                        Step& step) const {
+  const bool full = context_.config.opd.FullKl();
+  const std::vector<size_t>& indices = micro.indices;
+  const model::PackedBatch& batch = micro.packed.shifted.batch;
+  const int64_t rows = micro.rows.size(0);
+  const int64_t* owner = micro.owner.data_ptr<int64_t>();
+  distilled.kl = at::zeros({rows}, at::kDouble);
+  distilled.teacher_logprobs = at::zeros({batch.tokens.size(0)}, at::kFloat);
   int64_t row_begin = 0;
   for (size_t a = 0; a < indices.size();) {
+    // Samples [a, b) share a teacher; so do rows [row_begin, row_end).
     const int slot = samples[indices[a]].info.teacher;
     size_t b = a;
     while (b < indices.size() && samples[indices[b]].info.teacher == slot) ++b;
     int64_t row_end = row_begin;
-    while (row_end < static_cast<int64_t>(row_owner.size()) &&
-           row_owner[row_end] < static_cast<int64_t>(b)) {
-      ++row_end;
-    }
-    start = Seconds();
+    while (row_end < rows && owner[row_end] < static_cast<int64_t>(b)) ++row_end;
+
+    // The teacher: its own routing, no gradients, the student's temperature.
+    double start = Seconds();
     auto teacher = teachers_.Acquire(slot);
     if (!teacher.ok()) return teacher.status();
-    const int64_t offset = first_token[a], count = first_token[b] - first_token[a];
+    const int64_t offset = micro.first_token[a];
+    const int64_t count = micro.first_token[b] - offset;
     model::PackedBatch segment;
-    segment.tokens = teacher_batch.tokens.narrow(0, offset, count);
-    segment.lengths.assign(lengths.begin() + a, lengths.begin() + b);
-    model::ScoreOptions teacher_options;
-    teacher_options.temperature = temperature;
-    const at::Tensor segment_rows = rows.narrow(0, row_begin, row_end - row_begin);
+    segment.tokens = batch.tokens.narrow(0, offset, count);
+    segment.lengths.assign(micro.packed.lengths.begin() + a, micro.packed.lengths.begin() + b);
+    model::ScoreOptions options;
+    options.temperature = micro.temperature;
     if (full) {
-      teacher_options.hidden_rows = segment_rows - offset;
+      options.hidden_rows = micro.rows.narrow(0, row_begin, row_end - row_begin) - offset;
     } else {
-      segment.targets = teacher_batch.targets.narrow(0, offset, count);
+      segment.targets = batch.targets.narrow(0, offset, count);
     }
-    model::ScoreResult teacher_scored;
+    absl::StatusOr<model::ScoreResult> scored;
     {
       at::NoGradGuard no_grad;
-      auto t = (*teacher)->Score(segment, teacher_options);
-      if (!t.ok()) return t.status();
-      teacher_scored = *std::move(t);
+      scored = (*teacher)->Score(segment, options);
     }
+    if (!scored.ok()) return scored.status();
     step.teacher_seconds += Seconds() - start;
+
     start = Seconds();
     if (full) {
-      model::TeacherRows teacher_rows{at::arange(row_begin, row_end, at::kLong),
-                                      teacher_scored.hidden,
-                                      (*teacher)->LmHead(),
-                                      {}};
-      auto kl = model::ReverseKl(hidden_leaf, context_.model.LmHead(), teacher_rows, temperature);
+      model::TeacherRows teacher_rows{
+          at::arange(row_begin, row_end, at::kLong), scored->hidden, (*teacher)->LmHead(), {}};
+      auto kl = model::ReverseKl(distilled.hidden, context_.model.LmHead(), teacher_rows,
+                                 micro.temperature);
       if (!kl.ok()) return kl.status();
       at::Tensor segment_loss = kl->sum() / step.normalizer;
       segment_loss.backward();
-      kl_loss += segment_loss.item<double>();
-      kl_rows.narrow(0, row_begin, row_end - row_begin).copy_(kl->detach().to(at::kCPU));
+      distilled.kl_loss += segment_loss.item<double>();
+      distilled.kl.narrow(0, row_begin, row_end - row_begin).copy_(kl->detach().to(at::kCPU));
     } else {
-      teacher_logprobs.narrow(0, offset, count).copy_(teacher_scored.logprobs.to(at::kCPU));
+      distilled.teacher_logprobs.narrow(0, offset, count).copy_(scored->logprobs.to(at::kCPU));
     }
     step.student_seconds += Seconds() - start;
     row_begin = row_end;
     a = b;
   }
+  return absl::OkStatus();
+}
 
-  // The student's side: the stack's backward from the KL gradient, plus the
-  // policy loss (sampled estimator, reward term).
-  start = Seconds();
-  at::Tensor loss = at::zeros({}, scored->logprobs.options());
-  if (full && hidden_leaf.grad().defined()) loss = (scored->hidden * hidden_leaf.grad()).sum();
-  if (!full || reward_weight > 0) {
-    const at::Tensor behaviour_logprobs = ShiftedValues(behaviour);
-    at::Tensor advantages = at::zeros_like(behaviour_logprobs);
-    if (!full) {
-      const at::Tensor sampled = (teacher_logprobs - behaviour_logprobs) * weights;
-      advantages = advantages + sampled;
-      kl_rows = -sampled.index_select(0, rows).to(at::kDouble);
-    }
-    if (reward_weight > 0) {
-      advantages = advantages +
-                   reward_weight *
-                       algo::ExpandToTokens(
-                           step.advantages.index_select(0, at::tensor(index, at::kLong)), lengths);
-    }
-    algo::PolicyLossInputs inputs;
-    inputs.logprobs = scored->logprobs;
-    inputs.behaviour_logprobs = behaviour_logprobs.to(device);
-    inputs.advantages = advantages.to(device);
-    inputs.loss_mask = shifted.target_weight.to(device);
-    inputs.versions = shifted_versions.to(device);
-    algo::PolicyLossOptions policy;
-    policy.clip_low = config.grpo.clip_low;
-    policy.clip_high = config.grpo.clip_high;
-    policy.policy_version = step.version;
-    policy.mask_lag = config.async.mask_lag;
-    policy.normalizer = step.normalizer;
-    at::Tensor policy_loss = algo::PolicyLoss(inputs, policy).loss;
-    step.loss += policy_loss.item<double>();
-    loss = loss + policy_loss;
-  }
-  if (loss.requires_grad()) loss.backward();
-  step.loss += kl_loss;
-  step.student_seconds += Seconds() - start;
+at::Tensor OpdTrainer::PolicyLoss(const Micro& micro, const at::Tensor& logprobs,
+                                  const at::Tensor& advantages, const Step& step) const {
+  const config::RunConfig& config = context_.config;
+  const at::Device device = logprobs.device();
+  algo::PolicyLossInputs inputs;
+  inputs.logprobs = logprobs;
+  inputs.behaviour_logprobs = micro.packed.behaviour.to(device);
+  inputs.advantages = advantages.to(device);
+  inputs.loss_mask = micro.packed.shifted.target_weight.to(device);
+  inputs.versions = micro.packed.versions.to(device);
+  algo::PolicyLossOptions options;
+  options.clip_low = config.grpo.clip_low;
+  options.clip_high = config.grpo.clip_high;
+  options.policy_version = step.version;
+  options.mask_lag = config.async.mask_lag;
+  options.normalizer = step.normalizer;
+  return algo::PolicyLoss(inputs, options).loss;
+}
 
-  // KL by dataset and by teacher: per-sample sums over their weighted rows.
-  step.kl_weighted += kl_rows.sum().item<double>();
-  const int64_t n = static_cast<int64_t>(indices.size());
-  const at::Tensor sums = at::zeros({n}, at::kDouble).index_add_(0, owner, kl_rows);
-  const at::Tensor counts = at::bincount(owner, {}, n);
+void OpdTrainer::RecordKl(const std::vector<TrainingSample>& samples, const Micro& micro,
+                          const at::Tensor& kl, Step& step) const {
+  step.kl_weighted += kl.sum().item<double>();
+  const int64_t n = static_cast<int64_t>(micro.indices.size());
+  const at::Tensor sums = at::zeros({n}, at::kDouble).index_add_(0, micro.owner, kl);
+  const at::Tensor counts = at::bincount(micro.owner, {}, n);
   for (int64_t k = 0; k < n; ++k) {
     const double count = static_cast<double>(counts[k].item<int64_t>());
     if (count == 0) continue;
-    const SampleEntry& info = samples[indices[k]].info;
+    const SampleEntry& info = samples[micro.indices[k]].info;
     const double mean = sums[k].item<double>() / count;
     step.kl_by_dataset.Add(info.problem->dataset, mean, count);
     step.kl_by_teacher.Add(teachers_.name(info.teacher), mean, count);
   }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<nlohmann::json> OpdTrainer::Train(const Batch& batch) {

@@ -43,6 +43,43 @@ inline std::vector<MicroBatch> MicroBatches(const std::vector<TrainingSample>& s
   return out;
 }
 
+// A micro-batch's samples packed for teacher forcing: the batch (with the
+// samples' MoE routing to replay) and, in its shifted [T] layout, the
+// weight of each target, the recorded behaviour log-probs and versions.
+struct PackedSamples {
+  ShiftedBatch shifted;
+  at::Tensor behaviour;          // [T] float32
+  at::Tensor versions;           // [T] int64
+  std::vector<int64_t> lengths;  // per sample
+  at::Tensor index;              // [n] int64: each sample's index in the step
+};
+
+inline PackedSamples PackSamples(const std::vector<TrainingSample>& samples,
+                                 const std::vector<size_t>& indices) {
+  std::vector<const std::vector<int64_t>*> tokens, versions;
+  std::vector<const std::vector<uint8_t>*> masks;
+  std::vector<const std::vector<float>*> behaviour;
+  std::vector<at::Tensor> routing;
+  std::vector<int64_t> index;
+  PackedSamples packed;
+  for (size_t i : indices) {
+    const auto& state = samples[i].state;
+    tokens.push_back(&state.tokens);
+    versions.push_back(&state.versions);
+    masks.push_back(&state.loss_mask);
+    behaviour.push_back(&state.logprobs);
+    if (state.moe_layers > 0) routing.push_back(state.RoutingTensor());
+    packed.lengths.push_back(state.length());
+    index.push_back(static_cast<int64_t>(i));
+  }
+  packed.shifted = TeacherForcing(tokens, masks);
+  if (!routing.empty()) packed.shifted.batch.replay_routing = at::cat(routing, 0);
+  packed.behaviour = ShiftedValues(behaviour);
+  packed.versions = ShiftedValues(versions);
+  packed.index = at::tensor(index, at::kLong);
+  return packed;
+}
+
 // Running (weighted) mean keyed by name, for "by dataset" / "by effort" metrics.
 class MeanBy {
  public:

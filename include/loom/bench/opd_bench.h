@@ -25,8 +25,9 @@ namespace loom::bench {
 struct OpdBenchOptions {
   bool quick = false;  // fewer, shorter sequences and rounds
   int64_t teachers = 40;
-  int64_t resident = 4;  // teachers the budget holds
-  int64_t rounds = 5;    // measured steps per configuration (after one warm-up each)
+  int64_t resident = 4;     // teachers the budget holds
+  int64_t rounds = 5;       // measured steps per configuration (after one warm-up each)
+  int64_t sequences = 640;  // the batch: 16 per teacher at 40, as a 80-prompt x 8-sample step
   uint64_t seed = 1;
 };
 

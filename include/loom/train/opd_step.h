@@ -21,6 +21,8 @@
 // student's hidden states — so only one teacher at a time is needed and the
 // student never runs on a teacher-sized sliver of the batch.
 
+#include <ATen/ATen.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -44,7 +46,9 @@ class OpdTrainer : public BatchTrainer {
   absl::StatusOr<nlohmann::json> Train(const Batch& batch) override;
 
  private:
-  struct Step;  // what one step accumulates across teachers and micro-batches
+  struct Step;       // what one step accumulates across teachers and micro-batches
+  struct Micro;      // one micro-batch, packed, with the rows its loss weighs
+  struct Distilled;  // what its teacher segments leave for the student's side
 
   // The distillation (and reward) loss of the samples `indices` (one
   // temperature, grouped by teacher): the student's stack runs once, each
@@ -52,6 +56,16 @@ class OpdTrainer : public BatchTrainer {
   absl::Status MicroBatchBackward(const std::vector<TrainingSample>& samples,
                                   const std::vector<size_t>& indices, double temperature,
                                   Step& step) const;
+  // Each teacher on its contiguous segment of the micro-batch: full KL (its
+  // gradient into distilled.hidden at once) or the sampled targets' log-probs.
+  absl::Status DistilSegments(const std::vector<TrainingSample>& samples, const Micro& micro,
+                              Distilled& distilled, Step& step) const;
+  // The clipped policy loss on `advantages` (sampled KL and/or reward terms).
+  at::Tensor PolicyLoss(const Micro& micro, const at::Tensor& logprobs,
+                        const at::Tensor& advantages, const Step& step) const;
+  // KL by dataset and by teacher from the rows' KL.
+  void RecordKl(const std::vector<TrainingSample>& samples, const Micro& micro,
+                const at::Tensor& kl, Step& step) const;
   nlohmann::json Record(const Batch& batch, const Step& step,
                         const StageOptimizer::Applied& applied, double train_seconds) const;
 
