@@ -3,6 +3,7 @@
 // reverse KL of on-policy distillation between a student and a teacher).
 
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -69,6 +70,21 @@ absl::StatusOr<std::vector<int64_t>> ParseTokensLine(const std::string& line,
   return tokens;
 }
 
+// Calls `each(line, where)` for every non-blank line of `path`; `where` is
+// "path:line" for messages. Stops at the first error.
+absl::Status ForEachInputLine(
+    const std::string& path,
+    const std::function<absl::Status(const std::string& line, const std::string& where)>& each) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError("cannot open " + path);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (absl::Status s = each(line, path + ":" + std::to_string(number)); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunLogprobs(const LogprobsOptions& options) {
   auto dtype = model::ParseDtype(options.dtype);
   if (!dtype.ok()) return dtype.status();
@@ -78,22 +94,18 @@ absl::Status RunLogprobs(const LogprobsOptions& options) {
   load.dtype = *dtype;
   auto loaded = model::Transformer::Load(options.model, load);
   if (!loaded.ok()) return loaded.status();
-  std::ifstream in(options.input);
-  if (!in) return absl::NotFoundError("cannot open " + options.input);
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = options.input + ":" + std::to_string(number);
+  return ForEachInputLine(options.input, [&](const std::string& line, const std::string& where) {
     auto tokens = ParseTokensLine(line, where);
     if (!tokens.ok()) return tokens.status();
     auto result = (*loaded)->Score(model::TeacherForcingBatch({*tokens}));
-    if (!result.ok())
+    if (!result.ok()) {
       return absl::InvalidArgumentError(where + ": " + std::string(result.status().message()));
+    }
     at::Tensor lp = result->logprobs.to(at::kDouble).contiguous();
     std::vector<double> values(lp.data_ptr<double>(), lp.data_ptr<double>() + lp.numel() - 1);
     std::cout << nlohmann::json{{"logprobs", values}}.dump() << "\n";
-  }
-  return absl::OkStatus();
+    return absl::OkStatus();
+  });
 }
 
 void SetupLogprobs(CLI::App& app, Context& context) {
@@ -178,26 +190,22 @@ absl::Status RunKl(const KlOptions& options) {
         "the teacher's vocab_size (" + std::to_string((*teacher)->config().vocab_size) +
         ") differs from the student's (" + std::to_string((*student)->config().vocab_size) + ")");
   }
-  std::ifstream in(options.input);
-  if (!in) return absl::NotFoundError("cannot open " + options.input);
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = options.input + ":" + std::to_string(number);
+  return ForEachInputLine(options.input, [&](const std::string& line, const std::string& where) {
     auto tokens = ParseTokensLine(line, where);
     if (!tokens.ok()) return tokens.status();
     auto k = ParseResponseStart(line, static_cast<int64_t>(tokens->size()), where);
     if (!k.ok()) return k.status();
-    if (*k == static_cast<int64_t>(tokens->size())) {
-      std::cout << nlohmann::json{{"kl", nlohmann::json::array()}}.dump() << "\n";
-      continue;
+    std::vector<double> kl;
+    if (*k < static_cast<int64_t>(tokens->size())) {
+      auto computed = ResponseKl(**student, **teacher, *tokens, *k, options.temperature);
+      if (!computed.ok()) {
+        return absl::InvalidArgumentError(where + ": " + std::string(computed.status().message()));
+      }
+      kl = *std::move(computed);
     }
-    auto kl = ResponseKl(**student, **teacher, *tokens, *k, options.temperature);
-    if (!kl.ok())
-      return absl::InvalidArgumentError(where + ": " + std::string(kl.status().message()));
-    std::cout << nlohmann::json{{"kl", *kl}}.dump() << "\n";
-  }
-  return absl::OkStatus();
+    std::cout << nlohmann::json{{"kl", kl}}.dump() << "\n";
+    return absl::OkStatus();
+  });
 }
 
 void SetupKl(CLI::App& app, Context& context) {

@@ -245,7 +245,6 @@ nlohmann::json GrpoTrainer::Record(const Batch& batch, const Judged& judged,
                                    const StageOptimizer::Applied& applied,
                                    double train_seconds) const {
   const double n = static_cast<double>(batch.samples.size());
-  const RolloutTotals& rollout = batch.rollout;
   double response_mean = 0;
   for (int64_t len : judged.response_tokens) response_mean += static_cast<double>(len);
   response_mean /= n;
@@ -269,22 +268,11 @@ nlohmann::json GrpoTrainer::Record(const Batch& batch, const Judged& judged,
       {"skipped_samples", static_cast<int64_t>(batch.samples.size() - selection.scored.size())},
       {"informative_subgroup_fraction",
        static_cast<double>(selection.informative) / static_cast<double>(selection.subgroups)},
-      {"samples_failed", batch.dispatch.samples_failed},
-      {"inflight_mean", batch.dispatch.inflight_mean},
-      {"inflight_min", batch.dispatch.inflight_min},
-      {"inflight_max", batch.dispatch.inflight_max},
       {"staleness_mean", static_cast<double>(judged.lag_sum) / n},
       {"staleness_max", judged.lag_max},
       {"masked_token_fraction",
-       totals.loss_tokens > 0 ? totals.masked_weighted / totals.loss_tokens : 0.0},
-      {"rollout_tokens_per_s",
-       rollout.seconds > 0
-           ? static_cast<double>(rollout.decode_tokens + rollout.prefill_tokens) / rollout.seconds
-           : 0.0},
-      {"train_tokens_per_s",
-       static_cast<double>(totals.trained_tokens) / std::max(train_seconds, 1e-9)},
-      {"time_rollout_s", rollout.seconds},
-      {"time_train_s", train_seconds}};
+       totals.loss_tokens > 0 ? totals.masked_weighted / totals.loss_tokens : 0.0}};
+  record.update(LoopMetrics(batch, totals.trained_tokens, train_seconds));
   // Ratios exist only for scored tokens: a step whose subgroups were all
   // uninformative (and skipped) has none.
   if (selection.weighted_tokens > 0) {

@@ -322,8 +322,7 @@ absl::StatusOr<nlohmann::json> OpdTrainer::Train(const Batch& batch) {
 nlohmann::json OpdTrainer::Record(const Batch& batch, const Step& step,
                                   const StageOptimizer::Applied& applied,
                                   double train_seconds) const {
-  const RolloutTotals& rollout = batch.rollout;
-  return {
+  nlohmann::json record = {
       {"stage", kOpdStage},
       {"step", batch.step + 1},
       {"version", context_.policy_version},
@@ -337,20 +336,10 @@ nlohmann::json OpdTrainer::Record(const Batch& batch, const Step& step,
       {"kl_by_teacher", step.kl_by_teacher.Json()},
       {"masked_token_fraction",
        step.loss_tokens > 0 ? 1.0 - step.weighted_tokens / step.loss_tokens : 0.0},
-      {"samples_failed", batch.dispatch.samples_failed},
-      {"inflight_mean", batch.dispatch.inflight_mean},
-      {"inflight_min", batch.dispatch.inflight_min},
-      {"inflight_max", batch.dispatch.inflight_max},
-      {"rollout_tokens_per_s",
-       rollout.seconds > 0
-           ? static_cast<double>(rollout.decode_tokens + rollout.prefill_tokens) / rollout.seconds
-           : 0.0},
-      {"train_tokens_per_s",
-       static_cast<double>(step.trained_tokens) / std::max(train_seconds, 1e-9)},
-      {"time_rollout_s", rollout.seconds},
       {"time_teacher_s", step.teacher_seconds},
-      {"time_student_s", step.student_seconds},
-      {"time_train_s", train_seconds}};
+      {"time_student_s", step.student_seconds}};
+  record.update(LoopMetrics(batch, step.trained_tokens, train_seconds));
+  return record;
 }
 
 }  // namespace loom::train

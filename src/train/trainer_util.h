@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/rollout/sample_state.h"
+#include "loom/train/async_loop.h"
 #include "loom/train/batching.h"
 #include "loom/train/sample_table.h"
 
@@ -78,6 +79,23 @@ inline PackedSamples PackSamples(const std::vector<TrainingSample>& samples,
   packed.versions = ShiftedValues(versions);
   packed.index = at::tensor(index, at::kLong);
   return packed;
+}
+
+// The metrics every async trainer's line carries about the loop: dispatch
+// concurrency and failures, rollout and training throughput and time.
+inline nlohmann::json LoopMetrics(const Batch& batch, int64_t trained_tokens,
+                                  double train_seconds) {
+  const RolloutTotals& rollout = batch.rollout;
+  const double rollout_tokens = static_cast<double>(rollout.decode_tokens + rollout.prefill_tokens);
+  return {
+      {"samples_failed", batch.dispatch.samples_failed},
+      {"inflight_mean", batch.dispatch.inflight_mean},
+      {"inflight_min", batch.dispatch.inflight_min},
+      {"inflight_max", batch.dispatch.inflight_max},
+      {"rollout_tokens_per_s", rollout.seconds > 0 ? rollout_tokens / rollout.seconds : 0.0},
+      {"train_tokens_per_s", static_cast<double>(trained_tokens) / std::max(train_seconds, 1e-9)},
+      {"time_rollout_s", rollout.seconds},
+      {"time_train_s", train_seconds}};
 }
 
 // Running (weighted) mean keyed by name, for "by dataset" / "by effort" metrics.
