@@ -1,9 +1,13 @@
 #include "loom/train/opd_stage.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -12,6 +16,7 @@
 #include "loom/train/checkpointer.h"
 #include "loom/train/evaluator.h"
 #include "loom/train/opd_step.h"
+#include "loom/train/preemption.h"
 
 namespace loom::train {
 namespace {
@@ -32,10 +37,26 @@ absl::Status TrainCompanion(const config::TeacherSection& teacher) {
     ::execv("/proc/self/exe", argv.data());
     ::_exit(127);
   }
+  // A preemption signal to this process is passed on: the child checkpoints
+  // and stops, and so does this run (nothing of its own to save yet).
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  bool forwarded = false;
+  for (;;) {
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR) {
+      return absl::InternalError("waiting for the run of teacher " + teacher.name + " failed");
+    }
+    if (!forwarded && PreemptionRequested()) {
+      ::kill(pid, PreemptionSignal());
+      forwarded = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const std::string command = "loom train --config " + teacher.config + " --resume auto";
+  if (forwarded && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    return PreemptedStatus("the run of teacher '" + teacher.name + "' (`" + command + "`)");
+  }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return absl::FailedPreconditionError("teacher '" + teacher.name + "': `" + command +
                                          "` failed (status " + std::to_string(status) + ")");

@@ -6,11 +6,16 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <chrono>
 #include <filesystem>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "loom/metrics/metrics_writer.h"
+#include "testing/loom_process.h"
 #include "testing/temp_dir.h"
 
 namespace loom {
@@ -23,6 +28,24 @@ using testing::TempDir;
 
 constexpr int kTeachers = 40, kOpdSteps = 3;
 constexpr const char* kArchs[] = {"llama", "qwen2", "qwen3", "qwen3_moe"};
+
+// A companion config that makes a teacher by `steps` SFT steps into
+// `dir`/t0-run/stages/sft.
+std::string Companion(const TempDir& dir, int steps) {
+  return dir.Write("t0.yaml",
+                   "base: " LOOM_SOURCE_DIR
+                   "/configs/test/e2e.yaml\n"
+                   "run: {name: t0, dir: " +
+                       (dir / "t0-run") +
+                       "}\n"
+                       "model: {path: " +
+                       (dir / "t0-init") +
+                       ", arch: qwen3, init: "
+                       "{hidden_size: 32, num_hidden_layers: 1, intermediate_size: 64}}\n"
+                       "ckpt: {every_steps: 1000}\n"
+                       "train: {stages: [sft], sft: {steps: " +
+                       std::to_string(steps) + ", batch_sequences: 4}}\n");
+}
 
 // A teacher directory: `arch`, tiny, seeded.
 void MakeTeacher(const std::string& path, const std::string& arch, int seed) {
@@ -122,6 +145,48 @@ TEST(OpdEndToEndTest, FortyTeachersOfFourArchitecturesUnderABudgetOfFour) {
   EXPECT_GE(taught.size(), 20u);
   EXPECT_GT(evictions, 0);
   EXPECT_GE(loads, static_cast<int64_t>(taught.size()));
+  EXPECT_TRUE(fs::exists(dir / "run/stages/opd/model.safetensors"));
+}
+
+TEST(OpdEndToEndTest, PreemptedWhileMakingATeacherThenResumed) {
+  TempDir dir;
+  MakeTeacher(dir / "t1", "llama", 3);
+  const std::string t0 = dir / "t0-run/stages/sft";
+  const std::string config =
+      OpdConfig(dir, 2, "{name: t0, path: " + t0 + ", config: " + Companion(dir, 1500) + "}");
+  const std::vector<std::string> args = {"train",
+                                         "--config",
+                                         config,
+                                         "--run-dir",
+                                         dir / "run",
+                                         "--set",
+                                         "model.path=" + (dir / "student"),
+                                         "--resume",
+                                         "auto"};
+  const std::string log = dir / "parent.out";
+  {
+    // SIGTERM to the parent alone, while its child trains the teacher: the
+    // child checkpoints and stops, the parent exits 0 as preempted.
+    testing::LoomProcess parent(args, log);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (parent.Running() &&
+           testing::ReadAll(log).find("stage sft begins") == std::string::npos &&
+           std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_TRUE(parent.Running()) << testing::ReadAll(log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    parent.Signal(SIGTERM);
+    EXPECT_EQ(parent.Wait(), 0) << testing::ReadAll(log);
+  }
+  EXPECT_NE(testing::ReadAll(log).find("preempted"), std::string::npos) << testing::ReadAll(log);
+  EXPECT_FALSE(fs::exists(t0));
+  EXPECT_TRUE(fs::exists(dir / "t0-run/checkpoints/latest")) << testing::ReadAll(log);
+  EXPECT_FALSE(fs::exists(dir / "run/stages/sft"));
+  // The same command again: the child resumes its checkpoint, then the run goes on.
+  testing::LoomProcess again(args, dir / "again.out");
+  EXPECT_EQ(again.Wait(), 0) << testing::ReadAll(dir / "again.out");
+  EXPECT_NE(testing::ReadAll(dir / "again.out").find("resuming from"), std::string::npos);
   EXPECT_TRUE(fs::exists(dir / "run/stages/opd/model.safetensors"));
 }
 

@@ -26,7 +26,8 @@ inline constexpr char kOpdStage[] = "opd";
 // The run's teacher pool, or null when train.stages has no opd. A teacher
 // whose path holds no model but which names a companion `config` is made
 // first by `loom train --config CONFIG --resume auto` in a child process
-// (its output streams through); every teacher is then checked against the
+// (its output streams through; a preemption signal is passed on to it, and
+// the status is then PreemptedStatus); every teacher is then checked against the
 // student's vocabulary and the memory budget (TeacherPool::Open).
 absl::StatusOr<std::unique_ptr<algo::TeacherPool>> OpenTeachers(
     const config::RunConfig& config, int64_t vocab_size, const tokenizer::Tokenizer& tokenizer,
