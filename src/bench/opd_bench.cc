@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "loom/config/run_config.h"
 #include "loom/metrics/metrics_writer.h"
 #include "loom/metrics/progress.h"
+#include "loom/model/distill.h"
 #include "loom/model/init.h"
 #include "loom/model/transformer.h"
 #include "loom/tasks/dataset.h"
@@ -89,6 +91,73 @@ std::vector<train::TrainingSample> FixedBatch(int64_t count, int64_t prompt, int
     batch.push_back({std::move(state), std::move(info)});
   }
   return batch;
+}
+
+// The report's trick for cheap teachers, measured: the teacher's side of
+// the loss for a batch kept as final hidden states (H numbers per token, its
+// LM head applied chunk by chunk inside the KL) or as full log-prob rows (V
+// per token). Seconds for the teacher to produce each form, and for the KL
+// forward and backward with each; the same KL either way.
+absl::StatusOr<nlohmann::json> TeacherForms(const model::Transformer& student,
+                                            const model::Transformer& teacher,
+                                            const std::vector<train::TrainingSample>& batch) {
+  std::vector<std::vector<int64_t>> sequences;
+  std::vector<int64_t> rows;
+  int64_t offset = 0;
+  for (const train::TrainingSample& sample : batch) {
+    sequences.push_back(sample.state.tokens);
+    for (int64_t t = sample.state.prompt_length - 1; t + 1 < sample.state.length(); ++t) {
+      rows.push_back(offset + t);
+    }
+    offset += sample.state.length();
+  }
+  const model::PackedBatch packed = model::TeacherForcingBatch(sequences);
+  model::TeacherRows compact, logprobs;
+  compact.rows = logprobs.rows = at::tensor(rows, at::kLong);
+  double start = metrics::ProgressLine::SteadySeconds();
+  {
+    at::NoGradGuard no_grad;
+    model::ScoreOptions options;
+    options.hidden_rows = compact.rows;
+    auto scored = teacher.Score(packed, options);
+    if (!scored.ok()) return scored.status();
+    compact.hidden = scored->hidden;
+    compact.head = teacher.LmHead();
+  }
+  const double compact_state_s = metrics::ProgressLine::SteadySeconds() - start;
+  start = metrics::ProgressLine::SteadySeconds();
+  {
+    at::NoGradGuard no_grad;
+    model::ScoreOptions options;
+    options.full_vocab_rows = logprobs.rows;
+    auto scored = teacher.Score(packed, options);
+    if (!scored.ok()) return scored.status();
+    logprobs.logprobs = scored->full_logprobs;
+  }
+  const double logprob_state_s = metrics::ProgressLine::SteadySeconds() - start;
+  auto hidden = student.Score(packed, [&] {
+    model::ScoreOptions options;
+    options.hidden_rows = at::arange(packed.tokens.size(0), at::kLong);
+    return options;
+  }());
+  if (!hidden.ok()) return hidden.status();
+  const at::Tensor leaf = hidden->hidden.detach().requires_grad_(true);
+  std::vector<double> seconds, sums;
+  for (const model::TeacherRows* form : {&compact, &logprobs}) {
+    start = metrics::ProgressLine::SteadySeconds();
+    auto kl = model::ReverseKl(leaf, student.LmHead(), *form, 1.0);
+    if (!kl.ok()) return kl.status();
+    kl->sum().backward();
+    seconds.push_back(metrics::ProgressLine::SteadySeconds() - start);
+    sums.push_back(kl->sum().item<double>());
+  }
+  return nlohmann::json{{"teacher_state_s_compact", compact_state_s},
+                        {"teacher_state_s_logprobs", logprob_state_s},
+                        {"kl_s_compact", seconds[0]},
+                        {"kl_s_logprobs", seconds[1]},
+                        {"kl_relative_difference", std::abs(sums[0] - sums[1]) / std::abs(sums[1])},
+                        {"teacher_state_bytes_compact", compact.hidden.numel() * 4},
+                        {"teacher_state_bytes_logprobs", logprobs.logprobs.numel() * 4}};
 }
 
 }  // namespace
@@ -184,9 +253,11 @@ absl::StatusOr<nlohmann::json> RunOpdBench(const OpdBenchOptions& options) {
     }
   }
   const double one_teacher = Median(single_s), many_teachers = Median(spread_s);
-  const int64_t hidden = (*student)->config().hidden_size;
-  const int64_t response_tokens = count * (length - prompt);
-  return nlohmann::json{{"bench", "opd"},
+  auto teacher = model::Transformer::Load(specs[0].path, {});
+  if (!teacher.ok()) return teacher.status();
+  auto forms = TeacherForms(**student, **teacher, single.samples);
+  if (!forms.ok()) return forms.status();
+  nlohmann::json result{{"bench", "opd"},
                         {"teachers", options.teachers},
                         {"architectures", {"llama", "qwen2", "qwen3"}},
                         {"resident_budget", options.resident},
@@ -203,10 +274,9 @@ absl::StatusOr<nlohmann::json> RunOpdBench(const OpdBenchOptions& options) {
                         {"teacher_load_s_per_step", load_s / rounds},
                         {"teacher_s_per_step", Median(teacher_s)},
                         {"student_s_per_step", Median(student_s)},
-                        // What the loss keeps per response token of the teacher's side.
-                        {"teacher_state_bytes_compact", response_tokens * hidden * 4},
-                        {"teacher_state_bytes_logprobs", response_tokens * vocab * 4},
                         {"threads", at::get_num_threads()}};
+  result.update(*forms);
+  return result;
 }
 
 }  // namespace loom::bench

@@ -26,6 +26,8 @@ TEST(OpdBenchTest, EachStepLoadsEveryTeacherNotResidentOnce) {
   EXPECT_GT(r["step_s_many_teachers"].get<double>(), 0);
   EXPECT_LT(r["teacher_state_bytes_compact"].get<int64_t>(),
             r["teacher_state_bytes_logprobs"].get<int64_t>());
+  // Both forms of the teacher give the same KL.
+  EXPECT_LT(r["kl_relative_difference"].get<double>(), 1e-5) << r;
 }
 
 TEST(OpdBenchTest, BudgetMustHoldFewerTeachersThanThereAre) {

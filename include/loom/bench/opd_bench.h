@@ -34,8 +34,10 @@ struct OpdBenchOptions {
 // {"teachers", "resident_budget", "batch_sequences", "batch_tokens",
 //  "step_s_one_teacher", "step_s_many_teachers", "switch_overhead_fraction",
 //  "teacher_loads_per_step", "teacher_evictions_per_step", "teacher_load_s_per_step",
-//  "teacher_s_per_step", "student_s_per_step", "teacher_state_bytes_compact",
-//  "teacher_state_bytes_logprobs", ...}
+//  "teacher_s_per_step", "student_s_per_step", and the teacher's side kept
+//  compact (hidden states + head) vs as log-prob rows for the one-teacher
+//  batch: "teacher_state_bytes_*", "teacher_state_s_*", "kl_s_*" (KL forward
+//  and backward), "kl_relative_difference"}
 absl::StatusOr<nlohmann::json> RunOpdBench(const OpdBenchOptions& options);
 
 }  // namespace loom::bench
