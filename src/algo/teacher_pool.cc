@@ -20,8 +20,9 @@ int32_t FirstDifference(const tokenizer::Tokenizer& a, const tokenizer::Tokenize
   return -1;
 }
 
-absl::Status CheckTeacher(const TeacherSpec& spec, int64_t vocab_size,
-                          const tokenizer::Tokenizer& student) {
+// The teacher's config, once its vocabulary is checked against the student's.
+absl::StatusOr<model::ModelConfig> CheckTeacher(const TeacherSpec& spec, int64_t vocab_size,
+                                                const tokenizer::Tokenizer& student) {
   const std::string who = "teacher '" + spec.name + "' (" + spec.path + ")";
   auto config = model::LoadModelConfig(spec.path);
   if (!config.ok())
@@ -42,7 +43,7 @@ absl::Status CheckTeacher(const TeacherSpec& spec, int64_t vocab_size,
         absl::StrCat(who, ": its tokenizer differs from the student's (first at token id ", differs,
                      "); teachers must share the student's tokenizer"));
   }
-  return absl::OkStatus();
+  return config;
 }
 
 }  // namespace
@@ -53,10 +54,10 @@ absl::StatusOr<std::unique_ptr<TeacherPool>> TeacherPool::Open(
   std::unique_ptr<TeacherPool> pool(new TeacherPool(options));
   const int64_t element = static_cast<int64_t>(c10::elementSize(options.dtype));
   for (TeacherSpec& spec : teachers) {
-    if (absl::Status s = CheckTeacher(spec, vocab_size, student_tokenizer); !s.ok()) return s;
+    auto config = CheckTeacher(spec, vocab_size, student_tokenizer);
+    if (!config.ok()) return config.status();
     Teacher teacher;
-    teacher.bytes =
-        model::Transformer::ParameterCount(*model::LoadModelConfig(spec.path)) * element;
+    teacher.bytes = model::Transformer::ParameterCount(*config) * element;
     if (options.memory_bytes > 0 && teacher.bytes > options.memory_bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "teacher '", spec.name, "' (", spec.path, ") needs ", teacher.bytes,

@@ -161,12 +161,8 @@ GrpoTrainer::Selection GrpoTrainer::Select(const std::vector<TrainingSample>& sa
   }
   // One token-level mean over the scored samples: count the weighted tokens first.
   for (size_t i : selection.scored) {
-    const auto& state = samples[i].state;
-    for (int64_t t = 1; t < state.length(); ++t) {
-      const bool fresh =
-          config.async.mask_lag < 0 || version - state.versions[t] <= config.async.mask_lag;
-      selection.weighted_tokens += (state.loss_mask[t] && fresh) ? 1 : 0;
-    }
+    selection.weighted_tokens +=
+        static_cast<double>(FreshLossTokens(samples[i].state, version, config.async.mask_lag));
   }
   return selection;
 }

@@ -265,12 +265,8 @@ absl::StatusOr<nlohmann::json> OpdTrainer::Train(const Batch& batch) {
   // One token-level mean over the batch: count its weighted tokens first.
   double weighted = 0;
   for (const TrainingSample& sample : samples) {
-    const auto& state = sample.state;
-    for (int64_t t = 1; t < state.length(); ++t) {
-      const bool fresh =
-          config.async.mask_lag < 0 || step.version - state.versions[t] <= config.async.mask_lag;
-      weighted += (state.loss_mask[t] && fresh) ? 1 : 0;
-    }
+    weighted +=
+        static_cast<double>(FreshLossTokens(sample.state, step.version, config.async.mask_lag));
   }
   step.normalizer = std::max(weighted, 1.0);
   // Verifier rewards: always reported; subgroup advantages when they are trained on.

@@ -98,6 +98,19 @@ inline nlohmann::json LoopMetrics(const Batch& batch, int64_t trained_tokens,
       {"time_train_s", train_seconds}};
 }
 
+// Tokens of `state` a loss at policy version `version` weighs: model tokens
+// (loss mask 1) not older than `mask_lag` versions (-1: none is stale) —
+// the count behind the token-level mean.
+inline int64_t FreshLossTokens(const rollout::SampleState& state, int64_t version,
+                               int64_t mask_lag) {
+  int64_t count = 0;
+  for (int64_t t = 1; t < state.length(); ++t) {
+    const bool fresh = mask_lag < 0 || version - state.versions[t] <= mask_lag;
+    count += (state.loss_mask[t] && fresh) ? 1 : 0;
+  }
+  return count;
+}
+
 // Running (weighted) mean keyed by name, for "by dataset" / "by effort" metrics.
 class MeanBy {
  public:

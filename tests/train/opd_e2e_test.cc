@@ -93,17 +93,7 @@ TEST(OpdEndToEndTest, FortyTeachersOfFourArchitecturesUnderABudgetOfFour) {
     MakeTeacher(dir / ("t" + std::to_string(t)), kArchs[t % 4], 100 + t);
   }
   // Teacher 0 does not exist yet: its companion config makes it (2 SFT steps).
-  const std::string companion =
-      dir.Write("t0.yaml", "base: " LOOM_SOURCE_DIR
-                           "/configs/test/e2e.yaml\n"
-                           "run: {name: t0, dir: " +
-                               (dir / "t0-run") +
-                               "}\n"
-                               "model: {path: " +
-                               (dir / "t0-init") +
-                               ", arch: qwen3, init: "
-                               "{hidden_size: 32, num_hidden_layers: 1, intermediate_size: 64}}\n"
-                               "train: {stages: [sft], sft: {steps: 2, batch_sequences: 4}}\n");
+  const std::string companion = Companion(dir, 2);
   const std::string t0 = dir / "t0-run/stages/sft";
   const std::string config =
       OpdConfig(dir, kTeachers, "{name: t0, path: " + t0 + ", config: " + companion + "}");
