@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "loom/config/binder.h"
 #include "loom/config/dump.h"
+#include "loom/config/live.h"
 #include "loom/config/tree.h"
 
 namespace loom::config {
@@ -62,14 +63,30 @@ absl::StatusOr<RunConfig> LoadRunConfig(const std::string& path,
 
 std::string ResolvedYaml(const RunConfig& config) { return DumpYaml(config); }
 
+namespace {
+
+std::string LiveKeysMarkdown() {
+  std::string text;
+  for (const std::string& pattern : LiveKeyPatterns()) text += "- `" + pattern + "`\n";
+  return text;
+}
+
+}  // namespace
+
 std::string ConfigReferenceMarkdown() {
   return "# Configuration reference\n\n"
          "Generated from the config declarations by `loom config docs`; a test fails when this "
          "file and the code disagree. Every key has a default unless marked required. Configs "
          "may start with `base: other.yaml` (inherit, this file wins), use `${env:NAME}` or "
          "`${env:NAME:-default}` in values, and be overridden with `--set a.b=value` (lists and "
-         "maps in YAML flow syntax).\n" +
-         DescribeMarkdown(RunConfig{});
+         "maps in YAML flow syntax); `--set` reaches list entries by index or by name "
+         "(`tasks.datasets.1.weight=0`, `tasks.datasets.sort.weight=0`), appends with "
+         "`+opd.teachers={name: t3, path: DIR}` and removes with `~opd.teachers.t3`.\n\n"
+         "## Live keys\n\n"
+         "These may change while a run goes on, with `loom ctl RUN_DIR set KEY=VALUE` "
+         "(docs/operations.md, live changes); `*` is a list entry's name. Every other key is "
+         "refused as not live-changeable.\n\n" +
+         LiveKeysMarkdown() + DescribeMarkdown(RunConfig{});
 }
 
 }  // namespace loom::config

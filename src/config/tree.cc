@@ -136,7 +136,8 @@ void ConfigTree::MergeFile(const std::string& path, std::vector<std::string>& st
   }
   if (doc.IsNull()) return;  // an empty file is an empty map
   if (!doc.IsMap()) {
-    errors.push_back({MarkLocation(path, doc.Mark()), "", "expected a map of keys at the top level"});
+    errors.push_back(
+        {MarkLocation(path, doc.Mark()), "", "expected a map of keys at the top level"});
     return;
   }
   if (YAML::Node base = doc["base"]) {
@@ -162,7 +163,8 @@ void ConfigTree::MergeDocument(YAML::Node doc, const std::string& file,
                                std::vector<ConfigError>& errors) {
   if (doc.IsNull()) return;
   if (!doc.IsMap()) {
-    errors.push_back({MarkLocation(file, doc.Mark()), "", "expected a map of keys at the top level"});
+    errors.push_back(
+        {MarkLocation(file, doc.Mark()), "", "expected a map of keys at the top level"});
     return;
   }
   MergeInto(root_, doc, "", file, errors);
@@ -172,7 +174,8 @@ void ConfigTree::MergeInto(YAML::Node target, const YAML::Node& source, const st
                            const std::string& file, std::vector<ConfigError>& errors) {
   for (const auto& item : source) {
     if (!item.first.IsScalar()) {
-      errors.push_back({MarkLocation(file, item.first.Mark()), prefix, "map keys must be plain names"});
+      errors.push_back(
+          {MarkLocation(file, item.first.Mark()), prefix, "map keys must be plain names"});
       continue;
     }
     const std::string name = item.first.Scalar();
@@ -221,10 +224,11 @@ YAML::Node ConfigTree::Interpolate(const YAML::Node& node, const std::string& ke
 }
 
 void ConfigTree::ForgetLocationsUnder(const std::string& key) {
-  const std::string prefix = key + ".";
-  for (auto it = locations_.lower_bound(prefix);
-       it != locations_.end() && it->first.rfind(prefix, 0) == 0;) {
-    it = locations_.erase(it);
+  for (const std::string& prefix : {key + ".", key + "["}) {
+    for (auto it = locations_.lower_bound(prefix);
+         it != locations_.end() && it->first.rfind(prefix, 0) == 0;) {
+      it = locations_.erase(it);
+    }
   }
 }
 
@@ -257,50 +261,166 @@ Location ConfigTree::LocationOf(const std::string& key) const {
   return file_location_;
 }
 
+namespace {
+
+// "a.b[1].c" -> {"a", "b", "1", "c"}; nothing when a part is empty.
+std::optional<std::vector<std::string>> SplitKey(const std::string& key) {
+  std::string dotted;
+  for (size_t i = 0; i < key.size(); ++i) {
+    if (key[i] == '[') {
+      const size_t close = key.find(']', i);
+      if (close == std::string::npos) return std::nullopt;
+      dotted += "." + key.substr(i + 1, close - i - 1);
+      i = close;
+    } else {
+      dotted += key[i];
+    }
+  }
+  std::vector<std::string> parts;
+  std::stringstream split(dotted);
+  for (std::string part; std::getline(split, part, '.');) parts.push_back(part);
+  if (parts.empty() || dotted.back() == '.' ||
+      std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); })) {
+    return std::nullopt;
+  }
+  return parts;
+}
+
+// The entry of `list` that `part` names: its index, or the entry whose
+// `name` is `part`. An error text when there is none.
+std::optional<size_t> ListEntry(const YAML::Node& list, const std::string& part,
+                                std::string& error) {
+  const bool digits =
+      !part.empty() && part.size() < 10 &&
+      std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (digits && std::stoul(part) < list.size()) return std::stoul(part);
+  std::string names;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const YAML::Node entry = list[i];
+    const YAML::Node name = entry.IsMap() ? entry["name"] : YAML::Node();
+    if (name && name.IsScalar()) {
+      if (!digits && name.Scalar() == part) return i;
+      names += (names.empty() ? "" : ", ") + name.Scalar();
+    }
+  }
+  if (list.size() == 0) {
+    error = "the list is empty: it has no entry '" + part + "'";
+  } else {
+    error = "no entry '" + part + "': give an index 0.." + std::to_string(list.size() - 1) +
+            (names.empty() ? "" : " or a name (" + names + ")");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 void ConfigTree::ApplyOverride(const std::string& assignment, std::vector<ConfigError>& errors) {
   const Location where{"--set " + assignment, 0, 0};
-  size_t eq = assignment.find('=');
-  if (eq == std::string::npos || eq == 0) {
-    errors.push_back({where, "", "expected key=value, e.g. --set rollout.max_batch=32"});
+  // "+key=value" appends to a list; "~key" removes a list entry or a map key.
+  const char op =
+      !assignment.empty() && (assignment[0] == '+' || assignment[0] == '~') ? assignment[0] : '=';
+  const std::string text = op == '=' ? assignment : assignment.substr(1);
+  const size_t eq = op == '~' ? text.size() : text.find('=');
+  if (op == '~' ? text.find('=') != std::string::npos : eq == std::string::npos || eq == 0) {
+    errors.push_back({where, "",
+                      "expected key=value, +list=value (append) or ~key (remove), e.g. --set "
+                      "rollout.max_batch=32"});
     return;
   }
-  const std::string key = assignment.substr(0, eq);
-  std::vector<std::string> parts;
-  std::stringstream split(key);
-  for (std::string part; std::getline(split, part, '.');) parts.push_back(part);
-  if (key.back() == '.' ||
-      std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); })) {
+  const std::string key = text.substr(0, eq);
+  const auto parts = SplitKey(key);
+  if (!parts) {
     errors.push_back({where, key, "malformed key path"});
     return;
   }
   YAML::Node value;
-  try {
-    value = YAML::Load(assignment.substr(eq + 1));
-  } catch (const YAML::Exception& e) {
-    errors.push_back({where, key, "value is not valid YAML: " + e.msg});
-    return;
+  if (op != '~') {
+    try {
+      value = YAML::Load(text.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      errors.push_back({where, key, "value is not valid YAML: " + e.msg});
+      return;
+    }
+    value = Interpolate(value, key, where.file, errors);
   }
-  value = Interpolate(value, key, where.file, errors);
+  // Walk to the parent of the last part; list entries by index or by name.
+  // `walked` is the binder's form of the path (items[1].weight), so errors
+  // found while binding point at this override.
   YAML::Node node = root_;
   std::string walked;
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    walked = JoinKey(walked, parts[i]);
-    YAML::Node child = node[parts[i]];
+  auto step_into_list = [&](const std::string& part, size_t& index) {
+    std::string error;
+    auto found = ListEntry(node, part, error);
+    if (!found) errors.push_back({where, walked, error});
+    if (found) index = *found;
+    return found.has_value();
+  };
+  for (size_t i = 0; i + 1 < parts->size(); ++i) {
+    const std::string& part = (*parts)[i];
+    if (node.IsSequence()) {
+      size_t index = 0;
+      if (!step_into_list(part, index)) return;
+      walked += "[" + std::to_string(index) + "]";
+      node.reset(node[index]);
+      continue;
+    }
+    walked = JoinKey(walked, part);
+    YAML::Node child = node[part];
     if (!child || child.IsNull()) {
-      node[parts[i]] = YAML::Node(YAML::NodeType::Map);
-      child.reset(node[parts[i]]);
-    } else if (!child.IsMap()) {
-      errors.push_back({where, walked, "is not a map, so it has no key '" + parts[i + 1] + "'"});
+      if (op == '~') return;  // removing what is not there: nothing to do
+      node[part] = YAML::Node(YAML::NodeType::Map);
+      child.reset(node[part]);
+    } else if (!child.IsMap() && !child.IsSequence()) {
+      errors.push_back(
+          {where, walked, "is not a map or a list, so it has no entry '" + (*parts)[i + 1] + "'"});
       return;
     }
     node.reset(child);
   }
-  ForgetLocationsUnder(key);
-  node[parts.back()] = value;
-  RecordLocations(value, key, where);
+  const std::string& last = parts->back();
+  std::string target;  // the binder's path of the node replaced, added or removed
+  if (node.IsSequence()) {
+    size_t index = 0;
+    if (!step_into_list(last, index)) return;
+    target = walked + "[" + std::to_string(index) + "]";
+    if (op == '~') {
+      node.remove(index);
+      target = walked;  // the entries after it moved: the whole list is this override's now
+      value.reset(node);
+    } else if (op == '+') {
+      errors.push_back({where, target, "is a list entry: append with +" + walked + "=VALUE"});
+      return;
+    } else {
+      node[index] = value;
+    }
+  } else {
+    target = JoinKey(walked, last);
+    if (op == '~') {
+      node.remove(last);
+      ForgetLocationsUnder(target);
+      locations_.erase(target);
+      return;
+    }
+    if (op == '+') {
+      YAML::Node list = node[last];
+      if (list && !list.IsNull() && !list.IsSequence()) {
+        errors.push_back({where, target, "is not a list, so nothing can be appended to it"});
+        return;
+      }
+      YAML::Node appended(YAML::NodeType::Sequence);
+      if (list && list.IsSequence()) {
+        for (size_t i = 0; i < list.size(); ++i) appended.push_back(list[i]);
+      }
+      appended.push_back(value);
+      value.reset(appended);
+    }
+    node[last] = value;
+  }
+  ForgetLocationsUnder(target);
+  RecordLocations(value, target, where);
   // Intermediate maps created here also come from this override.
-  for (std::string prefix = key; prefix.find('.') != std::string::npos;) {
-    prefix.resize(prefix.find_last_of('.'));
+  for (std::string prefix = target; prefix.find_first_of(".[") != std::string::npos;) {
+    prefix.resize(prefix.find_last_of(".["));
     locations_.emplace(prefix, where);
   }
 }

@@ -28,20 +28,33 @@ absl::Status CheckOptions(const DispatchOptions& o, int group_size) {
                  std::to_string(o.batch_samples) + ", rounded up to whole groups) exceeds " +
                  "async.max_inflight (" + std::to_string(o.max_inflight) + ")");
   }
-  bool any = false;
-  for (const auto& d : o.datasets) {
-    if (d.max_inflight > 0 && d.max_inflight < group_size) {
-      return error("dispatch: dataset '" + d.name + "' has max_inflight " +
-                   std::to_string(d.max_inflight) + ", below one prompt's group (" +
-                   std::to_string(group_size) + " samples): it could never be dispatched");
-    }
-    any = any || d.weight > 0;
-  }
-  if (!any) return error("dispatch: no dataset with weight > 0");
-  return absl::OkStatus();
+  return CheckDatasets(o.datasets, group_size);
 }
 
 }  // namespace
+
+std::vector<DatasetQuota> QuotasFromConfig(const config::TasksSection& tasks) {
+  std::vector<DatasetQuota> quotas;
+  for (const auto& d : tasks.datasets) {
+    quotas.push_back({d.name, d.active ? d.weight : 0.0, d.max_inflight});
+  }
+  return quotas;
+}
+
+absl::Status CheckDatasets(const std::vector<DatasetQuota>& datasets, int group_size) {
+  bool any = false;
+  for (const auto& d : datasets) {
+    if (d.max_inflight > 0 && d.max_inflight < group_size) {
+      return absl::InvalidArgumentError(
+          "dispatch: dataset '" + d.name + "' has max_inflight " + std::to_string(d.max_inflight) +
+          ", below one prompt's group (" + std::to_string(group_size) +
+          " samples): it could never be dispatched");
+    }
+    any = any || d.weight > 0;
+  }
+  if (!any) return absl::InvalidArgumentError("dispatch: no active dataset with weight > 0");
+  return absl::OkStatus();
+}
 
 int PromptGroup::size() const {
   int n = 0;
@@ -61,7 +74,7 @@ DispatchOptions DispatchOptions::FromConfig(const config::AsyncSection& async,
   for (size_t i = 0; i < effort.levels.size(); ++i) {
     o.efforts.push_back({effort.levels[i], effort.SamplesAt(i)});
   }
-  for (const auto& d : tasks.datasets) o.datasets.push_back({d.name, d.weight, d.max_inflight});
+  o.datasets = QuotasFromConfig(tasks);
   o.seed = seed;
   return o;
 }
@@ -161,6 +174,24 @@ void Dispatcher::Admit(const PromptGroup& group, RolloutPort& engine) {
   budget_ -= group.size();
   ++stats_.prompts_dispatched;
   engine.Admit(group);
+}
+
+absl::Status Dispatcher::SetDatasets(std::vector<DatasetQuota> datasets) {
+  if (datasets.size() != options_.datasets.size()) {
+    return absl::InvalidArgumentError("dispatch: " + std::to_string(datasets.size()) +
+                                      " datasets given, the run has " +
+                                      std::to_string(options_.datasets.size()));
+  }
+  for (size_t d = 0; d < datasets.size(); ++d) {
+    if (datasets[d].name != options_.datasets[d].name) {
+      return absl::InvalidArgumentError("dispatch: dataset " + std::to_string(d) + " is '" +
+                                        options_.datasets[d].name + "', not '" + datasets[d].name +
+                                        "'");
+    }
+  }
+  if (absl::Status s = CheckDatasets(datasets, group_size_); !s.ok()) return s;
+  options_.datasets = std::move(datasets);
+  return absl::OkStatus();
 }
 
 int Dispatcher::Refill(RolloutPort& engine) {

@@ -104,18 +104,21 @@ items:
 
 TEST(BinderTest, ReportsEveryErrorWithLineAndKeyPath) {
   Everything c;
-  auto errors = BindText("flag: maybe\ncount: 11\nrate: fast\nmode: c\n"
-                         "inner:\n  levels: [10, abc, 200]\n  bigg: 1\n"
-                         "items:\n  - {weight: -1}\n",
-                         c);
+  auto errors = BindText(
+      "flag: maybe\ncount: 11\nrate: fast\nmode: c\n"
+      "inner:\n  levels: [10, abc, 200]\n  bigg: 1\n"
+      "items:\n  - {weight: -1}\n",
+      c);
   ASSERT_EQ(errors.size(), 9u);
   EXPECT_EQ(errors[0], "t.yaml:1:1: flag: expected true or false, got 'maybe'");
-  EXPECT_EQ(errors[1], "t.yaml:2:1: count: out of range: expected a value between 1 and 10, got 11");
+  EXPECT_EQ(errors[1],
+            "t.yaml:2:1: count: out of range: expected a value between 1 and 10, got 11");
   EXPECT_EQ(errors[2], "t.yaml:3:1: rate: expected a number, got 'fast'");
   EXPECT_EQ(errors[3], "t.yaml:4:1: mode: expected one of 'a' 'b', got 'c'");
   EXPECT_EQ(errors[4], "t.yaml:6:16: inner.levels[1]: expected integers, got 'abc'");
-  EXPECT_EQ(errors[5],
-            "t.yaml:6:21: inner.levels[2]: out of range: expected a value between 1 and 100, got 200");
+  EXPECT_EQ(
+      errors[5],
+      "t.yaml:6:21: inner.levels[2]: out of range: expected a value between 1 and 100, got 200");
   EXPECT_EQ(errors[6], "t.yaml:7:3: inner.bigg: unknown key (did you mean 'big'?)");
   EXPECT_EQ(errors[7], "t.yaml:9:5: items[0].name: required key is missing");
   EXPECT_EQ(errors[8], "t.yaml:9:6: items[0].weight: out of range: expected a value >= 0, got -1");
@@ -141,14 +144,17 @@ TEST(BinderTest, WrongShapes) {
 TEST(BinderTest, OverridesAreTypeCheckedAndNamed) {
   Everything c;
   auto errors = BindText("count: 2\n", c,
-                         {"count=4", "inner.levels=[1, 2, 3]", "items=[{name: z}]",
-                          "extra={a: 1}", "inner.bog=3", "rate=x", "nokey", "=3", "a..b=1",
-                          "count.x=1"});
+                         {"count=4", "inner.levels=[1, 2, 3]", "items=[{name: z}]", "extra={a: 1}",
+                          "inner.bog=3", "rate=x", "nokey", "=3", "a..b=1", "count.x=1"});
   ASSERT_EQ(errors.size(), 6u);
-  EXPECT_EQ(errors[0], "--set nokey: expected key=value, e.g. --set rollout.max_batch=32");
-  EXPECT_EQ(errors[1], "--set =3: expected key=value, e.g. --set rollout.max_batch=32");
+  EXPECT_EQ(errors[0],
+            "--set nokey: expected key=value, +list=value (append) or ~key (remove), "
+            "e.g. --set rollout.max_batch=32");
+  EXPECT_EQ(errors[1],
+            "--set =3: expected key=value, +list=value (append) or ~key (remove), "
+            "e.g. --set rollout.max_batch=32");
   EXPECT_EQ(errors[2], "--set a..b=1: a..b: malformed key path");
-  EXPECT_EQ(errors[3], "--set count.x=1: count: is not a map, so it has no key 'x'");
+  EXPECT_EQ(errors[3], "--set count.x=1: count: is not a map or a list, so it has no entry 'x'");
   EXPECT_EQ(errors[4], "--set rate=x: rate: expected a number, got 'x'");
   EXPECT_EQ(errors[5], "--set inner.bog=3: inner.bog: unknown key (did you mean 'big'?)");
   EXPECT_EQ(c.count, 4);
@@ -156,6 +162,63 @@ TEST(BinderTest, OverridesAreTypeCheckedAndNamed) {
   ASSERT_EQ(c.items.size(), 1u);
   EXPECT_EQ(c.items[0].name, "z");
   EXPECT_EQ(c.extra.at("a"), "1");
+}
+
+TEST(BinderTest, OverridesReachListEntriesByIndexAndByName) {
+  Everything c;
+  auto errors = BindText("items: [{name: one}, {name: two}, {name: three}]\n", c,
+                         {"items.1.weight=2", "items[2].weight=3", "items.one.weight=0.5"});
+  ASSERT_TRUE(errors.empty()) << errors[0];
+  ASSERT_EQ(c.items.size(), 3u);
+  EXPECT_DOUBLE_EQ(c.items[0].weight, 0.5);
+  EXPECT_DOUBLE_EQ(c.items[1].weight, 2.0);
+  EXPECT_DOUBLE_EQ(c.items[2].weight, 3.0);
+}
+
+TEST(BinderTest, OverridesAppendAndRemoveListEntries) {
+  Everything c;
+  auto errors =
+      BindText("items: [{name: one}, {name: two}, {name: three}]\n", c,
+               {"~items.two", "+items={name: four, weight: 4}", "~items.0", "items.four.weight=5"});
+  ASSERT_TRUE(errors.empty()) << errors[0];
+  ASSERT_EQ(c.items.size(), 2u);
+  EXPECT_EQ(c.items[0].name, "three");
+  EXPECT_EQ(c.items[1].name, "four");
+  EXPECT_DOUBLE_EQ(c.items[1].weight, 5.0);
+
+  Everything fresh;
+  errors = BindText("count: 2\n", fresh, {"+items={name: z}"});
+  ASSERT_TRUE(errors.empty()) << errors[0];
+  ASSERT_EQ(fresh.items.size(), 1u);
+  EXPECT_EQ(fresh.items[0].name, "z");
+}
+
+TEST(BinderTest, BadListOverridesNameTheEntriesThereAre) {
+  Everything c;
+  auto errors = BindText("items: [{name: one}, {name: two}]\ncount: 2\n", c,
+                         {"items.5.weight=1", "items.sort.weight=1", "+count=3", "+items.0={}",
+                          "~items.nine", "~count=1", "items[1.weight=2", "items.1.weight=-1"});
+  ASSERT_EQ(errors.size(), 8u);
+  EXPECT_EQ(errors[0],
+            "--set items.5.weight=1: items: no entry '5': give an index 0..1 or a name "
+            "(one, two)");
+  EXPECT_EQ(errors[1],
+            "--set items.sort.weight=1: items: no entry 'sort': give an index 0..1 or a "
+            "name (one, two)");
+  EXPECT_EQ(errors[2], "--set +count=3: count: is not a list, so nothing can be appended to it");
+  EXPECT_EQ(errors[3], "--set +items.0={}: items[0]: is a list entry: append with +items=VALUE");
+  EXPECT_EQ(errors[4],
+            "--set ~items.nine: items: no entry 'nine': give an index 0..1 or a name "
+            "(one, two)");
+  EXPECT_EQ(errors[5],
+            "--set ~count=1: expected key=value, +list=value (append) or ~key "
+            "(remove), e.g. --set rollout.max_batch=32");
+  EXPECT_EQ(errors[6], "--set items[1.weight=2: items[1.weight: malformed key path");
+  // Found while binding, the error points at the override that set it.
+  EXPECT_EQ(errors[7],
+            "--set items.1.weight=-1: items[1].weight: out of range: expected a value "
+            ">= 0, got -1");
+  EXPECT_EQ(c.count, 2);
 }
 
 TEST(BinderTest, DumpRoundTripsExactly) {

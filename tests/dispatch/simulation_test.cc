@@ -138,6 +138,96 @@ TEST(SimulationTest, WeightsSteerTheMixWhenNoCapBinds) {
   EXPECT_NEAR(share, 0.75, 0.03) << counts[0] << " vs " << counts[1];
 }
 
+// Live reconfiguration: a new mix applies to new dispatches only.
+TEST(SimulationTest, ALoweredCapHoldsNewPromptsUntilInflightDrainsToIt) {
+  auto options = Options("sample", 1000);
+  options.datasets = {{"a", 1.0, 0}, {"b", 1.0, 0}};
+  FakeEngine engine([](uint64_t id) { return 5 + static_cast<int>(id % 7); });
+  auto d = *Dispatcher::Create(options);
+  auto run = [&](int steps, auto&& check) {
+    for (int step = 0; step < steps; ++step) {
+      const size_t admitted_before = engine.admitted().size();
+      d->Refill(engine);
+      check(admitted_before);
+      for (uint64_t id : engine.Step()) d->OnSampleFinished(id);
+      while (d->TakeBatch(engine.PolicyVersion())) engine.BumpVersion();
+    }
+  };
+  run(50, [](size_t) {});
+  const int64_t before = d->inflight(1);
+  ASSERT_GT(before, 8) << "dataset b must be above the new cap when it is lowered";
+  ASSERT_TRUE(d->SetDatasets({{"a", 1.0, 0}, {"b", 1.0, 8}}).ok());
+  int64_t last = before;
+  bool reached = false;
+  int b_dispatched = 0;
+  run(400, [&](size_t admitted_before) {
+    const int64_t now = d->inflight(1);
+    if (!reached) {
+      EXPECT_LE(now, last) << "b's in-flight only drains until it is under its new cap";
+      reached = now <= 8;
+    } else {
+      EXPECT_LE(now, 8);
+    }
+    last = now;
+    for (size_t g = admitted_before; g < engine.admitted().size(); ++g) {
+      if (engine.admitted()[g].dataset != 1) continue;
+      EXPECT_TRUE(reached) << "b dispatched before draining to its cap";
+      ++b_dispatched;
+    }
+  });
+  EXPECT_TRUE(reached);
+  EXPECT_GT(b_dispatched, 0) << "b is still dispatched under its cap";
+}
+
+TEST(SimulationTest, AnInactiveDatasetStopsWhileItsInflightSamplesStillFinish) {
+  auto options = Options("sample", 1000);
+  options.datasets = {{"a", 1.0, 0}, {"b", 1.0, 0}};
+  FakeEngine engine([](uint64_t id) { return 5 + static_cast<int>(id % 7); });
+  auto d = *Dispatcher::Create(options);
+  for (int step = 0; step < 50; ++step) {
+    d->Refill(engine);
+    for (uint64_t id : engine.Step()) d->OnSampleFinished(id);
+    while (d->TakeBatch(engine.PolicyVersion())) engine.BumpVersion();
+  }
+  ASSERT_GT(d->inflight(1), 0);
+  // Parked as the live config does it: weight 0.
+  ASSERT_TRUE(d->SetDatasets({{"a", 1.0, 0}, {"b", 0.0, 0}}).ok());
+  const size_t admitted_at_switch = engine.admitted().size();
+  int64_t b_finished = 0;
+  for (int step = 0; step < 100; ++step) {
+    d->Refill(engine);
+    for (uint64_t id : engine.Step()) {
+      for (const auto& group : engine.admitted()) {
+        for (const auto& subgroup : group.subgroups) {
+          for (const auto& ticket : subgroup.samples) {
+            if (ticket.sample_id == id && group.dataset == 1) ++b_finished;
+          }
+        }
+      }
+      d->OnSampleFinished(id);
+    }
+    while (d->TakeBatch(engine.PolicyVersion())) engine.BumpVersion();
+  }
+  for (size_t g = admitted_at_switch; g < engine.admitted().size(); ++g) {
+    EXPECT_EQ(engine.admitted()[g].dataset, 0) << "prompt " << g << " came from inactive b";
+  }
+  EXPECT_GT(engine.admitted().size(), admitted_at_switch);
+  EXPECT_GT(b_finished, 0);
+  EXPECT_EQ(d->inflight(1), 0);
+}
+
+TEST(SimulationTest, AnInvalidMixIsRefusedAndChangesNothing) {
+  auto options = Options("sample", 1000);
+  auto d = *Dispatcher::Create(options);
+  EXPECT_FALSE(d->SetDatasets({{"short", 0.0, 8}, {"long", 0.0, 0}}).ok()) << "nothing active";
+  EXPECT_FALSE(d->SetDatasets({{"short", 1.0, 2}, {"long", 1.0, 0}}).ok()) << "cap < group";
+  EXPECT_FALSE(d->SetDatasets({{"long", 1.0, 0}, {"short", 1.0, 8}}).ok()) << "reordered";
+  EXPECT_FALSE(d->SetDatasets({{"short", 1.0, 8}}).ok()) << "one missing";
+  ASSERT_EQ(d->options().datasets.size(), 2u);
+  EXPECT_DOUBLE_EQ(d->options().datasets[0].weight, 3.0);
+  EXPECT_EQ(d->options().datasets[0].max_inflight, 8);
+}
+
 TEST(SimulationTest, TrainingWaitsForAStragglerRatherThanLetItGoStale) {
   // Sample 1 of the first prompt is very long; everything else is quick.
   auto options = Options("sample", 1);

@@ -20,6 +20,7 @@ struct DatasetSection {
   std::string path;                  // kind jsonl: the training file
   std::string eval_path;             // kind jsonl: optional separate held-out file
   double weight = 1.0;               // relative sampling weight
+  bool active = true;                // false: no new prompts from it (in-flight ones still train)
   int max_inflight = 0;              // concurrency cap in samples; 0 = none
   int min_difficulty = 1;
   int max_difficulty = 3;
@@ -57,6 +58,12 @@ struct DatasetSection {
             Doc("Relative sampling weight of this dataset when the dispatcher picks the next "
                 "prompt.")
                 .Min(0));
+    v.Field(
+        "active", active,
+        Doc("Whether the dispatcher (and the SFT sampler) draws prompts from this dataset. "
+            "Set false, e.g. live with `loom ctl RUN_DIR set tasks.datasets.NAME.active=false`, "
+            "to stop new prompts while the samples already in flight still train. Its "
+            "held-out set is still evaluated."));
     v.Field("max_inflight", max_inflight,
             Doc("Concurrency cap: at most this many of its samples in flight at once (steers the "
                 "dataset mix of the steady-state batch against length bias). 0 = no cap.")

@@ -6,7 +6,11 @@
 // recursively, cycles detected), merges maps key by key (the including file
 // wins; lists and scalars are replaced whole), interpolates `${env:NAME}` and
 // `${env:NAME:-default}` in scalars, then applies `--set a.b.c=value`
-// overrides (value parsed as YAML, so lists and maps use flow syntax).
+// overrides (value parsed as YAML, so lists and maps use flow syntax). An
+// override reaches into lists of maps by index or by the entry's `name`
+// (`tasks.datasets.1.weight`, `tasks.datasets[1].weight`,
+// `tasks.datasets.sort.weight`), appends with `+list=VALUE` and removes with
+// `~key` (a list entry or a map key), as Hydra/OmegaConf overrides do.
 // Not thread-safe; used once at start-up.
 
 #include <map>
@@ -42,7 +46,7 @@ class ConfigTree {
   static ConfigTree FromString(const std::string& yaml, const std::string& name,
                                std::vector<ConfigError>& errors);
 
-  // Applies one "a.b.c=value" override.
+  // Applies one "a.b.c=value", "+list=value" or "~key" override.
   void ApplyOverride(const std::string& assignment, std::vector<ConfigError>& errors);
 
   const YAML::Node& root() const { return root_; }

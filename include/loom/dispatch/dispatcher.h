@@ -56,11 +56,25 @@ struct DispatchOptions {
                                     const config::TasksSection& tasks, uint64_t seed);
 };
 
+// The mix of `tasks.datasets`, in config order; an inactive dataset has weight 0.
+std::vector<DatasetQuota> QuotasFromConfig(const config::TasksSection& tasks);
+
+// INVALID_ARGUMENT naming the dataset unless some dataset has weight > 0 and
+// every cap admits at least one prompt's group of `group_size` samples.
+absl::Status CheckDatasets(const std::vector<DatasetQuota>& datasets, int group_size);
+
 class Dispatcher {
  public:
   // INVALID_ARGUMENT when the options cannot work (a group larger than
   // max_inflight or than a dataset's cap, no dataset with weight > 0, ...).
   static absl::StatusOr<std::unique_ptr<Dispatcher>> Create(DispatchOptions options);
+
+  // Replaces the mix (weights, caps) for every prompt dispatched from now on:
+  // in-flight samples keep counting against their dataset's cap, so a
+  // lowered cap holds back new prompts of that dataset until its in-flight
+  // samples drain below it. INVALID_ARGUMENT (nothing changed) unless the
+  // datasets are the same, in the same order, and pass CheckDatasets.
+  absl::Status SetDatasets(std::vector<DatasetQuota> datasets);
 
   // Admits every prompt allowed now (see above); returns how many.
   int Refill(RolloutPort& engine);
