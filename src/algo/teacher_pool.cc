@@ -51,22 +51,35 @@ absl::StatusOr<model::ModelConfig> CheckTeacher(const TeacherSpec& spec, int64_t
 absl::StatusOr<std::unique_ptr<TeacherPool>> TeacherPool::Open(
     std::vector<TeacherSpec> teachers, int64_t vocab_size,
     const tokenizer::Tokenizer& student_tokenizer, const TeacherPoolOptions& options) {
-  std::unique_ptr<TeacherPool> pool(new TeacherPool(options));
-  const int64_t element = static_cast<int64_t>(c10::elementSize(options.dtype));
+  std::unique_ptr<TeacherPool> pool(new TeacherPool(options, vocab_size, student_tokenizer));
   for (TeacherSpec& spec : teachers) {
-    auto config = CheckTeacher(spec, vocab_size, student_tokenizer);
-    if (!config.ok()) return config.status();
-    Teacher teacher;
-    teacher.bytes = model::Transformer::ParameterCount(*config) * element;
-    if (options.memory_bytes > 0 && teacher.bytes > options.memory_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "teacher '", spec.name, "' (", spec.path, ") needs ", teacher.bytes,
-          " bytes of parameters, more than opd.teacher_memory_bytes (", options.memory_bytes, ")"));
-    }
-    teacher.spec = std::move(spec);
-    pool->teachers_.push_back(std::move(teacher));
+    auto slot = pool->Add(std::move(spec));
+    if (!slot.ok()) return slot.status();
   }
   return pool;
+}
+
+absl::StatusOr<int64_t> TeacherPool::Check(const TeacherSpec& spec) const {
+  auto config = CheckTeacher(spec, vocab_size_, student_tokenizer_);
+  if (!config.ok()) return config.status();
+  const int64_t bytes = model::Transformer::ParameterCount(*config) *
+                        static_cast<int64_t>(c10::elementSize(options_.dtype));
+  if (options_.memory_bytes > 0 && bytes > options_.memory_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "teacher '", spec.name, "' (", spec.path, ") needs ", bytes,
+        " bytes of parameters, more than opd.teacher_memory_bytes (", options_.memory_bytes, ")"));
+  }
+  return bytes;
+}
+
+absl::StatusOr<int> TeacherPool::Add(TeacherSpec spec) {
+  auto bytes = Check(spec);
+  if (!bytes.ok()) return bytes.status();
+  Teacher teacher;
+  teacher.bytes = *bytes;
+  teacher.spec = std::move(spec);
+  teachers_.push_back(std::move(teacher));
+  return size() - 1;
 }
 
 void TeacherPool::Evict(int slot) {

@@ -9,13 +9,14 @@ namespace loom::metrics {
 absl::StatusOr<MetricsWriter> MetricsWriter::Open(const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "a");
   if (file == nullptr) {
-    return absl::UnavailableError("cannot open " + path + " for appending: " + std::strerror(errno));
+    return absl::UnavailableError("cannot open " + path +
+                                  " for appending: " + std::strerror(errno));
   }
   return MetricsWriter(path, file);
 }
 
 MetricsWriter::MetricsWriter(MetricsWriter&& other) noexcept
-    : path_(std::move(other.path_)), file_(other.file_) {
+    : path_(std::move(other.path_)), file_(other.file_), common_(std::move(other.common_)) {
   other.file_ = nullptr;
 }
 
@@ -24,6 +25,7 @@ MetricsWriter& MetricsWriter::operator=(MetricsWriter&& other) noexcept {
     if (file_) std::fclose(file_);
     path_ = std::move(other.path_);
     file_ = other.file_;
+    common_ = std::move(other.common_);
     other.file_ = nullptr;
   }
   return *this;
@@ -34,8 +36,15 @@ MetricsWriter::~MetricsWriter() {
 }
 
 absl::Status MetricsWriter::Write(const nlohmann::json& record) {
+  nlohmann::json merged = record;
+  if (merged.is_object()) {
+    for (const auto& [key, value] : common_.items()) {
+      if (!merged.contains(key)) merged[key] = value;
+    }
+  }
   // Non-finite numbers have no JSON spelling; nlohmann writes them as null.
-  const std::string line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const std::string line =
+      merged.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
     return absl::UnavailableError("cannot append to " + path_ + ": " + std::strerror(errno));
   }

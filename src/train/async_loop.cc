@@ -116,6 +116,12 @@ absl::Status AsyncLoop::Run(dispatch::RolloutPort& port, BatchTrainer& trainer, 
     if (!record.ok()) return record.status();
     (*record)["prefill_tokens"] = totals_.prefill_tokens;
     (*record)["decode_tokens"] = totals_.decode_tokens;
+    std::set<int64_t> versions;
+    for (const TrainingSample& sample : batch.samples) versions.insert(sample.info.config_version);
+    (*record)["batch_config_versions"] = versions;
+    if (hooks.trained) {
+      if (absl::Status s = hooks.trained(batch); !s.ok()) return s;
+    }
     totals_ = {};
     ++step;
     if (absl::Status s = engine_->Resume(policy_version); !s.ok()) return s;

@@ -8,6 +8,7 @@
 #include "loom/config/check.h"
 #include "loom/metrics/progress.h"
 #include "loom/tasks/agent_tasks.h"
+#include "loom/train/control.h"
 #include "loom/train/encoding.h"
 #include "loom/train/evaluator.h"
 #include "loom/train/live_config.h"
@@ -24,9 +25,8 @@ namespace {
 // the table as failed.
 class EnginePort : public dispatch::RolloutPort {
  public:
-  EnginePort(const TrainContext& context, AsyncLoop& loop, AgentStage* agents,
-             const std::vector<int>& dataset_teacher)
-      : context_(context), loop_(loop), agents_(agents), dataset_teacher_(dataset_teacher) {}
+  EnginePort(const TrainContext& context, AsyncLoop& loop, AgentStage* agents, bool teachers)
+      : context_(context), loop_(loop), agents_(agents), teachers_(teachers) {}
 
   int64_t PolicyVersion() const override { return loop_.engine().policy_version(); }
 
@@ -49,7 +49,7 @@ class EnginePort : public dispatch::RolloutPort {
         entry.problem = problem;
         entry.agent = agent;
         entry.config_version = context_.live->version();
-        if (!dataset_teacher_.empty()) entry.teacher = dataset_teacher_[group.dataset];
+        if (teachers_) entry.teacher = context_.live->TeacherSlot(group.dataset);
         loop_.table().Admit(std::move(entry));
         if (!prompt.ok()) {
           loop_.table().Fail(ticket.sample_id, prompt.status());
@@ -82,24 +82,56 @@ class EnginePort : public dispatch::RolloutPort {
   const TrainContext& context_;
   AsyncLoop& loop_;
   AgentStage* agents_;  // null without sandbox datasets
-  const std::vector<int>& dataset_teacher_;
+  bool teachers_;       // opd: record each sample's teacher slot
 };
 
-// Per-step reporting: the metrics line, the progress line, and held-out
-// evaluation every tasks.eval_every steps and at the end.
+// Per-step reporting: the metrics line, the progress line, a line per
+// trained sample, and held-out evaluation every tasks.eval_every steps and at
+// the end.
 class StepReport {
  public:
-  StepReport(TrainContext& context, const AsyncLoop& loop, const AsyncStageSpec& spec)
+  StepReport(TrainContext& context, const AsyncLoop& loop, const AsyncStageSpec& spec,
+             metrics::MetricsWriter& samples)
       : context_(context),
         loop_(loop),
         spec_(spec),
+        samples_(samples),
         progress_(stdout, {static_cast<bool>(::isatty(1)), 0.2, 30.0}) {}
   ~StepReport() { progress_.Finish(); }
 
-  absl::Status operator()(int64_t step, const nlohmann::json& record) {
+  // samples.jsonl: where each trained sample came from, the config version
+  // it was dispatched under and (opd) its teacher.
+  absl::Status Trained(const Batch& batch) {
+    const std::vector<algo::TeacherSpec>& teachers = context_.live->teacher_slots();
+    for (const TrainingSample& sample : batch.samples) {
+      const SampleEntry& info = sample.info;
+      nlohmann::json line = {
+          {"stage", spec_.stage},
+          {"step", batch.step + 1},
+          {"id", info.id},
+          {"dataset", context_.config.tasks.datasets[info.dataset].name},
+          {"effort", info.effort},
+          {"config_version", info.config_version},
+          {"first_token_version",
+           sample.state.segments.empty() ? -1 : sample.state.segments.front().version},
+          {"generated_tokens", sample.state.generated}};
+      if (info.teacher >= 0) {
+        line["teacher"] = teachers.at(info.teacher).name;
+        line["teacher_path"] = teachers.at(info.teacher).path;
+      }
+      if (absl::Status s = samples_.Write(line); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status operator()(int64_t step, nlohmann::json record) {
+    for (size_t d = 0; d < context_.datasets.size(); ++d) {
+      record["inflight_by_dataset"][context_.config.tasks.datasets[d].name] =
+          loop_.dispatcher().inflight(static_cast<int>(d));
+    }
     if (absl::Status s = context_.metrics.Write(record); !s.ok()) return s;
     const int64_t steps = spec_.optimizer->steps;
-    const int64_t eval_every = context_.config.tasks.eval_every;
+    const int64_t eval_every = context_.live->config().tasks.eval_every;
     char text[200];
     const auto headline = record.find(spec_.headline);
     std::snprintf(text, sizeof text, "%s step %lld | %s %.3f | in flight %lld", spec_.stage,
@@ -118,6 +150,7 @@ class StepReport {
   TrainContext& context_;
   const AsyncLoop& loop_;
   const AsyncStageSpec& spec_;
+  metrics::MetricsWriter& samples_;
   metrics::ProgressLine progress_;
 };
 
@@ -132,7 +165,7 @@ absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
   LOOM_CHECK(context.live != nullptr, "stage " << spec.stage << " without the live config");
   options.dispatch = dispatch::DispatchOptions::FromConfig(
       config.async, config.effort, config.tasks, static_cast<uint64_t>(config.run.seed));
-  options.dispatch.datasets = context.live->datasets();
+  options.dispatch.datasets = context.live->datasets();  // the live mix, not the file's
   options.offload_parked = config.rollout.offload_parked;
   auto loop = AsyncLoop::Create(context.model, options);
   if (!loop.ok()) return loop.status();
@@ -143,14 +176,24 @@ absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
   auto agents = AgentStage::Create(context, (*loop)->engine());
   if (!agents.ok()) return agents.status();
   (*loop)->set_agents(agents->get());
-  EnginePort port(context, **loop, agents->get(), spec.dataset_teacher);
+  EnginePort port(context, **loop, agents->get(), spec.teachers);
 
   int64_t step = 0;
   AsyncStageState state{spec.stage, **loop, optimizer.adamw(), step};
   if (absl::Status s = RestoreAsync(context, state); !s.ok()) return s;
-  StepReport report(context, **loop, spec);
+  auto samples = metrics::MetricsWriter::Open(context.run_dir.samples_path());
+  if (!samples.ok()) return samples.status();
+  StepReport report(context, **loop, spec, *samples);
   LoopHooks hooks;
-  hooks.boundary = [&](bool after_step) { return AsyncBoundary(context, state, after_step); };
+  hooks.boundary = [&](bool after_step) {
+    if (context.control != nullptr && context.control->Poll()) {
+      // Validated by LiveConfig::Apply against the same rules.
+      const absl::Status s = (*loop)->dispatcher().SetDatasets(context.live->datasets());
+      LOOM_CHECK(s.ok(), "a live mix the dispatcher refuses: " << s.message());
+    }
+    return AsyncBoundary(context, state, after_step);
+  };
+  hooks.trained = [&](const Batch& batch) { return report.Trained(batch); };
   hooks.after_step = [&](int64_t done, const nlohmann::json& record) {
     return report(done, record);
   };

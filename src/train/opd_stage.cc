@@ -15,6 +15,7 @@
 #include "loom/train/async_stage.h"
 #include "loom/train/checkpointer.h"
 #include "loom/train/evaluator.h"
+#include "loom/train/live_config.h"
 #include "loom/train/opd_step.h"
 #include "loom/train/preemption.h"
 
@@ -71,12 +72,14 @@ absl::Status TrainCompanion(const config::TeacherSection& teacher) {
 
 // Each teacher's held-out accuracy on the datasets it teaches, as metrics
 // lines: the baseline of the student's.
-absl::Status EvaluateTeachers(TrainContext& context, const std::vector<int>& dataset_teacher) {
+absl::Status EvaluateTeachers(TrainContext& context) {
   algo::TeacherPool& pool = *context.teachers;
   for (int slot = 0; slot < pool.size(); ++slot) {
     std::vector<int> datasets;
-    for (size_t d = 0; d < dataset_teacher.size(); ++d) {
-      if (dataset_teacher[d] == slot) datasets.push_back(static_cast<int>(d));
+    for (size_t d = 0; d < context.datasets.size(); ++d) {
+      if (context.live->TeacherSlot(static_cast<int>(d)) == slot) {
+        datasets.push_back(static_cast<int>(d));
+      }
     }
     if (datasets.empty()) continue;
     auto teacher = pool.Acquire(slot);
@@ -107,16 +110,15 @@ bool ResumesInOpd(const TrainContext& context) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<algo::TeacherPool>> OpenTeachers(
-    const config::RunConfig& config, int64_t vocab_size, const tokenizer::Tokenizer& tokenizer,
-    const model::LoadOptions& device) {
+    const config::RunConfig& config, const std::vector<algo::TeacherSpec>& slots,
+    int64_t vocab_size, const tokenizer::Tokenizer& tokenizer, const model::LoadOptions& device) {
   if (!config.HasStage(kOpdStage)) return nullptr;
-  std::vector<algo::TeacherSpec> specs;
   for (const config::TeacherSection& teacher : config.opd.teachers) {
     if (!fs::exists(teacher.path + "/config.json") && !teacher.config.empty()) {
       if (absl::Status s = TrainCompanion(teacher); !s.ok()) return s;
     }
-    specs.push_back({teacher.name, teacher.path});
   }
+  std::vector<algo::TeacherSpec> specs = slots;
   algo::TeacherPoolOptions options;
   options.dtype = device.dtype;
   options.device = device.device;
@@ -134,16 +136,9 @@ absl::Status RunOpdStage(TrainContext& context) {
   spec.stage = kOpdStage;
   spec.optimizer = &config.train.opd;
   spec.headline = "kl";
-  for (const config::DatasetSection& dataset : config.tasks.datasets) {
-    int slot = -1;
-    for (size_t t = 0; t < config.opd.teachers.size(); ++t) {
-      if (config.opd.teachers[t].name == dataset.teacher) slot = static_cast<int>(t);
-    }
-    LOOM_CHECK(slot >= 0, "dataset " << dataset.name << " has no teacher (config validation)");
-    spec.dataset_teacher.push_back(slot);
-  }
+  spec.teachers = true;
   if (config.opd.eval_teachers && !ResumesInOpd(context)) {
-    if (absl::Status s = EvaluateTeachers(context, spec.dataset_teacher); !s.ok()) return s;
+    if (absl::Status s = EvaluateTeachers(context); !s.ok()) return s;
   }
   spec.make_trainer =
       [&](StageOptimizer& optimizer) -> absl::StatusOr<std::unique_ptr<BatchTrainer>> {

@@ -9,6 +9,7 @@
 #include "loom/model/transformer.h"
 #include "loom/train/checkpointer.h"
 #include "loom/train/context.h"
+#include "loom/train/control.h"
 #include "loom/train/live_config.h"
 #include "loom/train/opd_stage.h"
 #include "loom/train/stages.h"
@@ -57,9 +58,18 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
   if (!model.ok()) return model.status();
   auto tokenizer = tokenizer::Tokenizer::FromFile(config.model.path + "/tokenizer.json");
   if (!tokenizer.ok()) return tokenizer.status();
-  auto teachers =
-      OpenTeachers(config, (*model)->config().vocab_size, **tokenizer, {*dtype, *device, false});
+  // The live config: the file's, or the version the checkpoint recorded.
+  std::unique_ptr<LiveConfig> live = std::make_unique<LiveConfig>(config);
+  if (cursor && !cursor->live.is_null()) {
+    auto restored = LiveConfig::Restore(config, cursor->config_version, cursor->live);
+    if (!restored.ok()) return restored.status();
+    live = *std::move(restored);
+    spdlog::info("live config: resuming at version {}", live->version());
+  }
+  auto teachers = OpenTeachers(config, live->teacher_slots(), (*model)->config().vocab_size,
+                               **tokenizer, {*dtype, *device, false});
   if (!teachers.ok()) return teachers.status();
+  live->set_teachers(teachers->get());
   auto special_tokens = chat::SpecialTokenIds::Resolve(**tokenizer);
   if (!special_tokens.ok()) return special_tokens.status();
   auto datasets = tasks::LoadDatasets(config.tasks, static_cast<uint64_t>(config.run.seed));
@@ -76,9 +86,11 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
 
   TrainContext context{config,   run_dir,         **model, **tokenizer,        *datasets,
                        *metrics, *special_tokens, 0,       checkpointer->get()};
-  LiveConfig live(config.tasks, cursor ? cursor->config_version : 0);
-  context.live = &live;
+  context.live = live.get();
   context.teachers = teachers->get();
+  ControlInbox control(context);
+  if (absl::Status s = control.Start(); !s.ok()) return s;
+  context.control = &control;
   size_t first_stage = 0;
   if (cursor) {
     context.policy_version = cursor->policy_version;

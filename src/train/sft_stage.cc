@@ -9,10 +9,13 @@
 #include <spdlog/spdlog.h>
 
 #include "loom/algo/sft_loss.h"
+#include "loom/dispatch/dispatcher.h"
 #include "loom/metrics/progress.h"
 #include "loom/train/batching.h"
+#include "loom/train/control.h"
 #include "loom/train/encoding.h"
 #include "loom/train/evaluator.h"
+#include "loom/train/live_config.h"
 #include "loom/train/stage_checkpoint.h"
 #include "loom/train/stage_optimizer.h"
 
@@ -21,19 +24,24 @@ namespace {
 
 double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
 
-// Picks datasets by weight and walks each one's training problems in order;
-// the SFT data cursor is (rng state, per-dataset index).
+// Picks datasets by their live weight (inactive ones not at all) and walks
+// each one's training problems in order; the SFT data cursor is (rng state,
+// per-dataset index).
 class SftSampler {
  public:
   explicit SftSampler(const TrainContext& context)
       : context_(context),
         rng_(static_cast<uint64_t>(context.config.run.seed) * 7919 + 17),
-        next_index_(context.datasets.size(), 0) {
-    for (const auto& d : context.config.tasks.datasets) weights_.push_back(d.weight);
-  }
+        next_index_(context.datasets.size(), 0) {}
 
   absl::StatusOr<SftExample> Next() {
-    std::discrete_distribution<size_t> pick(weights_.begin(), weights_.end());
+    std::vector<double> weights;
+    const config::TasksSection& tasks =
+        context_.live != nullptr ? context_.live->config().tasks : context_.config.tasks;
+    for (const dispatch::DatasetQuota& d : dispatch::QuotasFromConfig(tasks)) {
+      weights.push_back(d.weight);
+    }
+    std::discrete_distribution<size_t> pick(weights.begin(), weights.end());
     const size_t d = pick(rng_);
     const auto& levels = context_.config.effort.levels;
     const int effort = levels[std::uniform_int_distribution<size_t>(0, levels.size() - 1)(rng_)];
@@ -72,7 +80,6 @@ class SftSampler {
  private:
   const TrainContext& context_;
   std::mt19937_64 rng_;
-  std::vector<double> weights_;
   std::vector<uint64_t> next_index_;
 };
 
@@ -128,7 +135,6 @@ absl::Status RunSftStage(TrainContext& context) {
   StageOptimizer optimizer(context.model, sft);
   SftSampler sampler(context);
   metrics::ProgressLine progress(stdout, {static_cast<bool>(::isatty(1)), 0.2, 30.0});
-  const int64_t eval_every = context.config.tasks.eval_every;
   int64_t first_step = 0;
   SftCursor cursor;
   auto resumed = RestoreSft(context, optimizer.adamw(), cursor, first_step);
@@ -140,6 +146,7 @@ absl::Status RunSftStage(TrainContext& context) {
   }
 
   for (int64_t step = first_step; step < sft.steps; ++step) {
+    if (context.control != nullptr) context.control->Poll();
     if (absl::Status s = SftBoundary(context, optimizer.adamw(), sampler.Export(), step, false);
         !s.ok()) {
       return s;
@@ -155,6 +162,8 @@ absl::Status RunSftStage(TrainContext& context) {
                   (*record)["train_tokens_per_s"].get<double>());
     progress.Update(text, step + 1, sft.steps);
     const bool last = step + 1 == sft.steps;
+    const int64_t eval_every = context.live != nullptr ? context.live->config().tasks.eval_every
+                                                       : context.config.tasks.eval_every;
     if (last || (eval_every > 0 && (step + 1) % eval_every == 0)) {
       progress.Finish();
       if (absl::Status s = LogEvaluation(context, kSftStage, step + 1); !s.ok()) return s;

@@ -16,7 +16,10 @@ TrainState CursorState(const TrainContext& context, const char* stage, int64_t s
   state.cursor.stage = stage;
   state.cursor.step = step;
   state.cursor.policy_version = context.policy_version;
-  state.cursor.config_version = context.live != nullptr ? context.live->version() : 0;
+  if (context.live != nullptr) {
+    state.cursor.config_version = context.live->version();
+    state.cursor.live = context.live->State();
+  }
   state.optimizer = optimizer.StateDict();
   return state;
 }

@@ -36,6 +36,7 @@ nlohmann::json StateJson(const TrainState& state) {
                       {"step", c.step},
                       {"policy_version", c.policy_version},
                       {"config_version", c.config_version}};
+  if (!c.live.is_null()) j["live"] = c.live;
   if (state.sft) j["sft"] = {{"rng", state.sft->rng}, {"next_index", state.sft->next_index}};
   if (state.grpo) {
     nlohmann::json records = nlohmann::json::array();
@@ -115,6 +116,7 @@ absl::StatusOr<TrainState> ParseState(const std::string& text, const std::string
   f.Get(j, "step", state.cursor.step);
   f.Get(j, "policy_version", state.cursor.policy_version);
   f.Get(j, "config_version", state.cursor.config_version);
+  if (j.contains("live")) state.cursor.live = j["live"];  // checked by LiveConfig::Restore
   if (j.contains("sft")) {
     state.sft.emplace();
     f.Get(j["sft"], "rng", state.sft->rng);

@@ -65,7 +65,9 @@ const int64_t kVocab = tokenizer::TinyTokenizerVocabSize();
 
 absl::StatusOr<std::unique_ptr<TeacherPool>> OpenPool(std::vector<TeacherSpec> specs,
                                                       TeacherPoolOptions options = {}) {
-  return TeacherPool::Open(std::move(specs), kVocab, *StudentTokenizer(), options);
+  static const std::unique_ptr<tokenizer::Tokenizer> student =
+      StudentTokenizer();  // outlives pools
+  return TeacherPool::Open(std::move(specs), kVocab, *student, options);
 }
 
 int64_t ResidentSum(const TeacherPool& pool) {
@@ -204,7 +206,8 @@ TEST(TeacherPoolTest, FailedLoadNamesTheTeacher) {
 }
 
 // Open refuses a bad teacher listed after a good one, naming it and saying
-// `why`.
+// `why`; so does Add on an open pool (a live change), which then still has
+// only its good teacher.
 void ExpectRefused(const TeacherSpec& bad, const std::string& why) {
   TeacherDirs teachers;
   auto pool = OpenPool({teachers.specs[0], bad});
@@ -213,6 +216,17 @@ void ExpectRefused(const TeacherSpec& bad, const std::string& why) {
   const std::string message(pool.status().message());
   EXPECT_NE(message.find("teacher '" + bad.name + "'"), std::string::npos) << message;
   EXPECT_NE(message.find(why), std::string::npos) << message;
+
+  auto live = OpenPool({teachers.specs[0]});
+  ASSERT_TRUE(live.ok()) << live.status();
+  auto added = (*live)->Add(bad);
+  ASSERT_FALSE(added.ok()) << why;
+  EXPECT_EQ(added.status().message(), message);
+  EXPECT_EQ((*live)->size(), 1);
+  auto good = (*live)->Add(teachers.specs[1]);
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(*good, 1) << "an added teacher takes the next slot";
+  EXPECT_EQ((*live)->name(1), teachers.specs[1].name);
 }
 
 // The tiny tokenizer.json with `change` applied.

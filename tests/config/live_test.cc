@@ -50,6 +50,26 @@ TEST(LiveConfigKeysTest, ListEntriesByNameIndexOrBrackets) {
   }
 }
 
+// `loom train --set` takes the same list-entry keys.
+TEST(LiveConfigKeysTest, TrainSetReachesListEntries) {
+  TempDir dir;
+  const std::string path = dir.Write("two.yaml",
+                                     "run: {name: two}\nmodel: {path: m}\ntasks:\n  datasets:\n"
+                                     "    - {name: arith}\n    - {name: sort, kind: sort}\n");
+  for (const char* set : {"tasks.datasets[1].weight=0", "tasks.datasets.1.weight=0",
+                          "tasks.datasets.sort.weight=0"}) {
+    auto config = LoadRunConfig(path, {set});
+    ASSERT_TRUE(config.ok()) << set << ": " << config.status();
+    EXPECT_DOUBLE_EQ(config->tasks.datasets[1].weight, 0.0) << set;
+    EXPECT_DOUBLE_EQ(config->tasks.datasets[0].weight, 1.0) << set;
+  }
+  auto missing = LoadRunConfig(path, {"tasks.datasets.reverse.weight=0"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(),
+            "--set tasks.datasets.reverse.weight=0: tasks.datasets: no entry 'reverse': give an "
+            "index 0..1 or a name (arith, sort)");
+}
+
 TEST(LiveConfigKeysTest, TeachersAreAddedReplacedAndRemoved) {
   const RunConfig current = TwoDatasets();
   std::vector<LiveChange> changes;

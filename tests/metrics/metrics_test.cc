@@ -28,6 +28,22 @@ TEST(MetricsWriterTest, AppendsOneObjectPerLineAcrossReopens) {
   EXPECT_EQ((*records)[1]["step"], 2);
 }
 
+TEST(MetricsWriterTest, CommonFieldsJoinEveryLaterLine) {
+  TempDir dir;
+  const std::string path = dir / "metrics.jsonl";
+  auto writer = MetricsWriter::Open(path);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(writer->Write({{"step", 1}}).ok());
+  writer->SetCommon("config_version", 3);
+  ASSERT_TRUE(writer->Write({{"step", 2}}).ok());
+  ASSERT_TRUE(writer->Write({{"step", 3}, {"config_version", 9}}).ok()) << "the line's own wins";
+  writer->SetCommon("config_version", 4);
+  ASSERT_TRUE(writer->Write({{"step", 4}}).ok());
+  EXPECT_EQ(ReadAll(path),
+            "{\"step\":1}\n{\"config_version\":3,\"step\":2}\n{\"config_version\":9,\"step\":3}\n"
+            "{\"config_version\":4,\"step\":4}\n");
+}
+
 TEST(MetricsWriterTest, MalformedLineNamesFileAndLine) {
   TempDir dir;
   const std::string path = dir.Write("m.jsonl", "{\"a\":1}\n{\"a\":\n");

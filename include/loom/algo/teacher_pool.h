@@ -54,6 +54,14 @@ class TeacherPool {
       std::vector<TeacherSpec> teachers, int64_t vocab_size,
       const tokenizer::Tokenizer& student_tokenizer, const TeacherPoolOptions& options);
 
+  // Checks `spec` as Open does (vocabulary, budget) without adding it; its
+  // parameter bytes.
+  absl::StatusOr<int64_t> Check(const TeacherSpec& spec) const;
+  // Checks `spec` and gives it the next slot (a live change adds teachers
+  // this way; a slot is never reused, so samples holding one keep their
+  // teacher). Returns the slot.
+  absl::StatusOr<int> Add(TeacherSpec spec);
+
   // The teacher in `slot`, brought onto the device if it is not there
   // (evicting the least recently used ones until it fits). The pointer is
   // valid until the next Acquire.
@@ -61,6 +69,7 @@ class TeacherPool {
 
   int size() const { return static_cast<int>(teachers_.size()); }
   const std::string& name(int slot) const { return teachers_[slot].spec.name; }
+  const std::string& path(int slot) const { return teachers_[slot].spec.path; }
   int64_t bytes(int slot) const { return teachers_[slot].bytes; }
   bool resident(int slot) const { return teachers_[slot].model != nullptr; }
   // Resident slots, least recently used first.
@@ -74,10 +83,14 @@ class TeacherPool {
     std::unique_ptr<model::Transformer> model;
   };
 
-  explicit TeacherPool(TeacherPoolOptions options) : options_(options) {}
+  TeacherPool(TeacherPoolOptions options, int64_t vocab_size,
+              const tokenizer::Tokenizer& student_tokenizer)
+      : options_(options), vocab_size_(vocab_size), student_tokenizer_(student_tokenizer) {}
   void Evict(int slot);
 
   TeacherPoolOptions options_;
+  int64_t vocab_size_;
+  const tokenizer::Tokenizer& student_tokenizer_;  // outlives the pool (the run's tokenizer)
   std::vector<Teacher> teachers_;
   std::list<int> lru_;  // resident slots, least recently used first
   TeacherPoolStats stats_;

@@ -28,6 +28,10 @@ class MetricsWriter {
 
   absl::Status Write(const nlohmann::json& record);
 
+  // Adds `key: value` to every line written from now on (a line's own
+  // `key` wins): the run's config_version, for one.
+  void SetCommon(const std::string& key, nlohmann::json value) { common_[key] = std::move(value); }
+
   const std::string& path() const { return path_; }
 
  private:
@@ -35,6 +39,7 @@ class MetricsWriter {
 
   std::string path_;
   std::FILE* file_ = nullptr;
+  nlohmann::json common_ = nlohmann::json::object();
 };
 
 // Reads every record of a metrics.jsonl file; a malformed line is an error

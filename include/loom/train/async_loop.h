@@ -60,8 +60,12 @@ struct LoopHooks {
   // A checkpoint boundary: before every iteration (false) and right after
   // every optimizer step (true). A non-OK status ends the loop with it.
   std::function<absl::Status(bool after_step)> boundary;
+  // After a trainer took its optimizer step on `batch`.
+  std::function<absl::Status(const Batch& batch)> trained;
   // After optimizer step `steps_done` (1-based) and the engine's resume, with
-  // its metrics line (the trainer's, plus prefill_tokens and decode_tokens).
+  // its metrics line (the trainer's, plus prefill_tokens, decode_tokens and
+  // batch_config_versions: the live config versions its samples were
+  // dispatched under; more than one when a change fell inside the batch).
   std::function<absl::Status(int64_t steps_done, const nlohmann::json& record)> after_step;
 };
 

@@ -3,15 +3,16 @@
 // engine port that admits prompt groups (recording every sample, with its
 // dataset's teacher, in the sample table), agent episodes for sandbox
 // datasets, checkpoints with in-flight samples and exact resume, the
-// per-step report (metrics line, progress line, held-out evaluation every
-// `tasks.eval_every` steps and at the end). A stage differs only in its
-// trainer and its optimizer section.
+// per-step report (metrics line, progress line, one samples.jsonl line per
+// trained sample, held-out evaluation every `tasks.eval_every` steps and at
+// the end), and live changes (control.h) between engine steps: a new mix
+// reaches the dispatcher at once, new teachers the next dispatch. A stage
+// differs only in its trainer and its optimizer section.
 //
 // One thread (the caller's) does all of it.
 
 #include <functional>
 #include <memory>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "loom/config/train_section.h"
@@ -25,7 +26,7 @@ struct AsyncStageSpec {
   const char* stage;                         // kGrpoStage, kOpdStage
   const config::OptimizerFields* optimizer;  // the stage's section of train:
   const char* headline;                      // the metrics key the progress line shows
-  std::vector<int> dataset_teacher;          // per dataset: its teacher's slot; empty = none
+  bool teachers = false;                     // samples get their dataset's teacher slot (live)
   // Builds the stage's trainer around its optimizer.
   std::function<absl::StatusOr<std::unique_ptr<BatchTrainer>>(StageOptimizer&)> make_trainer;
 };

@@ -20,6 +20,7 @@ class TeacherPool;
 namespace loom::train {
 
 class Checkpointer;
+class ControlInbox;
 class LiveConfig;
 
 struct TrainContext {
@@ -35,6 +36,7 @@ struct TrainContext {
   LiveConfig* live = nullptr;  // the sections that may change mid-run (live_config.h); set by the
                                // runner, null only in tests that call a trainer directly
   algo::TeacherPool* teachers = nullptr;  // the opd stage's teachers (opd_stage.h); null without
+  ControlInbox* control = nullptr;  // live-change requests (control.h); null in tests without one
 };
 
 }  // namespace loom::train

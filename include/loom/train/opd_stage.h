@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "loom/algo/teacher_pool.h"
@@ -23,15 +24,17 @@ namespace loom::train {
 
 inline constexpr char kOpdStage[] = "opd";
 
-// The run's teacher pool, or null when train.stages has no opd. A teacher
-// whose path holds no model but which names a companion `config` is made
+// The run's teacher pool over `slots` (LiveConfig::teacher_slots: the
+// config's teachers, or a resumed run's slots), or null when train.stages
+// has no opd. A teacher whose path holds no model but which names a
+// companion `config` in opd.teachers is made
 // first by `loom train --config CONFIG --resume auto` in a child process
 // (its output streams through; a preemption signal is passed on to it, and
 // the status is then PreemptedStatus); every teacher is then checked against the
 // student's vocabulary and the memory budget (TeacherPool::Open).
 absl::StatusOr<std::unique_ptr<algo::TeacherPool>> OpenTeachers(
-    const config::RunConfig& config, int64_t vocab_size, const tokenizer::Tokenizer& tokenizer,
-    const model::LoadOptions& device);
+    const config::RunConfig& config, const std::vector<algo::TeacherSpec>& slots,
+    int64_t vocab_size, const tokenizer::Tokenizer& tokenizer, const model::LoadOptions& device);
 
 absl::Status RunOpdStage(TrainContext& context);
 

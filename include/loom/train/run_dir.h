@@ -6,6 +6,9 @@
 //   <dir>/metrics.jsonl   one JSON object per training step / eval
 //   <dir>/checkpoints/    checkpoints and the `latest` pointer
 //   <dir>/stages/<stage>/ each finished stage's weights (a model directory)
+//   <dir>/samples.jsonl   one line per trained sample of the async stages
+//   <dir>/ctl/            live-change requests and replies (control.h)
+//   <dir>/live/           the live config: current.json, history.jsonl
 //
 // Created by `loom train` before any work starts; owned by the run loop.
 
@@ -30,6 +33,7 @@ class RunDir {
   std::string metrics_path() const { return path_ + "/metrics.jsonl"; }
   std::string checkpoints_path() const { return path_ + "/checkpoints"; }
   std::string stage_path(const std::string& stage) const { return path_ + "/stages/" + stage; }
+  std::string samples_path() const { return path_ + "/samples.jsonl"; }
 
  private:
   explicit RunDir(std::string path) : path_(std::move(path)) {}

@@ -40,6 +40,7 @@ struct RunCursor {
   int64_t step = 0;            // optimizer steps done in that stage
   int64_t policy_version = 0;  // optimizer steps done in the whole run
   int64_t config_version = 0;  // live reconfigurations applied so far
+  nlohmann::json live;         // LiveConfig::State() of that version; null: the file's values
 };
 
 // The SFT data cursor: the sampler's random state and per-dataset index.

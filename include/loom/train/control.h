@@ -1,0 +1,72 @@
+#pragma once
+// Live changes to a running `loom train`, through files in its run
+// directory — no open port:
+//
+//   RUN_DIR/ctl/pid               the running trainer's pid
+//   RUN_DIR/ctl/requests/ID.json  {"set": ["KEY=VALUE", ...], "reason": "..."}, written
+//                                 by `loom ctl` under a temporary name and renamed
+//   RUN_DIR/ctl/replies/ID.json   the verdict: {"accepted": true, "config_version",
+//                                 "changes"} or {"accepted": false, "errors"}
+//   RUN_DIR/live/history.jsonl    every accepted change: version, time, reason, the
+//                                 assignments, the resolved diff, apply_seconds
+//   RUN_DIR/live/current.json     the live version and its values
+//
+// The trainer claims a request by renaming it (ID.json.claimed) before it
+// reads it, so `loom ctl` can still withdraw a request nobody took (its
+// unlink succeeds) and otherwise waits for the reply.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "loom/config/live.h"
+#include "loom/train/context.h"
+
+namespace loom::train {
+
+// The trainer's side. Run loop thread only.
+class ControlInbox {
+ public:
+  explicit ControlInbox(TrainContext& context) : context_(context) {}
+  ~ControlInbox();
+
+  // Creates ctl/ and live/, writes ctl/pid and live/current.json, and puts
+  // config_version on every metrics line.
+  absl::Status Start();
+
+  // Handles every pending request, looking at most every 0.2 s; called where
+  // the run may change course (between engine steps, between SFT steps).
+  // True when the config version changed. A malformed request is answered
+  // with an error; file trouble is logged — neither stops the run.
+  bool Poll();
+
+ private:
+  void Handle(const std::string& id, const std::string& claimed_path);
+  // Records an applied change (`apply_seconds`: the checks and the switch,
+  // the time rollout stood still for it) and fills the reply.
+  void Accepted(const std::vector<std::string>& assignments, const std::string& reason,
+                const std::vector<config::LiveChange>& changes, double apply_seconds,
+                nlohmann::json& reply);
+  void WriteCurrent() const;
+
+  TrainContext& context_;
+  std::string pid_path_;
+  double last_poll_ = -1;
+};
+
+// `loom ctl`'s side: sends a change to the trainer of `run_dir` and waits up
+// to `timeout_s` for its verdict (the reply, accepted or not).
+// FAILED_PRECONDITION when no trainer is running there, DEADLINE_EXCEEDED
+// when none took the request in time (it is withdrawn, nothing changed).
+absl::StatusOr<nlohmann::json> SendControlRequest(const std::string& run_dir,
+                                                  const std::vector<std::string>& assignments,
+                                                  const std::string& reason, double timeout_s);
+
+// The live config of `run_dir` as `loom ctl show` prints it: current.json
+// and the history. NOT_FOUND when the run never wrote one.
+absl::StatusOr<nlohmann::json> ReadLiveConfig(const std::string& run_dir);
+
+}  // namespace loom::train
