@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "loom/algo/teacher_pool.h"
 #include "loom/config/files.h"
 #include "loom/config/run_config.h"
@@ -31,28 +32,6 @@ namespace loom::bench {
 namespace {
 
 constexpr const char* kArchs[] = {"llama", "qwen2", "qwen3"};
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// A scratch directory removed on destruction.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "loom-bench-opd-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data()) != nullptr ? pattern : "";
-  }
-  ~ScratchDir() {
-    if (!path_.empty()) (void)RemoveTree(path_);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 std::vector<std::string> Widths(bool quick) {
   if (quick) {
@@ -166,7 +145,7 @@ absl::StatusOr<nlohmann::json> RunOpdBench(const OpdBenchOptions& options) {
   if (options.teachers < 2 || options.resident < 1 || options.resident >= options.teachers) {
     return absl::InvalidArgumentError("bench opd: need 1 <= resident < teachers and teachers >= 2");
   }
-  ScratchDir scratch;
+  ScratchDir scratch("opd");
   if (scratch.path().empty()) return absl::InternalError("bench opd: cannot create a temp dir");
   const std::string root = scratch.path();
   // The models: one student, `teachers` teachers cycling through the archs.

@@ -1,0 +1,53 @@
+// `loom bench live [--quick] [--tokenizer F] [--batch N] [--rounds R]`: the
+// pause a live change costs the run loop, against one engine decode step.
+// JSON on the last line.
+
+#include <ATen/Parallel.h>
+
+#include <iostream>
+#include <memory>
+
+#include "cli/command.h"
+#include "loom/bench/live_bench.h"
+
+namespace loom::cli {
+namespace {
+
+struct Options {
+  int threads = 0;
+  bench::LiveBenchOptions bench_options;
+};
+
+int RunBench(const Options& options) {
+  if (options.threads > 0) at::set_num_threads(options.threads);
+  auto result = bench::RunLiveBench(options.bench_options);
+  if (!result.ok()) {
+    std::cerr << "bench live: " << result.status().message() << "\n";
+    return kExitFailure;
+  }
+  std::cout << result->dump() << "\n";
+  return kExitOk;
+}
+
+void SetupBenchLive(CLI::App& app, Context& context) {
+  CLI::App* bench = GroupCommand(app, "bench", "Run benchmarks (JSON results)");
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = bench->add_subcommand(
+      "live", "What a live change (loom ctl set) pauses rollout for, in engine steps");
+  cmd->add_flag("--quick", options->bench_options.quick, "A small student, few rounds");
+  cmd->add_option("--tokenizer", options->bench_options.tokenizer,
+                  "tokenizer.json of student and teachers (default: the tiny one)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--batch", options->bench_options.batch, "Samples in the timed decode step")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--rounds", options->bench_options.rounds, "Timings per kind (median)")
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--threads", options->threads, "Intra-op threads (default: LibTorch's)");
+  cmd->callback([options, &context] { context.exit_code = RunBench(*options); });
+}
+
+}  // namespace
+
+LOOM_REGISTER_COMMAND("bench_live", SetupBenchLive);
+
+}  // namespace loom::cli
