@@ -2,12 +2,9 @@
 // save / verify / load times with in-flight samples, and KV restore vs
 // re-prefill on resume. JSON on the last line.
 
-#include <ATen/Parallel.h>
-
-#include <iostream>
 #include <memory>
 
-#include "cli/command.h"
+#include "cli/bench_json.h"
 #include "loom/bench/ckpt_bench.h"
 
 namespace loom::cli {
@@ -17,17 +14,6 @@ struct Options {
   int threads = 0;
   bench::CkptBenchOptions bench_options;
 };
-
-int RunBench(const Options& options) {
-  if (options.threads > 0) at::set_num_threads(options.threads);
-  auto result = bench::RunCkptBench(options.bench_options);
-  if (!result.ok()) {
-    std::cerr << "bench ckpt: " << result.status().message() << "\n";
-    return kExitFailure;
-  }
-  std::cout << result->dump() << "\n";
-  return kExitOk;
-}
 
 void SetupBenchCkpt(CLI::App& app, Context& context) {
   CLI::App* bench = GroupCommand(app, "bench", "Run benchmarks (JSON results)");
@@ -40,7 +26,10 @@ void SetupBenchCkpt(CLI::App& app, Context& context) {
   cmd->add_option("--prompt-tokens", options->bench_options.prompt_tokens, "Tokens per sample")
       ->check(CLI::Range(1, 3000));
   cmd->add_option("--threads", options->threads, "Intra-op threads (default: LibTorch's)");
-  cmd->callback([options, &context] { context.exit_code = RunBench(*options); });
+  cmd->callback([options, &context] {
+    context.exit_code = RunJsonBench("ckpt", options->threads,
+                                     [&] { return bench::RunCkptBench(options->bench_options); });
+  });
 }
 
 }  // namespace

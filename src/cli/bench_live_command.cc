@@ -2,12 +2,9 @@
 // pause a live change costs the run loop, against one engine decode step.
 // JSON on the last line.
 
-#include <ATen/Parallel.h>
-
-#include <iostream>
 #include <memory>
 
-#include "cli/command.h"
+#include "cli/bench_json.h"
 #include "loom/bench/live_bench.h"
 
 namespace loom::cli {
@@ -17,17 +14,6 @@ struct Options {
   int threads = 0;
   bench::LiveBenchOptions bench_options;
 };
-
-int RunBench(const Options& options) {
-  if (options.threads > 0) at::set_num_threads(options.threads);
-  auto result = bench::RunLiveBench(options.bench_options);
-  if (!result.ok()) {
-    std::cerr << "bench live: " << result.status().message() << "\n";
-    return kExitFailure;
-  }
-  std::cout << result->dump() << "\n";
-  return kExitOk;
-}
 
 void SetupBenchLive(CLI::App& app, Context& context) {
   CLI::App* bench = GroupCommand(app, "bench", "Run benchmarks (JSON results)");
@@ -43,7 +29,10 @@ void SetupBenchLive(CLI::App& app, Context& context) {
   cmd->add_option("--rounds", options->bench_options.rounds, "Timings per kind (median)")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--threads", options->threads, "Intra-op threads (default: LibTorch's)");
-  cmd->callback([options, &context] { context.exit_code = RunBench(*options); });
+  cmd->callback([options, &context] {
+    context.exit_code = RunJsonBench("live", options->threads,
+                                     [&] { return bench::RunLiveBench(options->bench_options); });
+  });
 }
 
 }  // namespace

@@ -1,12 +1,9 @@
 // `loom bench opd [--quick] [--teachers N] [--resident K] [--rounds R] [--sequences S]`: the
 // cost of switching between many teachers in an OPD step. JSON on the last line.
 
-#include <ATen/Parallel.h>
-
-#include <iostream>
 #include <memory>
 
-#include "cli/command.h"
+#include "cli/bench_json.h"
 #include "loom/bench/opd_bench.h"
 
 namespace loom::cli {
@@ -16,17 +13,6 @@ struct Options {
   int threads = 0;
   bench::OpdBenchOptions bench_options;
 };
-
-int RunBench(const Options& options) {
-  if (options.threads > 0) at::set_num_threads(options.threads);
-  auto result = bench::RunOpdBench(options.bench_options);
-  if (!result.ok()) {
-    std::cerr << "bench opd: " << result.status().message() << "\n";
-    return result.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
-  }
-  std::cout << result->dump() << "\n";
-  return kExitOk;
-}
 
 void SetupBenchOpd(CLI::App& app, Context& context) {
   CLI::App* bench = GroupCommand(app, "bench", "Run benchmarks (JSON results)");
@@ -47,7 +33,10 @@ void SetupBenchOpd(CLI::App& app, Context& context) {
       ->check(CLI::Range(2, 100000));
   cmd->add_option("--threads", options->threads, "Intra-op threads (default: LibTorch's)");
   cmd->add_flag("--json", "Accepted for symmetry: the result is always JSON");
-  cmd->callback([options, &context] { context.exit_code = RunBench(*options); });
+  cmd->callback([options, &context] {
+    context.exit_code = RunJsonBench("opd", options->threads,
+                                     [&] { return bench::RunOpdBench(options->bench_options); });
+  });
 }
 
 }  // namespace

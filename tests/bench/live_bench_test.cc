@@ -32,7 +32,7 @@ TEST(LiveBenchTest, ATokenizerThatIsNotOneFailsNamingIt) {
   testing::TempDir dir;
   const std::string path = dir.Write("tokenizer.json", "{\"model\": 3}");
   auto run = testing::RunLoom("bench live --quick --tokenizer " + path);
-  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.exit_code, 2) << "a bad input file is a usage error";
   EXPECT_NE(run.err.find(path), std::string::npos) << run.err;
 }
 

@@ -1,0 +1,31 @@
+#pragma once
+// What the JSON benchmarks (`loom bench ckpt|live|opd`) share: run the
+// driver on `threads` intra-op threads (0: LibTorch's) and print its result
+// as one JSON line, or its error as "bench NAME: ..." (exit 2 for bad
+// arguments, 1 otherwise).
+
+#include <ATen/Parallel.h>
+
+#include <iostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "cli/command.h"
+
+namespace loom::cli {
+
+template <class Run>
+int RunJsonBench(const std::string& name, int threads, Run run) {
+  if (threads > 0) at::set_num_threads(threads);
+  const absl::StatusOr<nlohmann::json> result = run();
+  if (!result.ok()) {
+    std::cerr << "bench " << name << ": " << result.status().message() << "\n";
+    return result.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+  }
+  std::cout << result->dump() << "\n";
+  return kExitOk;
+}
+
+}  // namespace loom::cli
