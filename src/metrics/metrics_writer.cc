@@ -1,6 +1,7 @@
 #include "loom/metrics/metrics_writer.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 
@@ -16,7 +17,10 @@ absl::StatusOr<MetricsWriter> MetricsWriter::Open(const std::string& path) {
 }
 
 MetricsWriter::MetricsWriter(MetricsWriter&& other) noexcept
-    : path_(std::move(other.path_)), file_(other.file_), common_(std::move(other.common_)) {
+    : path_(std::move(other.path_)),
+      file_(other.file_),
+      common_(std::move(other.common_)),
+      tensorboard_(std::move(other.tensorboard_)) {
   other.file_ = nullptr;
 }
 
@@ -26,6 +30,7 @@ MetricsWriter& MetricsWriter::operator=(MetricsWriter&& other) noexcept {
     path_ = std::move(other.path_);
     file_ = other.file_;
     common_ = std::move(other.common_);
+    tensorboard_ = std::move(other.tensorboard_);
     other.file_ = nullptr;
   }
   return *this;
@@ -47,6 +52,11 @@ absl::Status MetricsWriter::Write(const nlohmann::json& record) {
       merged.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
     return absl::UnavailableError("cannot append to " + path_ + ": " + std::strerror(errno));
+  }
+  if (tensorboard_ != nullptr) {
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return tensorboard_->WriteScalars(merged, now);
   }
   return absl::OkStatus();
 }

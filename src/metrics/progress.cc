@@ -28,7 +28,8 @@ std::string ProgressLine::FormatDuration(double seconds) {
 ProgressLine::ProgressLine(std::FILE* out, Options options, Clock clock)
     : out_(out), options_(options), clock_(std::move(clock)), start_s_(clock_()) {}
 
-bool ProgressLine::Update(const std::string& text, int64_t done, int64_t total) {
+bool ProgressLine::Update(const std::string& text, int64_t done, int64_t total,
+                          const std::string& suffix) {
   const double now = clock_();
   const double interval = options_.is_terminal ? options_.min_interval_s : options_.log_interval_s;
   const bool last = total > 0 && done >= total;
@@ -36,8 +37,8 @@ bool ProgressLine::Update(const std::string& text, int64_t done, int64_t total) 
   last_print_s_ = now;
   std::string eta = "?";
   if (done > 0 && total > 0) eta = FormatDuration((now - start_s_) / done * (total - done));
-  std::string line = text + " | " + std::to_string(done) + "/" + std::to_string(total) +
-                     " | eta " + eta;
+  std::string line = text + " | " + std::to_string(done) + "/" + std::to_string(total) + " | eta " +
+                     eta + (suffix.empty() ? "" : " | " + suffix);
   if (options_.is_terminal) {
     std::fprintf(out_, "\r\033[K%s", line.c_str());
     drawn_ = true;
@@ -52,6 +53,15 @@ void ProgressLine::Finish() {
   if (options_.is_terminal && drawn_) std::fputc('\n', out_);
   drawn_ = false;
   std::fflush(out_);
+}
+
+std::string RunEta::Text(int64_t done) const {
+  const int64_t here = done - done_at_start_;
+  std::string eta = "?";
+  if (here > 0 && total_ >= done) {
+    eta = ProgressLine::FormatDuration((clock_() - start_s_) / here * (total_ - done));
+  }
+  return "run " + std::to_string(done) + "/" + std::to_string(total_) + " eta " + eta;
 }
 
 }  // namespace loom::metrics

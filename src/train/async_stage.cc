@@ -138,7 +138,9 @@ class StepReport {
                   static_cast<long long>(step), spec_.headline,
                   headline != record.end() && headline->is_number() ? headline->get<double>() : 0.0,
                   static_cast<long long>(loop_.dispatcher().inflight()));
-    progress_.Update(text, step, steps);
+    progress_.Update(
+        text, step, steps,
+        context_.run_eta != nullptr ? context_.run_eta->Text(context_.policy_version) : "");
     if (step == steps || (eval_every > 0 && step % eval_every == 0)) {
       progress_.Finish();
       return LogEvaluation(context_, spec_.stage, step);

@@ -1,6 +1,8 @@
 #include "loom/train/runner.h"
 
+#include <ctime>
 #include <filesystem>
+#include <sstream>
 
 #include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
@@ -33,6 +35,21 @@ absl::Status EnsureModel(const config::ModelSection& model, int64_t seed) {
   for (const auto& [key, value] : model.init) options.overrides.push_back(key + "=" + value);
   spdlog::info("creating a new {} model in {}", model.arch, model.path);
   return model::InitModelDir(options);
+}
+
+// Every metrics line also goes to RUN_DIR/tb/ as TensorBoard scalars; the
+// resolved config is its text summary.
+absl::Status AttachTensorBoard(const config::RunConfig& config, const RunDir& run_dir,
+                               metrics::MetricsWriter& metrics) {
+  auto tensorboard = metrics::TensorBoardWriter::Open(run_dir.tensorboard_path());
+  if (!tensorboard.ok()) return tensorboard.status();
+  std::string markdown;  // a markdown code block: every line indented by four spaces
+  std::istringstream yaml(config::ResolvedYaml(config));
+  for (std::string line; std::getline(yaml, line);) markdown += "    " + line + "\n";
+  const double now = static_cast<double>(std::time(nullptr));
+  if (absl::Status s = (*tensorboard)->WriteText("config", markdown, now); !s.ok()) return s;
+  metrics.AttachTensorBoard(*std::move(tensorboard));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<at::Device> PickDevice(const std::string& name) {
@@ -80,6 +97,7 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
   }
   auto metrics = metrics::MetricsWriter::Open(run_dir.metrics_path());
   if (!metrics.ok()) return metrics.status();
+  if (absl::Status s = AttachTensorBoard(config, run_dir, *metrics); !s.ok()) return s;
   spdlog::info("model {} ({:.2f}M parameters, {}), stages: {}", config.model.path,
                static_cast<double>((*model)->NumParameters()) / 1e6, config.model.dtype,
                config.train.stages.size());
@@ -97,6 +115,8 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
     first_stage = static_cast<size_t>(cursor->stage_index);
     if (absl::Status s = RestoreTorchRng((*checkpointer)->resume_dir()); !s.ok()) return s;
   }
+  const metrics::RunEta run_eta(context.policy_version, TotalSteps(config));
+  context.run_eta = &run_eta;
   for (size_t i = first_stage; i < config.train.stages.size(); ++i) {
     const std::string& stage = config.train.stages[i];
     spdlog::info("stage {} begins", stage);

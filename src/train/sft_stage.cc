@@ -160,7 +160,9 @@ absl::Status RunSftStage(TrainContext& context) {
     std::snprintf(text, sizeof text, "sft step %lld | loss %.4f | %.0f tok/s",
                   static_cast<long long>(step + 1), (*record)["loss"].get<double>(),
                   (*record)["train_tokens_per_s"].get<double>());
-    progress.Update(text, step + 1, sft.steps);
+    progress.Update(
+        text, step + 1, sft.steps,
+        context.run_eta != nullptr ? context.run_eta->Text(context.policy_version) : "");
     const bool last = step + 1 == sft.steps;
     const int64_t eval_every = context.live != nullptr ? context.live->config().tasks.eval_every
                                                        : context.config.tasks.eval_every;

@@ -90,6 +90,23 @@ TEST(ProgressLineTest, TerminalRedrawsInPlace) {
   EXPECT_EQ(ReadAll(path), "\r\033[Ka | 1/4 | eta 3s\r\033[Kc | 3/4 | eta 1s\n");
 }
 
+TEST(ProgressLineTest, RunEtaCountsOnlyThisProcesssSteps) {
+  double now = 100;
+  // Resumed at step 40 of 100; 10 steps in 20 s -> 2 s a step for the 50 left.
+  RunEta eta(40, 100, [&] { return now; });
+  EXPECT_EQ(eta.Text(40), "run 40/100 eta ?");
+  now = 120;
+  EXPECT_EQ(eta.Text(50), "run 50/100 eta 1m40s");
+  TempDir dir;
+  const std::string path = dir / "out";
+  std::FILE* out = std::fopen(path.c_str(), "w");
+  ProgressLine progress(out, {/*is_terminal=*/false, 0.2, 30.0}, [&] { return now; });
+  now = 124;
+  EXPECT_TRUE(progress.Update("grpo step 2", 2, 10, eta.Text(52)));
+  std::fclose(out);
+  EXPECT_EQ(ReadAll(path), "grpo step 2 | 2/10 | eta 16s | run 52/100 eta 1m36s\n");
+}
+
 TEST(ProgressLineTest, FormatDuration) {
   EXPECT_EQ(ProgressLine::FormatDuration(42.4), "42s");
   EXPECT_EQ(ProgressLine::FormatDuration(185), "3m05s");

@@ -215,6 +215,20 @@ TEST_F(LiveChangeTest, TeacherCapAndActiveChangeMidRunAndSurvivePreemption) {
   }
   EXPECT_GE(arithmetic_after_park, arithmetic_inflight_at_park)
       << "samples in flight when arithmetic was parked still train";
+
+  // The same run seen through TensorBoard (two event files: before and after
+  // the resume), read by an independent reader: every number of every line.
+  auto tensorboard = testing::RunCommand(
+      "/usr/bin/python3 " LOOM_SOURCE_DIR "/tests/metrics/read_tfevents.py --compare " + run_dir_);
+  EXPECT_EQ(tensorboard.exit_code, 0) << tensorboard.out << tensorboard.err;
+  // And as a report.
+  auto report = testing::RunLoom("report " + run_dir_);
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  for (const char* plot : {"accuracy", "inflight", "time", "kl", "loss"}) {
+    const std::string png = run_dir_ + "/report/" + plot + ".png";
+    EXPECT_NE(report.out.find(png), std::string::npos) << report.out;
+    EXPECT_GT(std::filesystem::exists(png) ? std::filesystem::file_size(png) : 0, 1000u) << png;
+  }
 }
 
 }  // namespace

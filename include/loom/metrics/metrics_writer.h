@@ -6,12 +6,14 @@
 // line. Not thread-safe: the run loop is the only writer.
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "loom/metrics/tensorboard.h"
 
 namespace loom::metrics {
 
@@ -32,6 +34,12 @@ class MetricsWriter {
   // `key` wins): the run's config_version, for one.
   void SetCommon(const std::string& key, nlohmann::json value) { common_[key] = std::move(value); }
 
+  // Also writes every line's numbers as TensorBoard scalars from now on.
+  void AttachTensorBoard(std::unique_ptr<TensorBoardWriter> tensorboard) {
+    tensorboard_ = std::move(tensorboard);
+  }
+  TensorBoardWriter* tensorboard() { return tensorboard_.get(); }
+
   const std::string& path() const { return path_; }
 
  private:
@@ -40,6 +48,7 @@ class MetricsWriter {
   std::string path_;
   std::FILE* file_ = nullptr;
   nlohmann::json common_ = nlohmann::json::object();
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
 // Reads every record of a metrics.jsonl file; a malformed line is an error

@@ -28,8 +28,9 @@ class ProgressLine {
   ProgressLine(std::FILE* out, Options options, Clock clock = SteadySeconds);
 
   // Shows `text` for work that is `done` of `total` units (ETA from the
-  // average rate since construction). Returns whether anything was printed.
-  bool Update(const std::string& text, int64_t done, int64_t total);
+  // average rate since construction), then `suffix` (the whole run's part).
+  // Returns whether anything was printed.
+  bool Update(const std::string& text, int64_t done, int64_t total, const std::string& suffix = "");
   // Ends the line (a newline on a terminal) so later output starts clean.
   void Finish();
 
@@ -44,6 +45,28 @@ class ProgressLine {
   double start_s_;
   double last_print_s_ = -1e300;
   bool drawn_ = false;
+};
+
+// The whole run's progress for the progress line: optimizer steps over all
+// stages, and an ETA at the rate this process has run them so far.
+class RunEta {
+ public:
+  // `done_at_start`: steps done before this process (a resumed run's).
+  RunEta(int64_t done_at_start, int64_t total,
+         ProgressLine::Clock clock = ProgressLine::SteadySeconds)
+      : done_at_start_(done_at_start),
+        total_(total),
+        clock_(std::move(clock)),
+        start_s_(clock_()) {}
+
+  // "run 45/300 eta 3m05s" ("eta ?" before this process's first step).
+  std::string Text(int64_t done) const;
+
+ private:
+  int64_t done_at_start_;
+  int64_t total_;
+  ProgressLine::Clock clock_;
+  double start_s_;
 };
 
 }  // namespace loom::metrics

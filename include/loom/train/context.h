@@ -8,6 +8,7 @@
 #include "loom/chat/special_tokens.h"
 #include "loom/config/run_config.h"
 #include "loom/metrics/metrics_writer.h"
+#include "loom/metrics/progress.h"
 #include "loom/model/transformer.h"
 #include "loom/tasks/dataset.h"
 #include "loom/tokenizer/tokenizer.h"
@@ -37,6 +38,7 @@ struct TrainContext {
                                // runner, null only in tests that call a trainer directly
   algo::TeacherPool* teachers = nullptr;  // the opd stage's teachers (opd_stage.h); null without
   ControlInbox* control = nullptr;  // live-change requests (control.h); null in tests without one
+  const metrics::RunEta* run_eta = nullptr;  // the progress line's whole-run part; may be null
 };
 
 }  // namespace loom::train

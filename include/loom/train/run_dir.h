@@ -7,6 +7,7 @@
 //   <dir>/checkpoints/    checkpoints and the `latest` pointer
 //   <dir>/stages/<stage>/ each finished stage's weights (a model directory)
 //   <dir>/samples.jsonl   one line per trained sample of the async stages
+//   <dir>/tb/             TensorBoard event files: every metrics number, the config
 //   <dir>/ctl/            live-change requests and replies (control.h)
 //   <dir>/live/           the live config: current.json, history.jsonl
 //
@@ -34,6 +35,7 @@ class RunDir {
   std::string checkpoints_path() const { return path_ + "/checkpoints"; }
   std::string stage_path(const std::string& stage) const { return path_ + "/stages/" + stage; }
   std::string samples_path() const { return path_ + "/samples.jsonl"; }
+  std::string tensorboard_path() const { return path_ + "/tb"; }
 
  private:
   explicit RunDir(std::string path) : path_(std::move(path)) {}

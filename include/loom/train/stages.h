@@ -14,9 +14,13 @@ namespace loom::train {
 struct StageKind {
   const char* name;
   absl::Status (*run)(TrainContext& context);
+  int64_t (*steps)(const config::RunConfig& config);  // its optimizer steps
 };
 
 // The registered stage called `name`, or null.
 const StageKind* FindStage(const std::string& name);
+
+// Optimizer steps of every stage of `config` (unknown stages count 0).
+int64_t TotalSteps(const config::RunConfig& config);
 
 }  // namespace loom::train

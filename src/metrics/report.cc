@@ -1,0 +1,282 @@
+#include "loom/metrics/report.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/config/files.h"
+#include "loom/metrics/metrics_writer.h"
+
+namespace loom::metrics {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What a plot shows: keys of training-step lines or of evaluation lines; a
+// trailing "/*" expands an object into one series per entry.
+struct PlotSpec {
+  const char* file;
+  const char* title;
+  const char* ylabel;
+  bool eval;  // from held-out evaluation lines
+  std::vector<const char*> keys;
+};
+
+const std::vector<PlotSpec>& Plots() {
+  static const std::vector<PlotSpec> plots = {
+      {"reward",
+       "Reward (task and length parts)",
+       "reward",
+       false,
+       {"reward_mean", "reward_task_mean", "reward_length_mean"}},
+      {"accuracy",
+       "Held-out accuracy (greedy)",
+       "accuracy",
+       true,
+       {"eval_accuracy", "eval_accuracy_by_dataset/*", "eval_accuracy_by_effort/*"}},
+      {"length",
+       "Response and reasoning length by effort",
+       "tokens",
+       false,
+       {"response_length_mean", "response_length_by_effort/*", "reasoning_length_by_effort/*"}},
+      {"reward_by_effort", "Reward by effort", "reward", false, {"reward_by_effort/*"}},
+      {"inflight",
+       "In flight and staleness",
+       "samples / versions",
+       false,
+       {"inflight_mean", "inflight_min", "inflight_max", "staleness_mean", "staleness_max"}},
+      {"throughput",
+       "Throughput",
+       "tokens/s",
+       false,
+       {"rollout_tokens_per_s", "train_tokens_per_s"}},
+      {"time",
+       "Time split per step",
+       "seconds",
+       false,
+       {"time_rollout_s", "time_train_s", "time_teacher_s", "time_student_s"}},
+      {"loss", "Loss", "loss", false, {"loss"}},
+      {"kl", "KL", "nats/token", false, {"kl", "kl_by_dataset/*", "kl_by_teacher/*"}},
+  };
+  return plots;
+}
+
+struct Run {
+  std::string dir;
+  std::vector<nlohmann::json> lines;
+  std::string config;
+};
+
+struct Series {
+  std::string label;
+  std::vector<std::pair<double, double>> points;
+};
+
+bool IsEvalLine(const nlohmann::json& line) {
+  return !line.contains("event") && line.contains("eval_accuracy");
+}
+bool IsStepLine(const nlohmann::json& line) {
+  return !line.contains("event") && !line.contains("eval_accuracy") && line.contains("step");
+}
+
+// The series `key` names in `run` (several for "name/*"), labelled with the
+// stage when the run logged the key in more than one stage.
+std::vector<Series> Extract(const Run& run, const PlotSpec& plot, const std::string& key,
+                            bool label_run) {
+  const bool expand = key.size() > 2 && key.substr(key.size() - 2) == "/*";
+  const std::string name = expand ? key.substr(0, key.size() - 2) : key;
+  std::map<std::pair<std::string, std::string>, Series> found;  // (stage, entry) -> series
+  std::map<std::string, int> stages;
+  for (const nlohmann::json& line : run.lines) {
+    if (!(plot.eval ? IsEvalLine(line) : IsStepLine(line)) || !line.contains(name)) continue;
+    const double x = line.value("version", 0.0);
+    const std::string stage = line.value("stage", "");
+    const nlohmann::json& value = line[name];
+    if (expand && value.is_object()) {
+      for (const auto& [entry, number] : value.items()) {
+        if (number.is_number()) found[{stage, entry}].points.push_back({x, number.get<double>()});
+      }
+    } else if (!expand && value.is_number()) {
+      found[{stage, ""}].points.push_back({x, value.get<double>()});
+    }
+  }
+  for (const auto& [id, series] : found) ++stages[id.first];
+  std::vector<Series> out;
+  for (auto& [id, series] : found) {
+    series.label = name + (id.second.empty() ? "" : "/" + id.second);
+    if (stages.size() > 1) series.label += " [" + id.first + "]";
+    if (label_run) series.label = run.dir + ": " + series.label;
+    out.push_back(std::move(series));
+  }
+  return out;
+}
+
+absl::StatusOr<Run> LoadRun(const std::string& dir) {
+  const std::string path = dir + "/metrics.jsonl";
+  if (!fs::exists(path)) {
+    return absl::NotFoundError(path + " does not exist: " + dir +
+                               " is not a run directory, or its run has not logged a line yet");
+  }
+  auto lines = ReadMetrics(path);
+  if (!lines.ok()) return lines.status();
+  bool any = false;
+  for (const nlohmann::json& line : *lines) any = any || IsStepLine(line) || IsEvalLine(line);
+  if (!any) return absl::InvalidArgumentError(path + ": no training step or evaluation to plot");
+  auto config = ReadFile(dir + "/config.yaml");
+  return Run{dir, *std::move(lines), config.ok() ? *config : "(no config.yaml)"};
+}
+
+// A gnuplot string literal.
+std::string Quoted(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string Html(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else
+      out += c;
+  }
+  return out;
+}
+
+// The first executable `name` on the PATH, or "".
+std::string FindOnPath(const std::string& name) {
+  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path != nullptr ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+absl::Status RunGnuplot(const std::string& gnuplot, const std::string& script,
+                        const std::string& log) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    FILE* err = std::freopen(log.c_str(), "w", stderr);
+    (void)err;
+    ::execl(gnuplot.c_str(), gnuplot.c_str(), script.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
+  auto text = ReadFile(log);
+  return absl::FailedPreconditionError(gnuplot + " " + script +
+                                       " failed: " + (text.ok() ? *text : "(no output)"));
+}
+
+// The run's last numbers: the final evaluation and training step, flattened.
+std::string FinalNumbers(const Run& run) {
+  const nlohmann::json* eval = nullptr;
+  const nlohmann::json* step = nullptr;
+  for (const nlohmann::json& line : run.lines) {
+    if (IsEvalLine(line)) eval = &line;
+    if (IsStepLine(line)) step = &line;
+  }
+  std::string rows;
+  for (const nlohmann::json* line : {eval, step}) {
+    if (line == nullptr) continue;
+    const nlohmann::json flat = line->flatten();
+    for (const auto& [key, value] : flat.items()) {
+      if (!value.is_number() && !value.is_string()) continue;
+      rows += "<tr><td>" + Html(key.substr(1)) + "</td><td>" +
+              Html(value.is_string() ? value.get<std::string>() : value.dump()) + "</td></tr>\n";
+    }
+  }
+  return rows;
+}
+
+}  // namespace
+
+absl::StatusOr<Report> WriteReport(const ReportOptions& options) {
+  if (options.runs.empty()) return absl::InvalidArgumentError("report: no run directory given");
+  std::vector<Run> runs;
+  for (const std::string& dir : options.runs) {
+    auto run = LoadRun(dir);
+    if (!run.ok()) return run.status();
+    runs.push_back(*std::move(run));
+  }
+  const std::string gnuplot = FindOnPath(options.gnuplot);
+  if (gnuplot.empty()) {
+    return absl::FailedPreconditionError(
+        "report: " + options.gnuplot +
+        " is not on the PATH; install Debian's gnuplot-nox (scripts/setup.sh does)");
+  }
+  const std::string out = options.out_dir.empty() ? runs[0].dir + "/report" : options.out_dir;
+  std::error_code ec;
+  fs::create_directories(out + "/data", ec);
+  if (ec) return absl::UnavailableError("cannot create " + out + "/data: " + ec.message());
+
+  Report report;
+  std::string script = "set terminal pngcairo noenhanced size " + std::to_string(options.width) +
+                       "," + std::to_string(options.height) +
+                       "\nset grid\nset key outside below\n" +
+                       "set xlabel 'policy version (optimizer steps over all stages)'\n";
+  std::string figures;
+  for (const PlotSpec& plot : Plots()) {
+    std::vector<Series> series;
+    for (const Run& run : runs) {
+      for (const char* key : plot.keys) {
+        for (Series& s : Extract(run, plot, key, runs.size() > 1)) series.push_back(std::move(s));
+      }
+    }
+    if (series.empty()) continue;
+    const std::string png = out + "/" + plot.file + ".png";
+    script += "set output " + Quoted(png) + "\nset title " + Quoted(plot.title) + "\nset ylabel " +
+              Quoted(plot.ylabel) + "\nplot ";
+    for (size_t i = 0; i < series.size(); ++i) {
+      const std::string data = out + "/data/" + plot.file + "-" + std::to_string(i) + ".dat";
+      std::ofstream file(data);
+      for (const auto& [x, y] : series[i].points) file << x << " " << y << "\n";
+      if (!file) return absl::UnavailableError("cannot write " + data);
+      script += std::string(i == 0 ? "" : ", ") + Quoted(data) + " using 1:2 with " +
+                (series[i].points.size() > 1 ? "lines" : "points") + " lw 2 title " +
+                Quoted(series[i].label);
+    }
+    script += "\n";
+    report.plots.push_back(png);
+    figures += "<h2>" + Html(plot.title) + "</h2>\n<img src=\"" + std::string(plot.file) +
+               ".png\" width=\"" + std::to_string(options.width) + "\" height=\"" +
+               std::to_string(options.height) + "\">\n";
+  }
+  const std::string script_path = out + "/data/plots.gp";
+  if (absl::Status s = WriteFileAtomic(script_path, script); !s.ok()) return s;
+  if (absl::Status s = RunGnuplot(gnuplot, script_path, out + "/data/gnuplot.log"); !s.ok()) {
+    return s;
+  }
+
+  std::string html = "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>loom report: " +
+                     Html(runs[0].dir) +
+                     "</title></head><body>\n<h1>loom report: " + Html(runs[0].dir) + "</h1>\n" +
+                     figures;
+  for (const Run& run : runs) {
+    html += "<h2>Final numbers: " + Html(run.dir) + "</h2>\n<table>\n" + FinalNumbers(run) +
+            "</table>\n<h2>Config: " + Html(run.dir) + "</h2>\n<pre>" + Html(run.config) +
+            "</pre>\n";
+  }
+  html += "</body></html>\n";
+  report.index = out + "/index.html";
+  if (absl::Status s = WriteFileAtomic(report.index, html); !s.ok()) return s;
+  return report;
+}
+
+}  // namespace loom::metrics

@@ -1,0 +1,135 @@
+// `loom report`'s plots through the real gnuplot: PNGs of the asked size for
+// the keys a run logged (none for keys it did not), an index.html that shows
+// them with the config and final numbers, overlays with --compare, and clear
+// errors for what is missing or malformed.
+
+#include "loom/metrics/report.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "testing/temp_dir.h"
+
+namespace loom::metrics {
+namespace {
+
+using loom::testing::ReadAll;
+using loom::testing::TempDir;
+
+// Width and height from a PNG's IHDR chunk; {0, 0} when it is not a PNG.
+std::pair<int, int> PngSize(const std::string& path) {
+  const std::string bytes = ReadAll(path);
+  if (bytes.size() < 24 || bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0) return {0, 0};
+  auto be32 = [&](size_t at) {
+    int value = 0;
+    for (size_t i = 0; i < 4; ++i) value = value * 256 + static_cast<unsigned char>(bytes[at + i]);
+    return value;
+  };
+  return {be32(16), be32(20)};
+}
+
+// A run directory with SFT then GRPO lines and evaluations.
+std::string WriteRun(const TempDir& dir, const std::string& name, double scale) {
+  const std::string run = dir / name;
+  std::filesystem::create_directories(run);
+  std::ofstream metrics(run + "/metrics.jsonl");
+  metrics
+      << R"({"stage":"sft","step":0,"version":0,"eval_accuracy":0.1,"eval_accuracy_by_dataset":{"a":0.1}})"
+      << "\n";
+  for (int step = 1; step <= 5; ++step) {
+    metrics << R"({"stage":"sft","step":)" << step << R"(,"version":)" << step << R"(,"loss":)"
+            << 2.0 / step << "}\n";
+  }
+  for (int step = 1; step <= 5; ++step) {
+    metrics << R"({"stage":"grpo","step":)" << step << R"(,"version":)" << 5 + step
+            << R"(,"loss":0.1,"reward_mean":)" << scale * step
+            << R"(,"reward_by_effort":{"25":0.1,"100":0.2},"inflight_mean":12,"staleness_max":1,)"
+            << R"("rollout_tokens_per_s":900,"time_rollout_s":0.5,"time_train_s":0.25})"
+            << "\n";
+  }
+  metrics << R"({"event":"resume","stage":"grpo","inflight_restored":3})"
+          << "\n";
+  metrics
+      << R"({"stage":"grpo","step":5,"version":10,"eval_accuracy":0.75,"eval_accuracy_by_dataset":{"a":0.75}})"
+      << "\n";
+  std::ofstream(run + "/config.yaml") << "run:\n  name: " << name << " <&>\n";
+  return run;
+}
+
+TEST(ReportTest, WritesAPngPerLoggedPlotAndAnIndex) {
+  TempDir dir;
+  const std::string run = WriteRun(dir, "one", 0.1);
+  auto report = WriteReport({{run}, "", "gnuplot", 640, 360});
+  ASSERT_TRUE(report.ok()) << report.status();
+  std::vector<std::string> names;
+  for (const std::string& png : report->plots) {
+    names.push_back(std::filesystem::path(png).stem().string());
+    EXPECT_EQ(PngSize(png), std::make_pair(640, 360)) << png;
+    EXPECT_GT(std::filesystem::file_size(png), 1000u) << png;
+  }
+  // No KL, no lengths were logged: no such plots.
+  EXPECT_EQ(names, (std::vector<std::string>{"reward", "accuracy", "reward_by_effort", "inflight",
+                                             "throughput", "time", "loss"}));
+  EXPECT_EQ(report->index, run + "/report/index.html");
+  const std::string html = ReadAll(report->index);
+  for (const std::string& name : names) {
+    EXPECT_NE(html.find("<img src=\"" + name + ".png\""), std::string::npos) << name;
+  }
+  EXPECT_NE(html.find("name: one &lt;&amp;&gt;"), std::string::npos) << "the config, escaped";
+  EXPECT_NE(html.find("<td>eval_accuracy</td><td>0.75</td>"), std::string::npos)
+      << "the final evaluation";
+  // SFT and GRPO both logged `loss`: one series per stage.
+  const std::string script = ReadAll(run + "/report/data/plots.gp");
+  EXPECT_NE(script.find("title 'loss [sft]'"), std::string::npos) << script;
+  EXPECT_NE(script.find("title 'loss [grpo]'"), std::string::npos) << script;
+}
+
+TEST(ReportTest, CompareOverlaysRunsLabelledByDirectory) {
+  TempDir dir;
+  const std::string one = WriteRun(dir, "one", 0.1), two = WriteRun(dir, "two", 0.2);
+  auto report = WriteReport({{one, two}, dir / "out", "gnuplot", 900, 500});
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(PngSize(dir / "out/reward.png"), std::make_pair(900, 500));
+  const std::string script = ReadAll(dir / "out/data/plots.gp");
+  EXPECT_NE(script.find("title '" + one + ": reward_mean'"), std::string::npos) << script;
+  EXPECT_NE(script.find("title '" + two + ": reward_mean'"), std::string::npos) << script;
+  const std::string html = ReadAll(report->index);
+  EXPECT_NE(html.find("Final numbers: " + two), std::string::npos);
+}
+
+TEST(ReportTest, MissingOrMalformedInputsAreClearErrors) {
+  TempDir dir;
+  auto missing = WriteReport({{dir / "nowhere"}, "", "gnuplot", 900, 500});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find(dir / "nowhere/metrics.jsonl"), std::string::npos);
+
+  const std::string bad = dir / "bad";
+  std::filesystem::create_directories(bad);
+  std::ofstream(bad + "/metrics.jsonl") << "{\"stage\":\"sft\",\"step\":1}\n{\"stage\": \n";
+  auto malformed = WriteReport({{bad}, "", "gnuplot", 900, 500});
+  ASSERT_FALSE(malformed.ok());
+  EXPECT_EQ(malformed.status().message(), bad + "/metrics.jsonl:2: not a JSON object on one line");
+
+  const std::string events = dir / "events";
+  std::filesystem::create_directories(events);
+  std::ofstream(events + "/metrics.jsonl") << "{\"event\":\"resume\"}\n";
+  auto nothing = WriteReport({{events}, "", "gnuplot", 900, 500});
+  ASSERT_FALSE(nothing.ok());
+  EXPECT_NE(nothing.status().message().find("no training step or evaluation to plot"),
+            std::string::npos);
+
+  const std::string run = WriteRun(dir, "run", 1);
+  auto no_gnuplot = WriteReport({{run}, "", "gnuplot-that-is-not-installed", 900, 500});
+  ASSERT_FALSE(no_gnuplot.ok());
+  EXPECT_EQ(no_gnuplot.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(no_gnuplot.status().message().find("gnuplot-nox"), std::string::npos);
+  auto failing = WriteReport({{run}, "", "/bin/false", 900, 500});
+  ASSERT_FALSE(failing.ok());
+  EXPECT_NE(failing.status().message().find("/bin/false"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::metrics
