@@ -26,6 +26,7 @@ struct PlotSpec {
   const char* ylabel;
   bool eval;  // from held-out evaluation lines
   std::vector<const char*> keys;
+  bool by_stage = false;  // a series per stage (the stages' losses differ in kind)
 };
 
 const std::vector<PlotSpec>& Plots() {
@@ -61,7 +62,7 @@ const std::vector<PlotSpec>& Plots() {
        "seconds",
        false,
        {"time_rollout_s", "time_train_s", "time_teacher_s", "time_student_s"}},
-      {"loss", "Loss", "loss", false, {"loss"}},
+      {"loss", "Loss (a series per stage)", "loss", false, {"loss"}, true},
       {"kl", "KL", "nats/token", false, {"kl", "kl_by_dataset/*", "kl_by_teacher/*"}},
   };
   return plots;
@@ -85,8 +86,9 @@ bool IsStepLine(const nlohmann::json& line) {
   return !line.contains("event") && !line.contains("eval_accuracy") && line.contains("step");
 }
 
-// The series `key` names in `run` (several for "name/*"), labelled with the
-// stage when the run logged the key in more than one stage.
+// The series `key` names in `run` (several for "name/*"); with
+// `plot.by_stage`, one per stage, labelled with it, when the run logged the
+// key in more than one stage.
 std::vector<Series> Extract(const Run& run, const PlotSpec& plot, const std::string& key,
                             bool label_run) {
   const bool expand = key.size() > 2 && key.substr(key.size() - 2) == "/*";
@@ -96,7 +98,7 @@ std::vector<Series> Extract(const Run& run, const PlotSpec& plot, const std::str
   for (const nlohmann::json& line : run.lines) {
     if (!(plot.eval ? IsEvalLine(line) : IsStepLine(line)) || !line.contains(name)) continue;
     const double x = line.value("version", 0.0);
-    const std::string stage = line.value("stage", "");
+    const std::string stage = plot.by_stage ? line.value("stage", "") : "";
     const nlohmann::json& value = line[name];
     if (expand && value.is_object()) {
       for (const auto& [entry, number] : value.items()) {

@@ -52,6 +52,8 @@ struct GrpoTrainer::Judged {
   int64_t episodes = 0, episodes_failed = 0, episode_steps = 0;
   int64_t lag_sum = 0, lag_max = 0;  // policy versions behind, oldest token
   MeanBy reward_by_dataset, reward_by_effort, length_by_dataset, length_by_effort;
+  MeanBy reasoning_by_effort;  // reasoning tokens (inside <think>), what r_len is paid on
+  double reasoning_sum = 0;
 };
 
 // Which samples the step scores, with their advantages.
@@ -125,6 +127,8 @@ GrpoTrainer::Judged GrpoTrainer::JudgeBatch(const std::vector<TrainingSample>& s
     judged.reward_by_effort.Add(effort, judged.total.back());
     judged.length_by_dataset.Add(dataset, static_cast<double>(response_tokens));
     judged.length_by_effort.Add(effort, static_cast<double>(response_tokens));
+    judged.reasoning_by_effort.Add(effort, static_cast<double>(reasoning));
+    judged.reasoning_sum += static_cast<double>(reasoning);
     const int64_t lag = version - OldestVersion(sample.state, version);
     judged.lag_sum += lag;
     judged.lag_max = std::max(judged.lag_max, lag);
@@ -260,6 +264,8 @@ nlohmann::json GrpoTrainer::Record(const Batch& batch, const Judged& judged,
       {"response_length_mean", response_mean},
       {"response_length_by_dataset", judged.length_by_dataset.Json()},
       {"response_length_by_effort", judged.length_by_effort.Json()},
+      {"reasoning_length_mean", judged.reasoning_sum / n},
+      {"reasoning_length_by_effort", judged.reasoning_by_effort.Json()},
       {"parse_rate", static_cast<double>(judged.parsed) / n},
       {"skipped_samples", static_cast<int64_t>(batch.samples.size() - selection.scored.size())},
       {"informative_subgroup_fraction",

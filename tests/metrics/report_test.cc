@@ -80,10 +80,13 @@ TEST(ReportTest, WritesAPngPerLoggedPlotAndAnIndex) {
   EXPECT_NE(html.find("name: one &lt;&amp;&gt;"), std::string::npos) << "the config, escaped";
   EXPECT_NE(html.find("<td>eval_accuracy</td><td>0.75</td>"), std::string::npos)
       << "the final evaluation";
-  // SFT and GRPO both logged `loss`: one series per stage.
+  // SFT and GRPO both logged `loss`: one series per stage; an evaluation
+  // curve runs on across stages.
   const std::string script = ReadAll(run + "/report/data/plots.gp");
   EXPECT_NE(script.find("title 'loss [sft]'"), std::string::npos) << script;
   EXPECT_NE(script.find("title 'loss [grpo]'"), std::string::npos) << script;
+  EXPECT_NE(script.find("title 'eval_accuracy'"), std::string::npos) << script;
+  EXPECT_EQ(ReadAll(run + "/report/data/accuracy-0.dat"), "0 0.1\n10 0.75\n");
 }
 
 TEST(ReportTest, CompareOverlaysRunsLabelledByDirectory) {

@@ -146,6 +146,9 @@ void ExpectRewardsAddUp(const json& step) {
   ExpectWithinParts(step, "reward_mean", "reward_by_dataset");
   ExpectWithinParts(step, "response_length_mean", "response_length_by_effort");
   ExpectWithinParts(step, "response_length_mean", "response_length_by_dataset");
+  ExpectWithinParts(step, "reasoning_length_mean", "reasoning_length_by_effort");
+  EXPECT_LE(step["reasoning_length_mean"].get<double>(), step["response_length_mean"].get<double>())
+      << "reasoning is part of the response";
   for (const char* share :
        {"parse_rate", "clip_fraction", "masked_token_fraction", "informative_subgroup_fraction"}) {
     EXPECT_GE(step[share].get<double>(), 0.0) << share;
