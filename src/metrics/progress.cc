@@ -1,5 +1,7 @@
 #include "loom/metrics/progress.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 namespace loom::metrics {
@@ -55,11 +57,22 @@ void ProgressLine::Finish() {
   std::fflush(out_);
 }
 
+void RunEta::StageStarted(int64_t done, int64_t end) {
+  stage_start_s_ = clock_();
+  stage_start_ = done;
+  stage_end_ = end;
+}
+
 std::string RunEta::Text(int64_t done) const {
-  const int64_t here = done - done_at_start_;
+  const double now = clock_();
+  const int64_t in_stage = done - stage_start_, here = done - done_at_start_;
   std::string eta = "?";
-  if (here > 0 && total_ >= done) {
-    eta = ProgressLine::FormatDuration((clock_() - start_s_) / here * (total_ - done));
+  if (in_stage > 0 && here > 0) {
+    const double stage_rate = (now - stage_start_s_) / static_cast<double>(in_stage);
+    const double run_rate = (now - start_s_) / static_cast<double>(here);
+    eta = ProgressLine::FormatDuration(
+        stage_rate * static_cast<double>(std::max<int64_t>(stage_end_ - done, 0)) +
+        run_rate * static_cast<double>(std::max<int64_t>(total_ - stage_end_, 0)));
   }
   return "run " + std::to_string(done) + "/" + std::to_string(total_) + " eta " + eta;
 }

@@ -115,13 +115,16 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
     first_stage = static_cast<size_t>(cursor->stage_index);
     if (absl::Status s = RestoreTorchRng((*checkpointer)->resume_dir()); !s.ok()) return s;
   }
-  const metrics::RunEta run_eta(context.policy_version, TotalSteps(config));
+  metrics::RunEta run_eta(context.policy_version, TotalSteps(config));
   context.run_eta = &run_eta;
   for (size_t i = first_stage; i < config.train.stages.size(); ++i) {
     const std::string& stage = config.train.stages[i];
     spdlog::info("stage {} begins", stage);
     const StageKind* kind = FindStage(stage);
     if (kind == nullptr) return absl::InvalidArgumentError("train.stages: unknown stage " + stage);
+    const int64_t done_in_stage = cursor && i == first_stage ? cursor->step : 0;
+    run_eta.StageStarted(context.policy_version,
+                         context.policy_version + kind->steps(config) - done_in_stage);
     if (absl::Status s = kind->run(context); !s.ok()) return s;
     const std::string out = run_dir.stage_path(stage);
     if (absl::Status s = (*model)->Save(out); !s.ok()) return s;

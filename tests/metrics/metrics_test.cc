@@ -90,21 +90,27 @@ TEST(ProgressLineTest, TerminalRedrawsInPlace) {
   EXPECT_EQ(ReadAll(path), "\r\033[Ka | 1/4 | eta 3s\r\033[Kc | 3/4 | eta 1s\n");
 }
 
-TEST(ProgressLineTest, RunEtaCountsOnlyThisProcesssSteps) {
+TEST(ProgressLineTest, RunEtaTakesTheStagesRateForItsRestAndTheRunsForLaterStages) {
   double now = 100;
-  // Resumed at step 40 of 100; 10 steps in 20 s -> 2 s a step for the 50 left.
+  // Resumed at step 40 of 100, inside a stage that ends at 60.
   RunEta eta(40, 100, [&] { return now; });
+  eta.StageStarted(40, 60);
   EXPECT_EQ(eta.Text(40), "run 40/100 eta ?");
-  now = 120;
+  now = 120;  // 10 steps in 20 s: 2 s a step, 10 left here and 40 later at the same rate
   EXPECT_EQ(eta.Text(50), "run 50/100 eta 1m40s");
+  now = 140;
+  eta.StageStarted(60, 100);  // a slower stage: 4 s a step
+  now = 160;
+  // 35 left at this stage's 4 s a step; nothing after it.
+  EXPECT_EQ(eta.Text(65), "run 65/100 eta 2m20s");
   TempDir dir;
   const std::string path = dir / "out";
   std::FILE* out = std::fopen(path.c_str(), "w");
   ProgressLine progress(out, {/*is_terminal=*/false, 0.2, 30.0}, [&] { return now; });
-  now = 124;
-  EXPECT_TRUE(progress.Update("grpo step 2", 2, 10, eta.Text(52)));
+  now = 164;
+  EXPECT_TRUE(progress.Update("grpo step 2", 2, 10, eta.Text(66)));
   std::fclose(out);
-  EXPECT_EQ(ReadAll(path), "grpo step 2 | 2/10 | eta 16s | run 52/100 eta 1m36s\n");
+  EXPECT_EQ(ReadAll(path), "grpo step 2 | 2/10 | eta 16s | run 66/100 eta 2m16s\n");
 }
 
 TEST(ProgressLineTest, FormatDuration) {

@@ -48,7 +48,8 @@ class ProgressLine {
 };
 
 // The whole run's progress for the progress line: optimizer steps over all
-// stages, and an ETA at the rate this process has run them so far.
+// stages and an ETA — the current stage's remaining steps at its own rate so
+// far, later stages' at the rate of everything this process has run.
 class RunEta {
  public:
   // `done_at_start`: steps done before this process (a resumed run's).
@@ -57,9 +58,15 @@ class RunEta {
       : done_at_start_(done_at_start),
         total_(total),
         clock_(std::move(clock)),
-        start_s_(clock_()) {}
+        start_s_(clock_()),
+        stage_start_s_(start_s_),
+        stage_start_(done_at_start),
+        stage_end_(total) {}
 
-  // "run 45/300 eta 3m05s" ("eta ?" before this process's first step).
+  // A stage begins at `done` steps and ends at `end`.
+  void StageStarted(int64_t done, int64_t end);
+
+  // "run 45/300 eta 3m05s" ("eta ?" before the stage's first step).
   std::string Text(int64_t done) const;
 
  private:
@@ -67,6 +74,9 @@ class RunEta {
   int64_t total_;
   ProgressLine::Clock clock_;
   double start_s_;
+  double stage_start_s_;
+  int64_t stage_start_;
+  int64_t stage_end_;
 };
 
 }  // namespace loom::metrics
