@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "chat/preprocess.h"
 #include "chat/render.h"
+#include "loom/config/effort_tiers.h"
 #include "loom/tokenizer/dsv4_tokens.h"
 
 namespace loom::chat {
@@ -45,21 +46,29 @@ int CleanCut(const std::vector<PromptPiece>& prior, const std::vector<PromptPiec
 absl::StatusOr<ReasoningEffort> ParseReasoningEffort(const std::string& text) {
   ReasoningEffort effort;
   if (text.empty() || text == "none") return effort;
-  if (text == "high") {
+  if (text == "v4-high") {
     effort.kind = ReasoningEffort::Kind::kHigh;
     return effort;
   }
-  if (text == "max") {
+  if (text == "v4-max") {
     effort.kind = ReasoningEffort::Kind::kMax;
     return effort;
+  }
+  effort.kind = ReasoningEffort::Kind::kNumeric;
+  for (const auto& [name, b] : config::EffortTiers()) {
+    if (text == name) {
+      effort.b = b;
+      return effort;
+    }
   }
   char* end = nullptr;
   const long b = std::strtol(text.c_str(), &end, 10);
   if (end == text.c_str() || *end != '\0' || b < 1 || b > 100) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "reasoning effort \"", text, "\": expected max, high, none or an integer 1..100"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("reasoning effort \"", text,
+                     "\": expected an integer 1..100, max (100), high (75), low (50), none, or "
+                     "the DeepSeek-V4 literal modes v4-max and v4-high"));
   }
-  effort.kind = ReasoningEffort::Kind::kNumeric;
   effort.b = static_cast<int>(b);
   return effort;
 }

@@ -1,6 +1,6 @@
 // `loom chat encode` and `loom chat parse`: the DeepSeek-V4 chat format.
 //   encode --messages FILE [--thinking-mode thinking|chat]
-//          [--reasoning-effort max|high|none|N] [--no-drop-thinking] [--no-bos]
+//          [--reasoning-effort N|max|high|low|none|v4-max|v4-high] [--no-drop-thinking] [--no-bos]
 //          [--tokenizer FILE]
 //     FILE: a JSON array of OpenAI-style messages, or {"messages", "tools"}.
 //     Prints the prompt with no trailing newline (with --tokenizer: its ids
@@ -93,7 +93,9 @@ void SetupChat(CLI::App& app, Context& context) {
   encode->add_option("--messages", o->messages, "JSON array of messages")->required();
   encode->add_option("--thinking-mode", o->thinking_mode, "thinking (default) or chat")
       ->check(modes);
-  encode->add_option("--reasoning-effort", o->effort, "max, high, none or 1..100");
+  encode->add_option(
+      "--reasoning-effort", o->effort,
+      "1..100, max (100), high (75), low (50), none, or the V4 literal modes v4-max, v4-high");
   encode->add_flag("--no-drop-thinking", o->no_drop_thinking, "Keep earlier reasoning");
   encode->add_flag("--no-bos", o->no_bos, "Leave out the begin-of-sentence token");
   encode->add_option("--tokenizer", o->tokenizer, "Print ids with this tokenizer.json instead");

@@ -118,7 +118,9 @@ void SetupGenerate(CLI::App& app, Context& context) {
   cmd->add_option("--temperature", o->temperature, "0 = greedy")->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-p", o->top_p, "Nucleus mass")->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", o->seed, "Sampling seed");
-  cmd->add_option("--effort", o->effort, "Reasoning effort: 1..100, max, high or none");
+  cmd->add_option(
+      "--effort", o->effort,
+      "Reasoning effort: 1..100, max (100), high (75), low (50), none, v4-max or v4-high");
   cmd->add_option("--threads", o->threads, "Intra-op CPU threads (0 = all cores)");
   cmd->callback([o, &context, prompt, messages] {
     if (prompt->count() == 0 && messages->count() == 0) {
@@ -128,7 +130,7 @@ void SetupGenerate(CLI::App& app, Context& context) {
     }
     absl::Status status = RunGenerate(*o);
     if (!status.ok()) std::cerr << "generate: " << status.message() << "\n";
-    context.exit_code = status.ok() ? kExitOk
+    context.exit_code = status.ok()                                           ? kExitOk
                         : status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage
                                                                               : kExitFailure;
   });

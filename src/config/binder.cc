@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <sstream>
 
 namespace loom::config {
@@ -135,7 +136,8 @@ void Binder::Scalar(const char* key, T& value, const FieldSpec& spec, const char
   MaybeNode node = Child(key);
   const std::string key_path = JoinKey(path_, key);
   if (!node) return MissingCheck(key_path, spec);
-  if (!node->IsScalar() || !parse(node->Scalar(), value)) return TypeError(key_path, expected, *node);
+  if (!node->IsScalar() || !parse(node->Scalar(), value))
+    return TypeError(key_path, expected, *node);
   if constexpr (std::is_arithmetic_v<T>) {
     CheckRange(key_path, value, spec);
   } else {
@@ -171,8 +173,34 @@ void Binder::ScalarList(const char* key, std::vector<T>& value, const FieldSpec&
 void Binder::Field(const char* key, bool& value, const FieldSpec& spec) {
   Scalar(key, value, spec, "true or false", ParseBool);
 }
+namespace {
+
+// An integer, or one of `spec.names`.
+std::function<bool(const std::string&, int&)> IntOrName(const FieldSpec& spec) {
+  return [&spec](const std::string& text, int& out) {
+    if (ParseInt<int>(text, out)) return true;
+    for (const auto& [name, number] : spec.names) {
+      if (text == name) {
+        out = number;
+        return true;
+      }
+    }
+    return false;
+  };
+}
+
+// "an integer" / "integers", with the names a field accepts.
+std::string IntExpected(const FieldSpec& spec, const std::string& what) {
+  if (spec.names.empty()) return what;
+  std::string names;
+  for (const auto& [name, number] : spec.names) names += (names.empty() ? "" : ", ") + name;
+  return what + " (or " + names + ")";
+}
+
+}  // namespace
+
 void Binder::Field(const char* key, int& value, const FieldSpec& spec) {
-  Scalar(key, value, spec, "an integer", ParseInt<int>);
+  Scalar(key, value, spec, IntExpected(spec, "an integer").c_str(), IntOrName(spec));
 }
 void Binder::Field(const char* key, int64_t& value, const FieldSpec& spec) {
   Scalar(key, value, spec, "an integer", ParseInt<int64_t>);
@@ -184,7 +212,7 @@ void Binder::Field(const char* key, std::string& value, const FieldSpec& spec) {
   Scalar(key, value, spec, "a string", ParseString);
 }
 void Binder::Field(const char* key, std::vector<int>& value, const FieldSpec& spec) {
-  ScalarList(key, value, spec, "integers", ParseInt<int>);
+  ScalarList(key, value, spec, IntExpected(spec, "integers").c_str(), IntOrName(spec));
 }
 void Binder::Field(const char* key, std::vector<double>& value, const FieldSpec& spec) {
   ScalarList(key, value, spec, "numbers", ParseDouble);

@@ -99,9 +99,16 @@ void MarkdownDescriber::AddRow(const std::string& key, const std::string& type,
     for (const auto& c : spec.choices) meaning += " `" + c + "`";
     meaning += ".";
   }
+  if (!spec.names.empty()) {
+    meaning += " Names:";
+    for (const auto& [name, number] : spec.names) {
+      meaning += " `" + name + "` = " + std::to_string(number) +
+                 (&name == &spec.names.back().first ? "." : ",");
+    }
+  }
   std::string shown_default = spec.required ? "required" : "`" + default_text + "`";
-  sections_.back() += "| `" + Join(key) + "` | " + type + " | " + shown_default + " | " + meaning +
-                      " |\n";
+  sections_.back() +=
+      "| `" + Join(key) + "` | " + type + " | " + shown_default + " | " + meaning + " |\n";
 }
 
 void MarkdownDescriber::Field(const char* key, bool& value, const FieldSpec& spec) {

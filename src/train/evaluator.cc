@@ -1,37 +1,58 @@
 #include "loom/train/evaluator.h"
 
 #include <algorithm>
+#include <array>
 
 #include <spdlog/spdlog.h>
 
+#include "loom/algo/length_reward.h"
 #include "loom/rollout/engine.h"
 #include "loom/train/encoding.h"
 
 namespace loom::train {
 namespace {
 
-// A held-out problem and its encoded prompt.
+// One request of the evaluation: a held-out problem at one effort.
 struct EvalPrompt {
   const tasks::Problem* problem;
+  size_t cell;           // into EvalResult::cells
+  size_t problem_index;  // within the cell, for pass@K
   std::vector<int64_t> tokens;
 };
 
-// The held-out prompts of `datasets` (empty: all) at the highest training effort level.
-absl::StatusOr<std::vector<EvalPrompt>> EncodeEvalPrompts(const TrainContext& context,
-                                                          const std::vector<int>& datasets) {
-  const config::RunConfig& config = context.config;
-  const int effort = *std::max_element(config.effort.levels.begin(), config.effort.levels.end());
+// Per cell, what its samples added up to.
+struct CellTotals {
+  double reward = 0, reasoning = 0, response = 0, parsed = 0;
+  int64_t samples = 0, skipped = 0;
+  std::vector<bool> solved;  // per problem: some sample correct
+};
+
+// The held-out prompts of every dataset × effort of `options`, and a cell each.
+absl::StatusOr<std::vector<EvalPrompt>> EncodeEvalPrompts(const EvalInputs& inputs,
+                                                          const EvalOptions& options,
+                                                          std::vector<EvalCell>& cells,
+                                                          std::vector<CellTotals>& totals) {
+  std::vector<int> efforts =
+      options.efforts.empty() ? inputs.config.effort.levels : options.efforts;
+  std::sort(efforts.begin(), efforts.end());
   std::vector<EvalPrompt> prompts;
-  for (size_t d = 0; d < context.datasets.size(); ++d) {
-    if (!datasets.empty() &&
-        std::find(datasets.begin(), datasets.end(), static_cast<int>(d)) == datasets.end()) {
+  for (size_t d = 0; d < inputs.datasets.size(); ++d) {
+    if (!options.datasets.empty() && std::find(options.datasets.begin(), options.datasets.end(),
+                                               static_cast<int>(d)) == options.datasets.end()) {
       continue;
     }
-    for (const tasks::Problem& problem : context.datasets[d]->Eval()) {
-      auto prompt =
-          EncodeProblemPrompt(problem, config.effort.PromptEffort(effort), context.tokenizer);
-      if (!prompt.ok()) return prompt.status();
-      prompts.push_back({&problem, *std::move(prompt)});
+    const std::vector<tasks::Problem>& problems = inputs.datasets[d]->Eval();
+    for (int effort : efforts) {
+      cells.push_back({inputs.config.tasks.datasets[d].name, effort});
+      cells.back().problems = static_cast<int64_t>(problems.size());
+      totals.emplace_back();
+      totals.back().solved.assign(problems.size(), false);
+      for (size_t j = 0; j < problems.size(); ++j) {
+        auto prompt = EncodeProblemPrompt(problems[j], inputs.config.effort.PromptEffort(effort),
+                                          inputs.tokenizer);
+        if (!prompt.ok()) return prompt.status();
+        prompts.push_back({&problems[j], cells.size() - 1, j, *std::move(prompt)});
+      }
     }
   }
   return prompts;
@@ -39,9 +60,8 @@ absl::StatusOr<std::vector<EvalPrompt>> EncodeEvalPrompts(const TrainContext& co
 
 // The run's engine options with a pool for these prompts (EvalPoolTokens).
 absl::StatusOr<std::unique_ptr<rollout::RolloutEngine>> CreateEvalEngine(
-    const TrainContext& context, const model::Transformer& model,
+    const config::RunConfig& config, const model::Transformer& model,
     const std::vector<EvalPrompt>& prompts) {
-  const config::RunConfig& config = context.config;
   int64_t longest = 0;
   for (const EvalPrompt& p : prompts) {
     longest = std::max<int64_t>(longest, static_cast<int64_t>(p.tokens.size()));
@@ -52,6 +72,28 @@ absl::StatusOr<std::unique_ptr<rollout::RolloutEngine>> CreateEvalEngine(
       EvalPoolTokens(options, static_cast<int64_t>(prompts.size()), longest,
                      config.rollout.max_new_tokens, model.config().max_position_embeddings);
   return rollout::RolloutEngine::Create(model, options);
+}
+
+// The summary fields of `result` from its cells at the highest effort.
+void SummarizeTopEffort(EvalResult& result, const std::vector<CellTotals>& totals) {
+  int top = 0;
+  for (const EvalCell& cell : result.cells) top = std::max(top, cell.effort);
+  double reward = 0, parsed = 0, response = 0, samples = 0;
+  for (size_t c = 0; c < result.cells.size(); ++c) {
+    const EvalCell& cell = result.cells[c];
+    if (cell.effort != top) continue;
+    result.accuracy[cell.dataset] = cell.pass_at_1;
+    result.problems += cell.problems;
+    result.skipped += totals[c].skipped;
+    reward += totals[c].reward;
+    parsed += totals[c].parsed;
+    response += totals[c].response;
+    samples += static_cast<double>(totals[c].samples);
+  }
+  samples = std::max(samples, 1.0);
+  result.overall = reward / samples;
+  result.parse_rate = parsed / samples;
+  result.mean_length = response / samples;
 }
 
 }  // namespace
@@ -71,62 +113,78 @@ absl::StatusOr<EvalResult> Evaluate(const TrainContext& context) {
 
 absl::StatusOr<EvalResult> Evaluate(const TrainContext& context, const model::Transformer& model,
                                     const std::vector<int>& datasets) {
-  const config::RunConfig& config = context.config;
-  auto prompts = EncodeEvalPrompts(context, datasets);
-  if (!prompts.ok()) return prompts.status();
-  auto engine = CreateEvalEngine(context, model, *prompts);
-  if (!engine.ok()) return engine.status();
+  EvalOptions options;
+  options.datasets = datasets;
+  return Evaluate({context.config, context.tokenizer, context.datasets, context.special_tokens},
+                  model, options);
+}
 
+absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Transformer& model,
+                                    const EvalOptions& options) {
+  const config::RunConfig& config = inputs.config;
   EvalResult result;
+  std::vector<CellTotals> totals;
+  auto prompts = EncodeEvalPrompts(inputs, options, result.cells, totals);
+  if (!prompts.ok()) return prompts.status();
+  auto engine = CreateEvalEngine(config, model, *prompts);
+  if (!engine.ok()) return engine.status();
   result.pool_tokens = (*engine)->pool().num_blocks() * (*engine)->pool().block_size();
-  std::map<std::string, std::pair<double, int64_t>> per_dataset;  // reward sum, count
-  // Sample ids index into `problems`.
-  std::vector<const tasks::Problem*> problems;
-  for (EvalPrompt& prompt : *prompts) {
-    const tasks::Problem& problem = *prompt.problem;
-    rollout::SampleRequest request;
-    request.id = problems.size();
-    request.prompt = std::move(prompt.tokens);
-    request.sampling.temperature = 0;  // greedy
-    request.stop.max_new_tokens = config.rollout.max_new_tokens;
-    request.stop.eos_token_ids = {context.special_tokens.eos};
-    if (absl::Status s = (*engine)->Add(request); !s.ok()) {
-      // A prompt too long for the context or the pool: wrong, not fatal.
-      spdlog::warn("dataset '{}': held-out problem {} could not start, counted as wrong: {}",
-                   problem.dataset, problem.Describe(), std::string(s.message()));
-      ++per_dataset[problem.dataset].second;
-      ++result.skipped;
-      continue;
+
+  const int samples = std::max(1, options.samples);
+  std::vector<const EvalPrompt*> by_id;  // sample id -> its prompt
+  for (const EvalPrompt& prompt : *prompts) {
+    for (int k = 0; k < samples; ++k) {
+      rollout::SampleRequest request;
+      request.id = by_id.size();
+      request.prompt = prompt.tokens;
+      request.sampling.temperature = samples == 1 ? 0 : options.temperature;
+      request.stop.max_new_tokens = config.rollout.max_new_tokens;
+      request.stop.eos_token_ids = {inputs.special_tokens.eos};
+      if (absl::Status s = (*engine)->Add(request); !s.ok()) {
+        // A prompt too long for the context or the pool: wrong, not fatal.
+        if (k == 0) {
+          spdlog::warn("dataset '{}': held-out problem {} could not start, counted as wrong: {}",
+                       prompt.problem->dataset, prompt.problem->Describe(),
+                       std::string(s.message()));
+          ++totals[prompt.cell].skipped;
+        }
+        ++totals[prompt.cell].samples;
+        continue;
+      }
+      by_id.push_back(&prompt);
     }
-    problems.push_back(&problem);
   }
 
-  int64_t parsed = 0, generated = 0;
   while ((*engine)->num_samples() > 0) {
     auto step = (*engine)->Step();
     if (!step.ok()) return step.status();
     for (const rollout::SampleState& sample : (*engine)->TakeFinished()) {
-      const tasks::Problem& problem = *problems[sample.id];
+      const EvalPrompt& prompt = *by_id[sample.id];
       std::vector<int64_t> completion(sample.tokens.begin() + sample.prompt_length,
                                       sample.tokens.end());
-      Judgement judgement = JudgeCompletion(problem, completion, context.tokenizer);
-      auto& [sum, count] = per_dataset[problem.dataset];
-      sum += judgement.reward;
-      ++count;
-      parsed += judgement.parsed;
-      generated += static_cast<int64_t>(completion.size());
+      const Judgement judgement = JudgeCompletion(*prompt.problem, completion, inputs.tokenizer);
+      CellTotals& cell = totals[prompt.cell];
+      cell.reward += judgement.reward;
+      cell.parsed += judgement.parsed;
+      cell.response += static_cast<double>(completion.size());
+      cell.reasoning +=
+          static_cast<double>(algo::ReasoningLength(completion, inputs.special_tokens.think_end));
+      ++cell.samples;
+      if (judgement.reward > 0.5) cell.solved[prompt.problem_index] = true;
     }
   }
-  double total = 0;
-  for (const auto& [name, sum_count] : per_dataset) {
-    result.accuracy[name] = sum_count.first / std::max<int64_t>(1, sum_count.second);
-    total += sum_count.first;
+  for (size_t c = 0; c < result.cells.size(); ++c) {
+    EvalCell& cell = result.cells[c];
+    const CellTotals& t = totals[c];
+    const double n = static_cast<double>(std::max<int64_t>(1, t.samples));
+    cell.pass_at_1 = t.reward / n;
+    cell.mean_reasoning_tokens = t.reasoning / n;
+    cell.mean_response_tokens = t.response / n;
+    cell.parse_rate = t.parsed / n;
+    cell.pass_at_k = static_cast<double>(std::count(t.solved.begin(), t.solved.end(), true)) /
+                     static_cast<double>(std::max<int64_t>(1, cell.problems));
   }
-  result.problems = static_cast<int64_t>(problems.size()) + result.skipped;
-  const double n = static_cast<double>(std::max<int64_t>(1, result.problems));
-  result.overall = total / n;
-  result.parse_rate = static_cast<double>(parsed) / n;
-  result.mean_length = static_cast<double>(generated) / n;
+  SummarizeTopEffort(result, totals);
   return result;
 }
 
@@ -142,6 +200,19 @@ absl::Status LogEvaluation(TrainContext& context, const char* stage, int64_t ste
                            {"eval_skipped", eval->skipped}};
   for (const auto& [name, accuracy] : eval->accuracy) {
     record["eval_accuracy_by_dataset"][name] = accuracy;
+  }
+  // Per effort, over every dataset (weighted by problems).
+  std::map<int, std::array<double, 3>> by_effort;  // accuracy, reasoning, problems
+  for (const EvalCell& cell : eval->cells) {
+    const double n = static_cast<double>(cell.problems);
+    by_effort[cell.effort][0] += cell.pass_at_1 * n;
+    by_effort[cell.effort][1] += cell.mean_reasoning_tokens * n;
+    by_effort[cell.effort][2] += n;
+  }
+  for (const auto& [effort, sums] : by_effort) {
+    const std::string b = std::to_string(effort);
+    record["eval_accuracy_by_effort"][b] = sums[0] / std::max(sums[2], 1.0);
+    record["eval_reasoning_length_by_effort"][b] = sums[1] / std::max(sums[2], 1.0);
   }
   spdlog::info("{} step {}: held-out accuracy {:.3f} over {} problems (well-formed {:.2f})", stage,
                step, eval->overall, eval->problems, eval->parse_rate);

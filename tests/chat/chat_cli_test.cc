@@ -32,6 +32,12 @@ TEST(ChatCliTest, EncodeOptions) {
   EXPECT_EQ(result.out,
             "Reasoning Effort: 7 (range 1–100; higher values request more thorough "
             "reasoning)\n\n<｜User｜>Q<｜Assistant｜><think>");
+  // Tiers render their numeric line; the V4 literal mode keeps its own text.
+  result = RunLoom("chat encode --messages " + file + " --no-bos --reasoning-effort low");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out.rfind("Reasoning Effort: 50 (range 1–100;", 0), 0u) << result.out;
+  result = RunLoom("chat encode --messages " + file + " --no-bos --reasoning-effort v4-high");
+  EXPECT_EQ(result.out, "<｜User｜>Q<｜Assistant｜><think>");
 }
 
 TEST(ChatCliTest, EncodeRejectsMalformedMessages) {

@@ -143,7 +143,7 @@ TEST(EncodeRulesTest, DeveloperRendersAsUserWithItsTools) {
 TEST(EncodeRulesTest, ReasoningEffortPrefixes) {
   const char* msgs = R"([{"role":"system","content":"S"},{"role":"user","content":"Q"}])";
   EncodeOptions o;
-  o.reasoning_effort = *ParseReasoningEffort("max");
+  o.reasoning_effort = *ParseReasoningEffort("v4-max");
   EXPECT_EQ(Prompt(msgs, o),
             B +
                 "Reasoning Effort: Absolute maximum with no shortcuts permitted.\nYou MUST be very "
@@ -159,12 +159,22 @@ TEST(EncodeRulesTest, ReasoningEffortPrefixes) {
                                  "Reasoning Effort: 42 (range 1\u2013100; higher values request "
                                  "more thorough reasoning)\n\nS" +
                                  U + "Q" + A + TO);
-  o.reasoning_effort = *ParseReasoningEffort("high");
+  o.reasoning_effort = *ParseReasoningEffort("v4-high");
   EXPECT_EQ(Prompt(msgs, o), B + "S" + U + "Q" + A + TO);
-  o.reasoning_effort = *ParseReasoningEffort("max");
+  // The tiers are numeric efforts: max = 100, high = 75, low = 50.
+  for (const auto& [tier, b] :
+       {std::pair<const char*, int>{"max", 100}, {"high", 75}, {"low", 50}}) {
+    o.reasoning_effort = *ParseReasoningEffort(tier);
+    EXPECT_EQ(Prompt(msgs, o), B + "Reasoning Effort: " + std::to_string(b) +
+                                   " (range 1\u2013100; higher values request more thorough "
+                                   "reasoning)\n\nS" +
+                                   U + "Q" + A + TO)
+        << tier;
+  }
+  o.reasoning_effort = *ParseReasoningEffort("v4-max");
   o.thinking_mode = ThinkingMode::kChat;
   EXPECT_EQ(Prompt(msgs, o), B + "S" + U + "Q" + A + TC);
-  for (const char* bad : {"0", "101", "abc", "5x", "-3"}) {
+  for (const char* bad : {"0", "101", "abc", "5x", "-3", "Max", "medium"}) {
     EXPECT_FALSE(ParseReasoningEffort(bad).ok()) << bad;
   }
 }

@@ -35,6 +35,17 @@ TEST(RunConfigTest, TestConfigsStayOutOfRuns) {
   }
 }
 
+TEST(RunConfigTest, EffortLevelsTakeTierNames) {
+  auto config = LoadRunConfig(std::string(LOOM_SOURCE_DIR) + "/configs/quickstart.yaml",
+                              {"effort.levels=[max, high, low, 25]", "effort.in_prompt=true"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->effort.levels, (std::vector<int>{100, 75, 50, 25}));
+  EXPECT_EQ(ErrorText(LoadRunConfig(std::string(LOOM_SOURCE_DIR) + "/configs/quickstart.yaml",
+                                    {"effort.levels=[max, medium]"})),
+            "--set effort.levels=[max, medium]: effort.levels[1]: expected integers (or max, high, "
+            "low), got 'medium'");
+}
+
 TEST(RunConfigTest, BaseIsInheritedAndOverridden) {
   TempDir dir;
   dir.Write("configs/base.yaml", "run: {name: base, seed: 7, threads: 1}\nmodel: {path: m}\n");

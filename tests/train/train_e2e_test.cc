@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "loom/metrics/metrics_writer.h"
@@ -213,6 +214,27 @@ TEST(TrainEndToEndTest, SftThenGrpoMetricsHoldTogether) {
                           " logprobs --model " + run_dir + "/stages/grpo --input /dev/stdin");
   EXPECT_EQ(logprobs.exit_code, 0) << logprobs.err;
   EXPECT_NE(logprobs.out.find("logprobs"), std::string::npos) << logprobs.out;
+
+  // `loom eval` on the saved weights, in another process, reproduces the
+  // run's last evaluation at each training effort.
+  auto eval = RunLoom("eval --json --model " + run_dir + "/stages/grpo --config " + run_dir +
+                      "/config.yaml");
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  const json results = json::parse(eval.out.substr(eval.out.rfind("{\"results\"")))["results"];
+  const json& last = r.evals.back();
+  ASSERT_TRUE(last.contains("eval_accuracy_by_effort")) << last.dump();
+  std::map<std::string, std::pair<double, double>> by_effort;  // accuracy, problems
+  for (const json& cell : results) {
+    auto& [accuracy, problems] = by_effort[std::to_string(cell["effort"].get<int>())];
+    accuracy += cell["pass@1"].get<double>() * cell["problems"].get<double>();
+    problems += cell["problems"].get<double>();
+  }
+  ASSERT_EQ(by_effort.size(), last["eval_accuracy_by_effort"].size());
+  for (const auto& [effort, sums] : by_effort) {
+    EXPECT_NEAR(sums.first / sums.second, last["eval_accuracy_by_effort"][effort].get<double>(),
+                1e-9)
+        << "effort " << effort;
+  }
 }
 
 TEST(TrainEndToEndTest, MissingModelWithoutArchIsAClearError) {

@@ -21,16 +21,19 @@ namespace loom::chat {
 
 enum class ThinkingMode { kThinking, kChat };
 
-// Reasoning effort: none / high render nothing, max renders the format's
-// "Absolute maximum" prefix, kNumeric renders loom's line
-// "Reasoning Effort: {b} (range 1–100; ...)". Only in thinking mode.
+// Reasoning effort: kNone and the format's literal kHigh render nothing,
+// its literal kMax renders the "Absolute maximum" prefix, kNumeric renders
+// loom's line "Reasoning Effort: {b} (range 1–100; ...)". Only in thinking
+// mode.
 struct ReasoningEffort {
   enum class Kind { kNone, kHigh, kMax, kNumeric };
   Kind kind = Kind::kNone;
   int b = 0;  // 1..100, kNumeric only
 };
 
-// Parses "max", "high", "none" or an integer 1..100.
+// Parses an integer 1..100, a tier name (config/effort_tiers.h: max = 100,
+// high = 75, low = 50; numeric), "none", or the DeepSeek-V4 literal modes
+// "v4-max" and "v4-high".
 absl::StatusOr<ReasoningEffort> ParseReasoningEffort(const std::string& text);
 
 struct EncodeOptions {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/config/effort_tiers.h"
 #include "loom/config/schema.h"
 
 namespace loom::config {
@@ -17,8 +18,9 @@ struct EffortSection {
   template <class V>
   void Visit(V& v) {
     v.Field("levels", levels,
-            Doc("The training efforts B (each in 1..100). Every prompt goes out as one subgroup "
-                "per level; the chat encoder writes the numeric effort line."));
+            Doc("The training efforts B (each in 1..100, or a tier name). Every prompt goes out "
+                "as one subgroup per level; the chat encoder writes the numeric effort line.")
+                .Named(EffortTiers()));
     v.Field("samples_per_level", samples_per_level,
             Doc("M_b, responses per (prompt, effort) subgroup: one value for every level or one "
                 "per level. Advantages compare responses within a subgroup only.")

@@ -20,6 +20,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace loom::config {
@@ -33,13 +34,38 @@ struct FieldSpec {
   std::optional<double> max;
   std::vector<std::string> choices;  // for strings: the only accepted values
   bool required = false;             // must be given (no default)
+  // For integers: names accepted in place of values (effort tiers: max = 100).
+  std::vector<std::pair<std::string, int>> names;
 
-  FieldSpec& Unit(std::string u) { unit = std::move(u); return *this; }
-  FieldSpec& Min(double v) { min = v; return *this; }
-  FieldSpec& Max(double v) { max = v; return *this; }
-  FieldSpec& Range(double lo, double hi) { min = lo; max = hi; return *this; }
-  FieldSpec& OneOf(std::vector<std::string> values) { choices = std::move(values); return *this; }
-  FieldSpec& Required() { required = true; return *this; }
+  FieldSpec& Unit(std::string u) {
+    unit = std::move(u);
+    return *this;
+  }
+  FieldSpec& Min(double v) {
+    min = v;
+    return *this;
+  }
+  FieldSpec& Max(double v) {
+    max = v;
+    return *this;
+  }
+  FieldSpec& Range(double lo, double hi) {
+    min = lo;
+    max = hi;
+    return *this;
+  }
+  FieldSpec& OneOf(std::vector<std::string> values) {
+    choices = std::move(values);
+    return *this;
+  }
+  FieldSpec& Required() {
+    required = true;
+    return *this;
+  }
+  FieldSpec& Named(std::vector<std::pair<std::string, int>> n) {
+    names = std::move(n);
+    return *this;
+  }
 };
 
 inline FieldSpec Doc(std::string text) {

@@ -1,0 +1,101 @@
+// `loom eval` through the real binary on a small model: one row per dataset ×
+// effort (tiers accepted), the JSON line's fields, K samples (pass@K is at
+// least pass@1, and greedy K = 1 gives pass@K = pass@1), the same numbers as
+// training-time evaluation's, and clear errors for bad flags.
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "testing/temp_dir.h"
+
+namespace loom {
+namespace {
+
+using testing::RunLoom;
+using testing::TempDir;
+
+class EvalCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto made = RunLoom("init-model --arch qwen3 --out " + model_ +
+                        " --seed 3 --set hidden_size=64 --set num_hidden_layers=2");
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    config_ = dir_.Write(
+        "eval.yaml", "base: " LOOM_SOURCE_DIR
+                     "/configs/quickstart.yaml\n"
+                     "model: {path: " +
+                         model_ +
+                         "}\n"
+                         "rollout: {max_new_tokens: 24}\n"
+                         "effort: {levels: [25, 100], samples_per_level: [2], in_prompt: true}\n"
+                         "tasks:\n  datasets:\n"
+                         "    - {name: add, kind: arithmetic, max_difficulty: 1, eval_size: 6}\n"
+                         "    - {name: sort, kind: sort, max_difficulty: 1, eval_size: 5}\n");
+  }
+
+  nlohmann::json Results(const std::string& flags) {
+    auto run =
+        RunLoom("eval --model " + model_ + " --config " + config_ + " --threads 1 --json " + flags);
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    const std::string last = run.out.substr(run.out.rfind('{', run.out.rfind("\"results\"")));
+    return nlohmann::json::parse(last)["results"];
+  }
+
+  TempDir dir_;
+  const std::string model_ = dir_ / "model";
+  std::string config_;
+};
+
+TEST_F(EvalCliTest, ARowPerDatasetAndEffortWithTiers) {
+  const nlohmann::json results = Results("--efforts low,max,60 --datasets sort,add");
+  ASSERT_EQ(results.size(), 6u);
+  const std::vector<std::pair<std::string, int>> expected = {
+      {"add", 50}, {"add", 60}, {"add", 100}, {"sort", 50}, {"sort", 60}, {"sort", 100}};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const nlohmann::json& r = results[i];
+    EXPECT_EQ(r["dataset"], expected[i].first);
+    EXPECT_EQ(r["effort"], expected[i].second);
+    EXPECT_EQ(r["problems"], expected[i].first == "add" ? 6 : 5);
+    EXPECT_DOUBLE_EQ(r["pass@K"].get<double>(), r["pass@1"].get<double>()) << "greedy, K = 1";
+    EXPECT_LE(r["mean_reasoning_tokens"].get<double>(), r["mean_response_tokens"].get<double>());
+    EXPECT_LE(r["mean_response_tokens"].get<double>(), 24.0);
+    EXPECT_GE(r["parse_rate"].get<double>(), 0.0);
+    EXPECT_LE(r["parse_rate"].get<double>(), 1.0);
+  }
+  // Without --efforts: the config's training levels.
+  const nlohmann::json levels = Results("--datasets add");
+  ASSERT_EQ(levels.size(), 2u);
+  EXPECT_EQ(levels[0]["effort"], 25);
+  EXPECT_EQ(levels[1]["effort"], 100);
+  // Greedy is deterministic: the same cell twice is the same numbers.
+  EXPECT_EQ(levels[1], results[2]);
+}
+
+TEST_F(EvalCliTest, KSamplesGivePassAtKAtLeastPassAtOne) {
+  const nlohmann::json results = Results("--samples 4 --temperature 1.5 --efforts 100");
+  ASSERT_EQ(results.size(), 2u);
+  for (const nlohmann::json& r : results) {
+    EXPECT_GE(r["pass@K"].get<double>(), r["pass@1"].get<double>() - 1e-12) << r;
+    EXPECT_LE(r["pass@K"].get<double>(), 1.0);
+  }
+}
+
+TEST_F(EvalCliTest, BadFlagsAreClearErrors) {
+  const std::string base = "eval --model " + model_ + " --config " + config_;
+  auto run = RunLoom(base + " --datasets add,reverse");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("--datasets: no dataset 'reverse'"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("(it has: add, sort)"), std::string::npos) << run.err;
+  run = RunLoom(base + " --efforts 25,medium");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("'medium' is not an effort"), std::string::npos) << run.err;
+  run = RunLoom(base + " --efforts 101");
+  EXPECT_EQ(run.exit_code, 2);
+  run = RunLoom("eval --model " + dir_ / "nowhere" + " --config " + config_);
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find(dir_ / "nowhere"), std::string::npos) << run.err;
+}
+
+}  // namespace
+}  // namespace loom
