@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "cli/command.h"
-#include "loom/config/effort_tiers.h"
+#include "loom/chat/encoder.h"
 #include "loom/config/run_config.h"
 #include "loom/tasks/dataset.h"
 #include "loom/train/evaluator.h"
@@ -41,18 +41,14 @@ std::vector<std::string> SplitCommas(const std::string& text) {
   return parts;
 }
 
-// An effort: 1..100 or a tier name.
+// An effort: 1..100 or a tier name (the chat encoder's parser: numeric efforts only).
 absl::StatusOr<int> ParseEffort(const std::string& text) {
-  for (const auto& [name, b] : config::EffortTiers()) {
-    if (text == name) return b;
-  }
-  char* end = nullptr;
-  const long b = std::strtol(text.c_str(), &end, 10);
-  if (end == text.c_str() || *end != '\0' || b < 1 || b > 100) {
+  auto effort = chat::ParseReasoningEffort(text);
+  if (!effort.ok() || effort->kind != chat::ReasoningEffort::Kind::kNumeric) {
     return absl::InvalidArgumentError("--efforts: '" + text +
                                       "' is not an effort (1..100, max, high or low)");
   }
-  return static_cast<int>(b);
+  return effort->b;
 }
 
 absl::StatusOr<train::EvalOptions> Options(const EvalFlags& flags,
