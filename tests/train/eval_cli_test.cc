@@ -1,7 +1,8 @@
 // `loom eval` through the real binary on a small model: one row per dataset ×
 // effort (tiers accepted), the JSON line's fields, K samples (pass@K is at
-// least pass@1, and greedy K = 1 gives pass@K = pass@1), the same numbers as
-// training-time evaluation's, and clear errors for bad flags.
+// least pass@1, and greedy K = 1 gives pass@K = pass@1), and clear errors for
+// bad flags; `loom generate` takes the same tiers. (train_e2e_test checks
+// `loom eval` against a training run's own evaluation.)
 
 #include <gtest/gtest.h>
 
@@ -79,6 +80,23 @@ TEST_F(EvalCliTest, KSamplesGivePassAtKAtLeastPassAtOne) {
     EXPECT_GE(r["pass@K"].get<double>(), r["pass@1"].get<double>() - 1e-12) << r;
     EXPECT_LE(r["pass@K"].get<double>(), 1.0);
   }
+}
+
+// `loom generate --effort` takes the same tiers: a tier is its number.
+TEST_F(EvalCliTest, GenerateTakesTiersAsTheirNumbers) {
+  const std::string base =
+      "generate --model " + model_ +
+      " --prompt 'What is 2 + 3?' --temperature 0 --max-new-tokens 12 --effort ";
+  for (const auto& [tier, b] :
+       {std::pair<const char*, const char*>{"low", "50"}, {"high", "75"}, {"max", "100"}}) {
+    auto named = RunLoom(base + tier);
+    auto numbered = RunLoom(base + b);
+    ASSERT_EQ(named.exit_code, 0) << named.err;
+    EXPECT_EQ(named.out, numbered.out) << tier;
+  }
+  auto bad = RunLoom(base + "medium");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("reasoning effort \"medium\""), std::string::npos) << bad.err;
 }
 
 TEST_F(EvalCliTest, BadFlagsAreClearErrors) {
