@@ -20,18 +20,11 @@ struct EvalPrompt {
   std::vector<int64_t> tokens;
 };
 
-// Per cell, what its samples added up to.
-struct CellTotals {
-  double reward = 0, reasoning = 0, response = 0, parsed = 0;
-  int64_t samples = 0, skipped = 0;
-  std::vector<bool> solved;  // per problem: some sample correct
-};
-
 // The held-out prompts of every dataset × effort of `options`, and a cell each.
 absl::StatusOr<std::vector<EvalPrompt>> EncodeEvalPrompts(const EvalInputs& inputs,
                                                           const EvalOptions& options,
                                                           std::vector<EvalCell>& cells,
-                                                          std::vector<CellTotals>& totals) {
+                                                          std::vector<EvalTally>& totals) {
   std::vector<int> efforts =
       options.efforts.empty() ? inputs.config.effort.levels : options.efforts;
   std::sort(efforts.begin(), efforts.end());
@@ -45,8 +38,7 @@ absl::StatusOr<std::vector<EvalPrompt>> EncodeEvalPrompts(const EvalInputs& inpu
     for (int effort : efforts) {
       cells.push_back({inputs.config.tasks.datasets[d].name, effort});
       cells.back().problems = static_cast<int64_t>(problems.size());
-      totals.emplace_back();
-      totals.back().solved.assign(problems.size(), false);
+      totals.emplace_back(cells.back().problems);
       for (size_t j = 0; j < problems.size(); ++j) {
         auto prompt = EncodeProblemPrompt(problems[j], inputs.config.effort.PromptEffort(effort),
                                           inputs.tokenizer);
@@ -75,7 +67,7 @@ absl::StatusOr<std::unique_ptr<rollout::RolloutEngine>> CreateEvalEngine(
 }
 
 // The summary fields of `result` from its cells at the highest effort.
-void SummarizeTopEffort(EvalResult& result, const std::vector<CellTotals>& totals) {
+void SummarizeTopEffort(EvalResult& result, const std::vector<EvalTally>& totals) {
   int top = 0;
   for (const EvalCell& cell : result.cells) top = std::max(top, cell.effort);
   double reward = 0, parsed = 0, response = 0, samples = 0;
@@ -97,6 +89,31 @@ void SummarizeTopEffort(EvalResult& result, const std::vector<CellTotals>& total
 }
 
 }  // namespace
+
+void EvalTally::Add(size_t problem, const std::vector<int64_t>& completion,
+                    const Judgement& judgement, int64_t think_end_id) {
+  reward += judgement.reward;
+  parsed += judgement.parsed;
+  response += static_cast<double>(completion.size());
+  reasoning += static_cast<double>(algo::ReasoningLength(completion, think_end_id));
+  ++samples;
+  if (judgement.reward > 0.5) solved[problem] = true;
+}
+
+void EvalTally::AddUnstarted(bool first_of_problem) {
+  skipped += first_of_problem;
+  ++samples;
+}
+
+void EvalTally::Fill(EvalCell& cell) const {
+  const double n = static_cast<double>(std::max<int64_t>(1, samples));
+  cell.pass_at_1 = reward / n;
+  cell.mean_reasoning_tokens = reasoning / n;
+  cell.mean_response_tokens = response / n;
+  cell.parse_rate = parsed / n;
+  cell.pass_at_k = static_cast<double>(std::count(solved.begin(), solved.end(), true)) /
+                   static_cast<double>(std::max<int64_t>(1, cell.problems));
+}
 
 int64_t EvalPoolTokens(const rollout::EngineOptions& run_engine, int64_t prompts,
                        int64_t longest_prompt, int64_t max_new_tokens, int64_t context_limit) {
@@ -123,7 +140,7 @@ absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Trans
                                     const EvalOptions& options) {
   const config::RunConfig& config = inputs.config;
   EvalResult result;
-  std::vector<CellTotals> totals;
+  std::vector<EvalTally> totals;
   auto prompts = EncodeEvalPrompts(inputs, options, result.cells, totals);
   if (!prompts.ok()) return prompts.status();
   auto engine = CreateEvalEngine(config, model, *prompts);
@@ -146,9 +163,8 @@ absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Trans
           spdlog::warn("dataset '{}': held-out problem {} could not start, counted as wrong: {}",
                        prompt.problem->dataset, prompt.problem->Describe(),
                        std::string(s.message()));
-          ++totals[prompt.cell].skipped;
         }
-        ++totals[prompt.cell].samples;
+        totals[prompt.cell].AddUnstarted(k == 0);
         continue;
       }
       by_id.push_back(&prompt);
@@ -162,28 +178,12 @@ absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Trans
       const EvalPrompt& prompt = *by_id[sample.id];
       std::vector<int64_t> completion(sample.tokens.begin() + sample.prompt_length,
                                       sample.tokens.end());
-      const Judgement judgement = JudgeCompletion(*prompt.problem, completion, inputs.tokenizer);
-      CellTotals& cell = totals[prompt.cell];
-      cell.reward += judgement.reward;
-      cell.parsed += judgement.parsed;
-      cell.response += static_cast<double>(completion.size());
-      cell.reasoning +=
-          static_cast<double>(algo::ReasoningLength(completion, inputs.special_tokens.think_end));
-      ++cell.samples;
-      if (judgement.reward > 0.5) cell.solved[prompt.problem_index] = true;
+      totals[prompt.cell].Add(prompt.problem_index, completion,
+                              JudgeCompletion(*prompt.problem, completion, inputs.tokenizer),
+                              inputs.special_tokens.think_end);
     }
   }
-  for (size_t c = 0; c < result.cells.size(); ++c) {
-    EvalCell& cell = result.cells[c];
-    const CellTotals& t = totals[c];
-    const double n = static_cast<double>(std::max<int64_t>(1, t.samples));
-    cell.pass_at_1 = t.reward / n;
-    cell.mean_reasoning_tokens = t.reasoning / n;
-    cell.mean_response_tokens = t.response / n;
-    cell.parse_rate = t.parsed / n;
-    cell.pass_at_k = static_cast<double>(std::count(t.solved.begin(), t.solved.end(), true)) /
-                     static_cast<double>(std::max<int64_t>(1, cell.problems));
-  }
+  for (size_t c = 0; c < result.cells.size(); ++c) totals[c].Fill(result.cells[c]);
   SummarizeTopEffort(result, totals);
   return result;
 }

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "loom/model/transformer.h"
+#include "loom/tokenizer/dsv4_tokens.h"
 #include "loom/train/encoding.h"
 #include "train/train_fixture.h"
 
@@ -137,6 +138,51 @@ TEST(EvaluatorTest, ResultsEqualAnIndependentGreedyDecode) {
   for (const auto& [name, sum_count] : per_dataset) {
     EXPECT_DOUBLE_EQ(result->accuracy.at(name), sum_count.first / sum_count.second) << name;
   }
+}
+
+// EvalTally, the arithmetic behind every `loom eval` cell, on completions
+// written by hand and counted by hand: 3 problems × K = 2 samples.
+TEST(EvalTallyTest, HandCountedCell) {
+  TrainFixture f;
+  const int64_t think_end = *f.tokenizer->SpecialTokenId(tokenizer::dsv4::kThinkClose);
+  const int64_t eos = *f.tokenizer->SpecialTokenId(tokenizer::dsv4::kEos);
+  tasks::Problem problem;
+  problem.answer = "12";
+  problem.verifier = tasks::VerifierKind::kNumeric;
+  // The tokens after the prompt's `<think>`; the tiny tokenizer spends one
+  // token per byte.
+  auto completion = [&](const std::string& text, bool eos_came) {
+    const std::vector<int32_t> ids = *f.tokenizer->Encode(text);
+    std::vector<int64_t> tokens(ids.begin(), ids.end());
+    if (eos_came) tokens.push_back(eos);
+    return tokens;
+  };
+  auto add = [&](EvalTally& tally, size_t index, const std::vector<int64_t>& tokens) {
+    tally.Add(index, tokens, JudgeCompletion(problem, tokens, *f.tokenizer), think_end);
+  };
+  EvalTally tally(3);
+  // Problem 0: right after 5 reasoning tokens (5+1+2+1 = 9 tokens);
+  // wrong with no reasoning (0+1+2+1 = 4).
+  add(tally, 0, completion("7+5=c</think>12", true));
+  add(tally, 0, completion("</think>13", true));
+  // Problem 1: wrong after 4 (4+1+2+1 = 8); cut off while reasoning: 6
+  // reasoning tokens, 6 generated, malformed.
+  add(tally, 1, completion("7+5=</think>11", true));
+  add(tally, 1, completion("7+5=1c", false));
+  // Problem 2: its prompt could not start, twice.
+  tally.AddUnstarted(true);
+  tally.AddUnstarted(false);
+
+  EvalCell cell;
+  cell.problems = 3;
+  tally.Fill(cell);
+  EXPECT_EQ(tally.samples, 6);
+  EXPECT_EQ(tally.skipped, 1);
+  EXPECT_DOUBLE_EQ(cell.pass_at_1, 1.0 / 6);
+  EXPECT_DOUBLE_EQ(cell.pass_at_k, 1.0 / 3);
+  EXPECT_DOUBLE_EQ(cell.mean_reasoning_tokens, (5 + 0 + 4 + 6) / 6.0);
+  EXPECT_DOUBLE_EQ(cell.mean_response_tokens, (9 + 4 + 8 + 6) / 6.0);
+  EXPECT_DOUBLE_EQ(cell.parse_rate, 3.0 / 6);
 }
 
 }  // namespace

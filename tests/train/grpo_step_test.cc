@@ -12,7 +12,9 @@
 
 #include "loom/model/transformer.h"
 #include "loom/tasks/generator.h"
+#include "loom/tokenizer/dsv4_tokens.h"
 #include "loom/train/encoding.h"
+#include "loom/v1/sandbox.pb.h"
 #include "train/train_fixture.h"
 
 namespace loom::train {
@@ -62,11 +64,15 @@ struct Fixture : TrainFixture {
     return std::make_shared<const tasks::Problem>((*generator)->Generate(seed, 2));
   }
 
-  // One GrpoTrainer::Train on `samples` with a fresh optimizer.
-  absl::StatusOr<nlohmann::json> TrainOnce(const std::vector<TrainingSample>& samples) {
+  // One GrpoTrainer::Train on `samples` with a fresh optimizer, training
+  // efforts `levels`, and `</think>` as `think_end_id` (-1: none).
+  absl::StatusOr<nlohmann::json> TrainOnce(const std::vector<TrainingSample>& samples,
+                                           std::vector<int> levels = {100},
+                                           int64_t think_end_id = -1) {
     StageOptimizer optimizer(*model, config.train.grpo);
     GrpoTrainer trainer(*context, optimizer,
-                        algo::EffortLengthReward(config.grpo.length_reward, {100}), -1);
+                        algo::EffortLengthReward(config.grpo.length_reward, std::move(levels)),
+                        think_end_id);
     train::Batch batch;
     batch.samples = samples;
     return trainer.Train(batch);
@@ -204,6 +210,97 @@ TEST(GrpoStepTest, SamplesAreScoredAtTheTemperatureTheyWereDrawnWith) {
     gap = std::max(gap, static_cast<double>(std::abs(at_half[t] - at_one[t])));
   }
   EXPECT_GT(gap, 0.05) << "the two temperatures must give different log-probs for this to test";
+}
+
+// The length reward end to end: each sample pays at its own effort, on the
+// tokens of its reasoning. Expected values come from the closed form of
+// the report's formula and the reference's reasoning text (one byte, one
+// token with the tiny tokenizer), not from the code under test.
+TEST(GrpoStepTest, LengthRewardIsPaidAtEachSamplesEffortOnItsReasoning) {
+  Fixture f;
+  f.config.train.grpo.lr = 0;
+  config::LengthRewardSection& length = f.config.grpo.length_reward;
+  length.k0 = 0.8, length.c_max = 1.0, length.l_norm = 16, length.lambda = 1.0;
+  auto problem = Fixture::Problem(41);
+  tasks::Problem answer_only = *problem;
+  (*answer_only.reference)["reasoning_content"] = "";
+  const double reasoning =
+      static_cast<double>((*problem->reference)["reasoning_content"].get<std::string>().size());
+  ASSERT_GT(reasoning, 20);
+
+  auto at_effort = [&](const tasks::Problem& written_from, uint64_t subgroup, int effort) {
+    TrainingSample sample = f.Sample(problem, written_from, subgroup);
+    sample.info.effort = effort;
+    return sample;
+  };
+  std::vector<TrainingSample> samples = {at_effort(*problem, 1, 25), at_effort(answer_only, 1, 25),
+                                         at_effort(*problem, 2, 100)};
+  const int64_t think_end = *f.tokenizer->SpecialTokenId(tokenizer::dsv4::kThinkClose);
+  auto record = f.TrainOnce(samples, {25, 50, 75, 100}, think_end);
+  ASSERT_TRUE(record.ok()) << record.status();
+
+  // tau = lambda * mean gap = 25: k(25) = k0, k(100) = k0 e^-3.
+  const double at_25 = std::min(1.0, 0.8 * reasoning / 16);
+  const double at_100 = std::min(1.0, 0.8 * std::exp(-3.0) * reasoning / 16);
+  ASSERT_DOUBLE_EQ(at_25, 1.0) << "the cap must bite at 25 for this case to test it";
+  const nlohmann::json& reward = (*record)["reward_by_effort"];
+  EXPECT_NEAR(reward["25"].get<double>(), ((1 - at_25) + 1) / 2, 1e-6) << record->dump();
+  EXPECT_NEAR(reward["100"].get<double>(), 1 - at_100, 1e-6) << record->dump();
+  EXPECT_NEAR((*record)["reasoning_length_by_effort"]["25"].get<double>(), reasoning / 2, 1e-9);
+  EXPECT_NEAR((*record)["reasoning_length_by_effort"]["100"].get<double>(), reasoning, 1e-9);
+  EXPECT_NEAR((*record)["reward_length_mean"].get<double>(), -(at_25 + at_100) / 3, 1e-6);
+}
+
+// A multi-turn (agent) sample: each turn's reasoning is what the model
+// generated before that turn's `</think>`; tool output between turns is not
+// generated and never counts; a turn cut off before `</think>` counts whole.
+TEST(GrpoStepTest, MultiTurnReasoningIsCountedPerTurn) {
+  Fixture f;
+  f.config.train.grpo.lr = 0;
+  config::LengthRewardSection& length = f.config.grpo.length_reward;
+  length.k0 = 1.0, length.c_max = 10.0, length.l_norm = 10, length.lambda = 1.0;
+  const int64_t think_end = *f.tokenizer->SpecialTokenId(tokenizer::dsv4::kThinkClose);
+  rollout::SampleState state;
+  auto append = [&](std::string_view text, bool generated) {
+    const std::vector<int32_t> ids = *f.tokenizer->EncodeOrdinary(text);
+    for (int32_t id : ids) {
+      state.tokens.push_back(id);
+      state.loss_mask.push_back(generated);
+    }
+  };
+  auto close_think = [&] {
+    state.tokens.push_back(think_end);
+    state.loss_mask.push_back(1);
+  };
+  append("list the files", false);
+  state.prompt_length = state.length();
+  append("abc", true);  // turn 1: 3 reasoning tokens, then a call
+  close_think();
+  append("call ls", true);
+  append("a.txt b.txt", false);  // the tool's result
+  append("de", true);            // turn 2: 2
+  close_think();
+  append("two files", true);
+  append("and more", false);
+  append("fghi", true);  // turn 3, cut off while reasoning: 4
+  state.versions.assign(state.tokens.size(), 0);
+  state.logprobs.assign(state.tokens.size(), 0.0f);
+  state.generated = 3 + 1 + 7 + 2 + 1 + 9 + 4;
+
+  auto trajectory = std::make_shared<v1::Trajectory>();
+  trajectory->mutable_verdict()->set_reward(1.0);
+  TrainingSample sample{std::move(state), {}};
+  sample.info.problem = Fixture::Problem(42);
+  sample.info.subgroup_id = 1;
+  sample.info.effort = 50;
+  sample.info.agent = true;
+  sample.info.trajectory = trajectory;
+  auto record = f.TrainOnce({sample}, {50, 100}, think_end);
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_DOUBLE_EQ((*record)["reasoning_length_by_effort"]["50"].get<double>(), 9.0)
+      << record->dump();
+  // 50 is the lowest level: k = k0, so r_len = -9 / 10.
+  EXPECT_NEAR((*record)["reward_by_effort"]["50"].get<double>(), 1.0 - 0.9, 1e-6);
 }
 
 }  // namespace

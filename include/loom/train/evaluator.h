@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "loom/rollout/engine.h"
 #include "loom/train/context.h"
+#include "loom/train/encoding.h"
 
 namespace loom::train {
 
@@ -52,6 +53,27 @@ struct EvalResult {
   int64_t skipped = 0;          // problems whose prompt could not start (counted as wrong)
   int64_t pool_tokens = 0;      // KV capacity of the evaluation engine (whole blocks)
   std::vector<EvalCell> cells;  // every dataset × effort, datasets outer, efforts ascending
+};
+
+// What the samples of one cell add up to: Evaluate adds every finished
+// sample of the cell's problems, then fills the cell from it.
+struct EvalTally {
+  double reward = 0, reasoning = 0, response = 0, parsed = 0;
+  int64_t samples = 0, skipped = 0;
+  std::vector<bool> solved;  // per problem: some sample correct (reward > 0.5)
+
+  explicit EvalTally(int64_t problems = 0) : solved(static_cast<size_t>(problems), false) {}
+  // A finished sample of problem `problem` (its index within the cell):
+  // the tokens it generated, EOS included when it came, and its verdict.
+  // Reasoning is what precedes `think_end_id`.
+  void Add(size_t problem, const std::vector<int64_t>& completion, const Judgement& judgement,
+           int64_t think_end_id);
+  // A sample whose prompt could not start: a wrong answer.
+  // `first_of_problem`: counts the problem as skipped once.
+  void AddUnstarted(bool first_of_problem);
+  // pass@1, pass@K, the lengths and the parse rate of `cell` (whose
+  // `problems` is set).
+  void Fill(EvalCell& cell) const;
 };
 
 // The evaluation engine's KV capacity in tokens:
