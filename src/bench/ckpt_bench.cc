@@ -117,7 +117,10 @@ absl::StatusOr<nlohmann::json> RunCkptBench(const CkptBenchOptions& o) {
   const std::string root =
       (fs::temp_directory_path() / ("loom-bench-ckpt-" + std::to_string(::getpid()))).string();
   TrainState state;
-  state.cursor = {1, "grpo", 1, 1, 0};
+  state.cursor.stage_index = 1;
+  state.cursor.stage = "grpo";
+  state.cursor.step = 1;
+  state.cursor.policy_version = 1;
   state.optimizer = AdamW((*m)->NamedParameters(), {}).StateDict();
   state.grpo.emplace();
   state.grpo->inflight = *samples;

@@ -52,7 +52,7 @@ class GeneratedDataset : public Dataset {
       const int difficulty =
           static_cast<int>(rng.Uniform(spec_.min_difficulty, spec_.max_difficulty));
       Problem problem = generator_->Generate(rng.Next(), difficulty);
-      if (IsHeldOut(problem.messages, spec_.eval_fraction) != (split == Split::kEval)) continue;
+      if (IsHeldOut(problem, spec_.eval_fraction) != (split == Split::kEval)) continue;
       if (split == Split::kTrain && rng.UniformReal() < spec_.answer_only_fraction) {
         (*problem.reference)["reasoning_content"] = "";
       }
@@ -157,8 +157,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> LoadJsonl(const config::DatasetSection&
     eval = std::move(*held_out);
   } else {
     for (auto& problem : *lines) {
-      (IsHeldOut(problem.messages, spec.eval_fraction) ? eval : train)
-          .push_back(std::move(problem));
+      (IsHeldOut(problem, spec.eval_fraction) ? eval : train).push_back(std::move(problem));
     }
   }
   if (train.empty()) {
@@ -174,8 +173,10 @@ absl::StatusOr<std::unique_ptr<Dataset>> LoadJsonl(const config::DatasetSection&
 
 }  // namespace
 
-bool IsHeldOut(const nlohmann::json& prompt, double fraction) {
-  const uint64_t bucket = Mix64(HashText(prompt.dump())) % 1000000;
+bool IsHeldOut(const Problem& problem, double fraction) {
+  std::string prompt = problem.messages.dump();
+  if (problem.effort > 0) prompt += "\neffort " + std::to_string(problem.effort);
+  const uint64_t bucket = Mix64(HashText(prompt)) % 1000000;
   return static_cast<double>(bucket) < fraction * 1e6;
 }
 

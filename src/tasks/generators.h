@@ -27,4 +27,9 @@ class ReverseGenerator : public TaskGenerator {
   Problem Generate(uint64_t seed, int difficulty) const override;
 };
 
+class EffortGenerator : public TaskGenerator {
+ public:
+  Problem Generate(uint64_t seed, int difficulty) const override;
+};
+
 }  // namespace loom::tasks

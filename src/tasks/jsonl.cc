@@ -67,9 +67,10 @@ absl::StatusOr<Problem> ParseProblemLine(const std::string& line) {
   if (object.is_discarded()) return absl::InvalidArgumentError("not valid JSON");
   if (!object.is_object()) return absl::InvalidArgumentError("not a JSON object");
   for (const auto& item : object.items()) {
-    if (item.key() != "messages" && item.key() != "answer" && item.key() != "verifier") {
+    if (item.key() != "messages" && item.key() != "answer" && item.key() != "verifier" &&
+        item.key() != "effort") {
       return absl::InvalidArgumentError("unknown key \"" + item.key() +
-                                        "\" (expected messages, answer, verifier)");
+                                        "\" (expected messages, answer, verifier, effort)");
     }
   }
   Problem problem;
@@ -87,6 +88,14 @@ absl::StatusOr<Problem> ParseProblemLine(const std::string& line) {
     problem.verifier = *kind;
   }
   if (auto status = CheckAnswer(problem.verifier, problem.answer); !status.ok()) return status;
+  if (object.contains("effort")) {
+    const json& effort = object["effort"];
+    if (!effort.is_number_integer() || effort.get<int64_t>() < 1 || effort.get<int64_t>() > 100) {
+      return absl::InvalidArgumentError("\"effort\" must be an integer in 1..100, not " +
+                                        effort.dump());
+    }
+    problem.effort = effort.get<int>();
+  }
   return problem;
 }
 

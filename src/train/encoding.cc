@@ -8,7 +8,10 @@ namespace loom::train {
 namespace {
 
 // Thinking mode with the numeric effort line for effort b, or none for 0.
-chat::EncodeOptions ThinkingWithEffort(int effort) {
+// A problem that carries its own effort is shown at it (when efforts are
+// shown at all).
+chat::EncodeOptions ThinkingWithEffort(const tasks::Problem& problem, int effort) {
+  if (effort > 0 && problem.effort > 0) effort = problem.effort;
   chat::EncodeOptions options;
   options.thinking_mode = chat::ThinkingMode::kThinking;
   if (effort > 0) {
@@ -38,13 +41,14 @@ absl::StatusOr<std::vector<int64_t>> EncodeProblemPrompt(const tasks::Problem& p
                                                          const tokenizer::Tokenizer& tokenizer) {
   auto messages = Messages(problem.messages, problem.id);
   if (!messages.ok()) return messages.status();
-  auto ids = chat::EncodeIds(*messages, ThinkingWithEffort(effort), tokenizer);
+  auto ids = chat::EncodeIds(*messages, ThinkingWithEffort(problem, effort), tokenizer);
   if (!ids.ok()) return ids.status();
   return Widen(*ids);
 }
 
 absl::StatusOr<SftExample> EncodeSftExample(const tasks::Problem& problem, int effort,
-                                            const tokenizer::Tokenizer& tokenizer) {
+                                            const tokenizer::Tokenizer& tokenizer,
+                                            bool restate_effort) {
   if (!problem.reference) {
     return absl::FailedPreconditionError("problem " + problem.id + " has no reference answer");
   }
@@ -52,9 +56,14 @@ absl::StatusOr<SftExample> EncodeSftExample(const tasks::Problem& problem, int e
   if (!prompt.ok()) return prompt.status();
   nlohmann::json conversation = problem.messages;
   conversation.push_back(*problem.reference);
+  if (restate_effort && effort > 0) {
+    const int shown = problem.effort > 0 ? problem.effort : effort;
+    nlohmann::json& reasoning = conversation.back()["reasoning_content"];
+    reasoning = "effort " + std::to_string(shown) + "\n" + reasoning.get<std::string>();
+  }
   auto messages = Messages(conversation, problem.id);
   if (!messages.ok()) return messages.status();
-  auto ids = chat::EncodeIds(*messages, ThinkingWithEffort(effort), tokenizer);
+  auto ids = chat::EncodeIds(*messages, ThinkingWithEffort(problem, effort), tokenizer);
   if (!ids.ok()) return ids.status();
   SftExample example;
   example.tokens = Widen(*ids);

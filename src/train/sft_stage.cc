@@ -47,7 +47,7 @@ class SftSampler {
     const int effort = levels[std::uniform_int_distribution<size_t>(0, levels.size() - 1)(rng_)];
     tasks::Problem problem = context_.datasets[d]->Train(next_index_[d]++);
     return EncodeSftExample(problem, context_.config.effort.PromptEffort(effort),
-                            context_.tokenizer);
+                            context_.tokenizer, tasks.datasets[d].restate_effort);
   }
 
   // The next `n` examples.

@@ -47,13 +47,26 @@ TEST(DatasetTest, HeldOutPromptsNeverAppearInTraining) {
     ASSERT_EQ(dataset->Eval().size(), 20u) << kind;
     std::set<std::string> held_out;
     for (const auto& p : dataset->Eval()) {
-      EXPECT_TRUE(IsHeldOut(p.messages, 0.2));
+      EXPECT_TRUE(IsHeldOut(p, 0.2));
       held_out.insert(p.messages.dump());
     }
     for (uint64_t i = 0; i < 2000; ++i) {
       ASSERT_FALSE(held_out.count(dataset->Train(i).messages.dump())) << kind << " " << i;
     }
   }
+}
+
+// Effort problems share their text: what is held out is an effort.
+TEST(DatasetTest, HeldOutEffortsNeverAppearInTraining) {
+  auto dataset = Load(Spec("effort"));
+  ASSERT_EQ(dataset->Eval().size(), 20u);
+  std::set<int> held_out, trained;
+  for (const auto& p : dataset->Eval()) held_out.insert(p.effort);
+  for (uint64_t i = 0; i < 2000; ++i) trained.insert(dataset->Train(i).effort);
+  EXPECT_GE(held_out.size(), 5u);
+  EXPECT_GE(trained.size(), 70u);  // eval_fraction 0.2 of the 100 efforts
+  EXPECT_LE(held_out.size() + trained.size(), 100u);
+  for (int effort : held_out) EXPECT_FALSE(trained.count(effort)) << effort;
 }
 
 TEST(DatasetTest, DifficultyStaysInRange) {

@@ -96,6 +96,23 @@ TEST(GeneratorTest, ReverseSpellsTheWordBackwards) {
   EXPECT_EQ(Reasoning(p), std::string("3 ") + word[2] + "\n2 " + word[1] + "\n1 " + word[0]);
 }
 
+// Every effort 1..100 comes up, each problem is shown at its own effort and
+// its answer is that effort; the text alone is the same for all.
+TEST(GeneratorTest, EffortProblemsAskForTheirOwnEffort) {
+  auto generator = Make("effort");
+  std::vector<bool> seen(101, false);
+  for (uint64_t seed = 0; seed < 2000; ++seed) {
+    Problem p = generator->Generate(seed, 1);
+    ASSERT_GE(p.effort, 1);
+    ASSERT_LE(p.effort, 100);
+    seen[p.effort] = true;
+    EXPECT_EQ(p.answer, std::to_string(p.effort));
+    EXPECT_EQ(Reasoning(p), "");
+    EXPECT_EQ(UserText(p), UserText(generator->Generate(0, 1)));
+  }
+  EXPECT_EQ(std::count(seen.begin() + 1, seen.end(), true), 100);
+}
+
 TEST(GeneratorTest, UnknownKindIsAnError) {
   auto generator = MakeGenerator("chess");
   ASSERT_FALSE(generator.ok());

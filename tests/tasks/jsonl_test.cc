@@ -37,6 +37,14 @@ TEST(JsonlTest, VerifierDefaultsToExactAndReferenceIsOptional) {
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->verifier, VerifierKind::kExact);
   EXPECT_FALSE(p->reference.has_value());
+  EXPECT_EQ(p->effort, 0);  // the run's
+}
+
+TEST(JsonlTest, AProblemMayCarryItsOwnEffort) {
+  auto p =
+      ParseProblemLine(R"({"messages":[{"role":"user","content":"hi"}],"answer":"x","effort":60})");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->effort, 60);
 }
 
 TEST(JsonlTest, MalformedLinesSayWhatIsWrong) {
@@ -56,7 +64,13 @@ TEST(JsonlTest, MalformedLinesSayWhatIsWrong) {
   EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"q"}],"answer":"1","verifier":"x"})"),
             "unknown verifier 'x' (expected exact, numeric or regex)");
   EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"q"}],"answer":"1","extra":1})"),
-            "unknown key \"extra\" (expected messages, answer, verifier)");
+            "unknown key \"extra\" (expected messages, answer, verifier, effort)");
+  EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"q"}],"answer":"1","effort":0})"),
+            "\"effort\" must be an integer in 1..100, not 0");
+  EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"q"}],"answer":"1","effort":7.5})"),
+            "\"effort\" must be an integer in 1..100, not 7.5");
+  EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"q"}],"answer":"1","effort":"max"})"),
+            "\"effort\" must be an integer in 1..100, not \"max\"");
   EXPECT_NE(ErrorOf(R"({"messages":[{"role":"user","content":"q"}],"answer":"ten",)"
                     R"("verifier":"numeric"})")
                 .find("is not a number"),

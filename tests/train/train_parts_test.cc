@@ -59,9 +59,11 @@ TEST(EncodingTest, SftExampleIsPromptPlusMaskedReference) {
   ASSERT_GT(example->tokens.size(), prompt->size());
   EXPECT_TRUE(std::equal(prompt->begin(), prompt->end(), example->tokens.begin()));
   // The masked part is exactly: reasoning, </think>, answer, EOS.
-  std::vector<int64_t> expected = Ids(*tok, (*problem.reference)["reasoning_content"].get<std::string>());
+  std::vector<int64_t> expected =
+      Ids(*tok, (*problem.reference)["reasoning_content"].get<std::string>());
   expected.push_back(*tok->TokenToId(tokenizer::dsv4::kThinkClose));
-  for (int64_t id : Ids(*tok, (*problem.reference)["content"].get<std::string>())) expected.push_back(id);
+  for (int64_t id : Ids(*tok, (*problem.reference)["content"].get<std::string>()))
+    expected.push_back(id);
   expected.push_back(*tok->TokenToId(tokenizer::dsv4::kEos));
   std::vector<int64_t> masked;
   for (size_t t = 0; t < example->tokens.size(); ++t) {
@@ -72,6 +74,48 @@ TEST(EncodingTest, SftExampleIsPromptPlusMaskedReference) {
   auto text = tok->Decode(std::vector<int32_t>(prompt->begin(), prompt->end()));
   ASSERT_TRUE(text.ok());
   EXPECT_NE(text->find("Reasoning Effort: 50"), std::string::npos) << *text;
+}
+
+// A problem with its own effort is shown at it, in prompts and SFT examples
+// alike; efforts left out of prompts (0) stay out.
+TEST(EncodingTest, AProblemsOwnEffortWinsOverTheSampledOne) {
+  auto tok = Tiny();
+  tasks::Problem problem = Arithmetic(5);
+  problem.effort = 60;
+  auto decoded = [&](const std::vector<int64_t>& ids) {
+    return *tok->Decode(std::vector<int32_t>(ids.begin(), ids.end()));
+  };
+  const std::string prompt = decoded(*EncodeProblemPrompt(problem, 25, *tok));
+  EXPECT_NE(prompt.find("Reasoning Effort: 60 "), std::string::npos) << prompt;
+  EXPECT_EQ(prompt.find("Reasoning Effort: 25"), std::string::npos) << prompt;
+  EXPECT_NE(decoded(EncodeSftExample(problem, 100, *tok)->tokens).find("Reasoning Effort: 60 "),
+            std::string::npos);
+  EXPECT_EQ(decoded(*EncodeProblemPrompt(problem, 0, *tok)).find("Reasoning Effort"),
+            std::string::npos);
+}
+
+// restate_effort: the reasoning opens with the effort the prompt shows.
+TEST(EncodingTest, RestatedEffortOpensTheReasoning) {
+  auto tok = Tiny();
+  tasks::Problem problem = Arithmetic(6);
+  const std::string reasoning = (*problem.reference)["reasoning_content"];
+  auto target = [&](const tasks::Problem& p, int effort, bool restate) {
+    SftExample example = *EncodeSftExample(p, effort, *tok, restate);
+    std::vector<int32_t> masked;
+    for (size_t t = 0; t < example.tokens.size(); ++t) {
+      if (example.loss_mask[t]) masked.push_back(static_cast<int32_t>(example.tokens[t]));
+    }
+    return *tok->Decode(masked);
+  };
+  EXPECT_EQ(target(problem, 75, true).rfind("effort 75\n" + reasoning + "</think>", 0), 0u)
+      << target(problem, 75, true);
+  EXPECT_EQ(target(problem, 75, false).rfind(reasoning + "</think>", 0), 0u);
+  EXPECT_EQ(target(problem, 0, true).rfind(reasoning + "</think>", 0), 0u);
+  tasks::Problem own = problem;
+  own.effort = 60;
+  EXPECT_EQ(target(own, 75, true).rfind("effort 60\n", 0), 0u);
+  (*problem.reference)["reasoning_content"] = "";  // answer-only references restate it too
+  EXPECT_EQ(target(problem, 25, true).rfind("effort 25\n</think>", 0), 0u);
 }
 
 TEST(EncodingTest, JudgeCompletionRewardsOnlyWellFormedCorrectAnswers) {

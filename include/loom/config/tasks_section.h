@@ -29,6 +29,7 @@ struct DatasetSection {
   std::string system_prompt;            // "" = no system message
   double answer_only_fraction = 0;      // generators: SFT references without the worked reasoning
   double reversed_answer_fraction = 0;  // generators: SFT references whose answer is reversed
+  bool restate_effort = false;          // SFT references open their reasoning with "effort N"
   std::string teacher;                  // opd stage: the teacher (opd.teachers[].name)
 
   template <class V>
@@ -37,10 +38,13 @@ struct DatasetSection {
     v.Field("kind", kind,
             Doc("Where problems come from: a built-in generator (arithmetic: multi-digit + and - "
                 "with a digit-by-digit scratchpad; sort: ascending list of integers; reverse: "
-                "reverse a word letter by letter) or a JSON-lines file. With `environment: "
+                "reverse a word letter by letter; effort: asks for the reasoning effort, each "
+                "problem shown at "
+                "its own effort, so that a small model learns to read the effort line) or a "
+                "JSON-lines file. With `environment: "
                 "sandbox`: a built-in agentic task (arithmetic: a 9-digit product the python tool "
                 "helps with; fix_repo: a tiny Python package with a failing test).")
-                .OneOf({"arithmetic", "sort", "reverse", "jsonl", "fix_repo"}));
+                .OneOf({"arithmetic", "sort", "reverse", "effort", "jsonl", "fix_repo"}));
     v.Field("environment", environment,
             Doc("none: single-turn prompts judged by the verifier. sandbox: each sample is a "
                 "multi-turn agent episode on a sandbox worker (see `sandbox:`); its tool results "
@@ -101,6 +105,12 @@ struct DatasetSection {
                 "answer that often, so GRPO has plenty of correct samples to reinforce. "
                 "Held-out problems and verifiers are unaffected.")
                 .Range(0, 1));
+    v.Field("restate_effort", restate_effort,
+            Doc("SFT references open their reasoning with the line `effort N`, N the effort "
+                "their prompt shows (nothing when efforts are not shown), whether or not they "
+                "go on to work the problem. The effort is then right before the model's choice "
+                "of how much to reason, which a small model can condition on; what to do at "
+                "each effort is left to the length reward."));
     v.Field("teacher", teacher,
             Doc("The opd stage distils this dataset's samples from this teacher (a name in "
                 "opd.teachers); required for every dataset when train.stages has opd."));

@@ -55,7 +55,8 @@ absl::StatusOr<std::unique_ptr<Dataset>> LoadDataset(const config::DatasetSectio
 absl::StatusOr<std::vector<std::unique_ptr<Dataset>>> LoadDatasets(
     const config::TasksSection& tasks, uint64_t run_seed);
 
-// True when `prompt`'s hash falls in the held-out share `fraction` (0..1).
-bool IsHeldOut(const nlohmann::json& prompt, double fraction);
+// True when the hash of `problem`'s prompt (its messages, and its own effort
+// when it has one) falls in the held-out share `fraction` (0..1).
+bool IsHeldOut(const Problem& problem, double fraction);
 
 }  // namespace loom::tasks

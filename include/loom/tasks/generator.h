@@ -10,6 +10,9 @@
 //               (difficulty d: d + 1 integers in 0..99)
 //   reverse     "Reverse: cat"    reasoning "3 t\n2 a\n1 c"                      answer "tac"
 //               (difficulty d: a word of d + 2 lowercase letters)
+//   effort      "Your reasoning effort?"  no reasoning                       answer 37
+//               (the problem's own effort, 1..100, always shown in its prompt;
+//               difficulty unused): teaches a small model to read the effort line
 //
 // Generators are immutable and thread-safe.
 
@@ -31,7 +34,7 @@ class TaskGenerator {
   virtual Problem Generate(uint64_t seed, int difficulty) const = 0;
 };
 
-// "arithmetic" | "sort" | "reverse"; anything else is INVALID_ARGUMENT.
+// "arithmetic" | "sort" | "reverse" | "effort"; anything else is INVALID_ARGUMENT.
 absl::StatusOr<std::unique_ptr<TaskGenerator>> MakeGenerator(const std::string& kind);
 
 }  // namespace loom::tasks

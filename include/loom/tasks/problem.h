@@ -31,6 +31,9 @@ struct Problem {
   // Datasets with `environment: sandbox`: the seed of the built-in agentic
   // task (the worker gets the task; `messages` only describes it).
   uint64_t task_seed = 0;
+  // The reasoning effort the problem is always asked at (its prompt's
+  // effort line), whatever effort the run samples; 0 = the run's.
+  int effort = 0;
 
   // The problem for messages: its id, and where it came from when known
   // ("arith/train/5", "jsonl/train/3 (data.jsonl:12)").

@@ -25,16 +25,19 @@ struct SftExample {
   std::vector<int64_t> tokens;     // [T]
   std::vector<uint8_t> loss_mask;  // [T]
 };
-// FAILED_PRECONDITION when the problem has no reference.
+// `restate_effort`: the reasoning opens with the line "effort N", N the
+// effort the prompt shows (tasks.datasets[].restate_effort; no line when the
+// prompt shows none). FAILED_PRECONDITION when the problem has no reference.
 absl::StatusOr<SftExample> EncodeSftExample(const tasks::Problem& problem, int effort,
-                                            const tokenizer::Tokenizer& tokenizer);
+                                            const tokenizer::Tokenizer& tokenizer,
+                                            bool restate_effort = false);
 
 // What a completion (the generated tokens after the prompt) earned.
 struct Judgement {
-  double reward = 0;       // the verifier's reward; 0 for a malformed completion
-  bool parsed = false;     // the completion was a well-formed assistant message
-  std::string content;     // its final answer (empty when malformed)
-  std::string parse_error; // why it was malformed
+  double reward = 0;        // the verifier's reward; 0 for a malformed completion
+  bool parsed = false;      // the completion was a well-formed assistant message
+  std::string content;      // its final answer (empty when malformed)
+  std::string parse_error;  // why it was malformed
 };
 Judgement JudgeCompletion(const tasks::Problem& problem, const std::vector<int64_t>& completion,
                           const tokenizer::Tokenizer& tokenizer);
