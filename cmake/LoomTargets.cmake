@@ -12,6 +12,13 @@ if(LOOM_ASAN)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer)
   add_link_options(-fsanitize=address,undefined)
 endif()
+if(LOOM_FUZZ)
+  # Every library is instrumented for coverage and sanitized; the fuzz
+  # targets add libFuzzer's main (tests/fuzz/CMakeLists.txt).
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+                      -fno-omit-frame-pointer -g)
+  add_link_options(-fsanitize=address,undefined)
+endif()
 
 # One precompiled header for everything that includes LibTorch; targets reuse it.
 add_library(loom_torch_pch OBJECT ${PROJECT_SOURCE_DIR}/cmake/pch.cc)
