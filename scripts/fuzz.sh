@@ -16,7 +16,9 @@ if [[ ! -f $BUILD/build.ninja ]]; then
   CC=clang-14 CXX=clang++-14 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DLOOM_FUZZ=ON -DLOOM_BUILD_TESTS=OFF >/dev/null
 fi
-cmake --build $BUILD -j "${LOOM_JOBS:-$(nproc)}" --target fuzz_all
+echo "fuzz: building the targets in $BUILD (log: $BUILD/build.log)"
+cmake --build $BUILD -j "${LOOM_JOBS:-$(nproc)}" --target fuzz_all >$BUILD/build.log 2>&1 ||
+  { tail -n 40 $BUILD/build.log; exit 1; }
 
 TARGETS=("$@")
 if ((${#TARGETS[@]} == 0)); then
