@@ -108,9 +108,8 @@ struct DatasetSection {
     v.Field("restate_effort", restate_effort,
             Doc("SFT references open their reasoning with the line `effort N`, N the effort "
                 "their prompt shows (nothing when efforts are not shown), whether or not they "
-                "go on to work the problem. The effort is then right before the model's choice "
-                "of how much to reason, which a small model can condition on; what to do at "
-                "each effort is left to the length reward."));
+                "go on to work the problem: the effort is then right before the model's choice "
+                "of how much to reason. What to do at each effort is left to the length reward."));
     v.Field("teacher", teacher,
             Doc("The opd stage distils this dataset's samples from this teacher (a name in "
                 "opd.teachers); required for every dataset when train.stages has opd."));
