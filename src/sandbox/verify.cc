@@ -1,10 +1,9 @@
 #include "loom/sandbox/verify.h"
 
-#include <regex>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "loom/tasks/regex.h"
 
 namespace loom::sandbox {
 namespace {
@@ -42,7 +41,9 @@ v1::Verdict VerifyRegex(const Sandbox& sandbox, const v1::OutputRegex& spec,
     std::string error = RunCheck(sandbox, spec.command(), timeout_s, &code, &text);
     if (!error.empty()) return MakeVerdict(false, absl::StrCat("check command: ", error));
   }
-  bool found = std::regex_search(text, std::regex(spec.regex(), std::regex::ECMAScript));
+  auto regex = tasks::Regex::Compile(spec.regex());
+  auto matched = regex.ok() ? regex->Matches(text, /*whole=*/false) : regex.status();
+  const bool found = matched.ok() && *matched;  // past the match limits: not found
   return MakeVerdict(found, absl::StrCat("/", spec.regex(), "/ ", found ? "matched" : "not found",
                                          " in ", spec.command().empty() ? "the answer" : "output"));
 }
@@ -72,12 +73,10 @@ absl::Status ValidateVerification(const v1::Verification& verification) {
     case v1::Verification::KIND_NOT_SET:
       return absl::InvalidArgumentError("task verification: no kind given");
     case v1::Verification::kOutputRegex:
-      try {
-        std::regex check(verification.output_regex().regex(), std::regex::ECMAScript);
-      } catch (const std::regex_error& e) {
+      if (auto regex = tasks::Regex::Compile(verification.output_regex().regex()); !regex.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("task verification: bad regex '",
-                                                       verification.output_regex().regex(),
-                                                       "': ", e.what()));
+                                                       verification.output_regex().regex(), "' ",
+                                                       regex.status().message()));
       }
       return absl::OkStatus();
     case v1::Verification::kTests:

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <optional>
-#include <regex>
 
 #include "absl/status/status.h"
+#include "loom/tasks/regex.h"
 
 namespace loom::tasks {
 namespace {
@@ -26,11 +26,10 @@ std::optional<double> ParseNumber(const std::string& text) {
 }
 
 bool FullMatch(const std::string& pattern, const std::string& text) {
-  try {
-    return std::regex_match(text, std::regex(pattern, std::regex::ECMAScript));
-  } catch (const std::regex_error&) {
-    return false;  // a bad pattern, or a match too complex for the engine
-  }
+  auto regex = Regex::Compile(pattern);
+  if (!regex.ok()) return false;
+  auto matched = regex->Matches(text, /*whole=*/true);
+  return matched.ok() && *matched;  // a match past the limits scores 0
 }
 
 }  // namespace
@@ -60,11 +59,9 @@ absl::Status CheckAnswer(VerifierKind kind, const std::string& answer) {
     return absl::InvalidArgumentError("answer '" + answer + "' is not a number (verifier numeric)");
   }
   if (kind == VerifierKind::kRegex) {
-    try {
-      std::regex pattern(answer, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      return absl::InvalidArgumentError("answer '" + answer +
-                                        "' is not a valid regex: " + e.what());
+    if (auto regex = Regex::Compile(answer); !regex.ok()) {
+      return absl::InvalidArgumentError("answer '" + answer + "' is not a valid regex " +
+                                        std::string(regex.status().message()));
     }
   }
   return absl::OkStatus();

@@ -5,8 +5,9 @@
 //            whitespace to one space
 //   numeric  the whole trimmed response is a number within 1e-6 (relative,
 //            at least absolute 1e-6) of the answer
-//   regex    the trimmed response fully matches the answer as an ECMAScript
-//            regular expression
+//   regex    the trimmed response fully matches the answer as a PCRE2
+//            regular expression (loom/tasks/regex.h: bounded matching; a
+//            match that exceeds the limits scores 0)
 //
 // Stateless and thread-safe. A malformed response scores 0, never throws.
 
