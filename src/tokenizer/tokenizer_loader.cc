@@ -111,6 +111,17 @@ struct AddedToken {
   bool special, normalized;
 };
 
+// `t[key]` as a boolean, `fallback` when absent or null.
+absl::StatusOr<bool> OptionalBool(const Json& t, const char* key, bool fallback,
+                                  const std::string& where) {
+  auto it = t.find(key);
+  if (it == t.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ".", key, " must be true or false"));
+  }
+  return it->get<bool>();
+}
+
 absl::StatusOr<std::vector<AddedToken>> ParseAddedTokens(const Json& doc) {
   std::vector<AddedToken> added;
   auto list = doc.find("added_tokens");
@@ -126,17 +137,20 @@ absl::StatusOr<std::vector<AddedToken>> ParseAddedTokens(const Json& doc) {
           absl::StrCat(where, ": needs an integer \"id\" (0..16777216) and a string \"content\""));
     }
     for (const char* key : {"lstrip", "rstrip", "single_word"}) {
-      if (t.value(key, false)) {
-        return absl::UnimplementedError(absl::StrCat(where, ".", key, " is not supported"));
-      }
+      auto set = OptionalBool(t, key, false, where);
+      if (!set.ok()) return set.status();
+      if (*set) return absl::UnimplementedError(absl::StrCat(where, ".", key, " is not supported"));
     }
     const std::string content = t["content"];
     absl::Status utf8 = ValidateUtf8(content);
     if (!utf8.ok() || content.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ".content must be non-empty UTF-8"));
     }
-    const bool special = t.value("special", false);
-    added.push_back({content, t["id"].get<int32_t>(), special, t.value("normalized", !special)});
+    auto special = OptionalBool(t, "special", false, where);
+    if (!special.ok()) return special.status();
+    auto normalized = OptionalBool(t, "normalized", !*special, where);
+    if (!normalized.ok()) return normalized.status();
+    added.push_back({content, t["id"].get<int32_t>(), *special, *normalized});
   }
   return added;
 }
@@ -219,7 +233,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
     return absl::InvalidArgumentError(absl::StrCat(AsAbsl(origin), ": not valid JSON"));
   }
   auto impl = std::make_unique<TokenizerImpl>();
-  absl::Status status = Build(doc, impl.get());
+  absl::Status status;
+  try {
+    status = Build(doc, impl.get());
+  } catch (const Json::exception& e) {
+    // A field of an unexpected JSON type that no check above names.
+    status = absl::InvalidArgumentError(absl::StrCat("malformed tokenizer.json: ", e.what()));
+  }
   if (!status.ok()) {
     return absl::Status(status.code(), absl::StrCat(AsAbsl(origin), ": ", status.message()));
   }

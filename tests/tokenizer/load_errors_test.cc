@@ -80,6 +80,17 @@ TEST(LoadErrorsTest, MalformedFieldsAreNamed) {
                 d["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}};
               }),
               "does not compile");
+  // Fields of the wrong JSON type (fuzz_tokenizer_json: `"special": 0` used
+  // to throw out of the loader and abort the process).
+  ExpectError(Edited([](Json& d) { d["added_tokens"][1]["special"] = 0; }),
+              "added_tokens[1].special must be true or false");
+  ExpectError(Edited([](Json& d) { d["added_tokens"][0]["rstrip"] = "no"; }),
+              "added_tokens[0].rstrip must be true or false");
+  ExpectError(Edited([](Json& d) { d["decoder"] = {{"type", 7}}; }), "malformed tokenizer.json");
+  ExpectError(Edited([](Json& d) {
+                d["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", 5}}}};
+              }),
+              "needs a string \"Regex\"");
 }
 
 }  // namespace
