@@ -7,11 +7,14 @@
 namespace loom::train {
 namespace {
 
+// The effort `problem`'s prompt shows when the run asks for `effort`: its
+// own effort when it carries one (and efforts are shown at all).
+int ShownEffort(const tasks::Problem& problem, int effort) {
+  return effort > 0 && problem.effort > 0 ? problem.effort : effort;
+}
+
 // Thinking mode with the numeric effort line for effort b, or none for 0.
-// A problem that carries its own effort is shown at it (when efforts are
-// shown at all).
-chat::EncodeOptions ThinkingWithEffort(const tasks::Problem& problem, int effort) {
-  if (effort > 0 && problem.effort > 0) effort = problem.effort;
+chat::EncodeOptions ThinkingWithEffort(int effort) {
   chat::EncodeOptions options;
   options.thinking_mode = chat::ThinkingMode::kThinking;
   if (effort > 0) {
@@ -41,7 +44,8 @@ absl::StatusOr<std::vector<int64_t>> EncodeProblemPrompt(const tasks::Problem& p
                                                          const tokenizer::Tokenizer& tokenizer) {
   auto messages = Messages(problem.messages, problem.id);
   if (!messages.ok()) return messages.status();
-  auto ids = chat::EncodeIds(*messages, ThinkingWithEffort(problem, effort), tokenizer);
+  auto ids =
+      chat::EncodeIds(*messages, ThinkingWithEffort(ShownEffort(problem, effort)), tokenizer);
   if (!ids.ok()) return ids.status();
   return Widen(*ids);
 }
@@ -57,13 +61,14 @@ absl::StatusOr<SftExample> EncodeSftExample(const tasks::Problem& problem, int e
   nlohmann::json conversation = problem.messages;
   conversation.push_back(*problem.reference);
   if (restate_effort && effort > 0) {
-    const int shown = problem.effort > 0 ? problem.effort : effort;
     nlohmann::json& reasoning = conversation.back()["reasoning_content"];
-    reasoning = "effort " + std::to_string(shown) + "\n" + reasoning.get<std::string>();
+    reasoning = "effort " + std::to_string(ShownEffort(problem, effort)) + "\n" +
+                reasoning.get<std::string>();
   }
   auto messages = Messages(conversation, problem.id);
   if (!messages.ok()) return messages.status();
-  auto ids = chat::EncodeIds(*messages, ThinkingWithEffort(problem, effort), tokenizer);
+  auto ids =
+      chat::EncodeIds(*messages, ThinkingWithEffort(ShownEffort(problem, effort)), tokenizer);
   if (!ids.ok()) return ids.status();
   SftExample example;
   example.tokens = Widen(*ids);

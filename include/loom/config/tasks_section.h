@@ -39,10 +39,9 @@ struct DatasetSection {
             Doc("Where problems come from: a built-in generator (arithmetic: multi-digit + and - "
                 "with a digit-by-digit scratchpad; sort: ascending list of integers; reverse: "
                 "reverse a word letter by letter; effort: asks for the reasoning effort, each "
-                "problem shown at "
-                "its own effort, so that a small model learns to read the effort line) or a "
-                "JSON-lines file. With `environment: "
-                "sandbox`: a built-in agentic task (arithmetic: a 9-digit product the python tool "
+                "problem shown at its own effort, so that a small model learns to read the "
+                "effort line) or a JSON-lines file. With `environment: sandbox`: a built-in "
+                "agentic task (arithmetic: a 9-digit product the python tool "
                 "helps with; fix_repo: a tiny Python package with a failing test).")
                 .OneOf({"arithmetic", "sort", "reverse", "effort", "jsonl", "fix_repo"}));
     v.Field("environment", environment,

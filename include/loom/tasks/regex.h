@@ -7,7 +7,7 @@
 // pattern that would backtrack without end gives an error, which verifiers
 // score as no match. Syntax: PCRE2 (Perl); subjects need not be valid UTF-8.
 //
-// Immutable after Compile; Match is thread-safe.
+// Immutable after Compile; Matches is thread-safe.
 
 #include <memory>
 #include <string>
