@@ -52,8 +52,9 @@ struct DatasetSection {
     v.Field(
         "path", path,
         Doc("kind jsonl: file with one problem per line: {\"messages\": [...], \"answer\": ..., "
-            "\"verifier\": \"exact|numeric|regex\"}. A trailing assistant message is the SFT "
-            "reference."));
+            "\"verifier\": \"exact|numeric|regex\", \"effort\": 1..100} (verifier and effort "
+            "optional; effort: the problem is always shown at it). A trailing assistant message "
+            "is the SFT reference."));
     v.Field("eval_path", eval_path,
             Doc("kind jsonl: a separate held-out file. Empty: hold out `eval_fraction` of `path` "
                 "(chosen by a hash of each prompt)."));
