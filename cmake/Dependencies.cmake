@@ -67,6 +67,7 @@ find_package(CLI11 CONFIG REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
+pkg_check_modules(SECCOMP REQUIRED IMPORTED_TARGET libseccomp)
 find_package(GTest REQUIRED)
 find_package(benchmark REQUIRED)
 

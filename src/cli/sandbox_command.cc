@@ -88,11 +88,10 @@ int RunExec(const ExecFlags& flags) {
   auto result = (*session)->Call(call);
   if (!result.ok()) return Fail(result.status());
   (*session)->Close().IgnoreError();
-  nlohmann::ordered_json out = {{"exit_code", result->exit_code()},
-                                {"stdout", result->stdout()},
-                                {"stderr", result->stderr()},
-                                {"timed_out", result->timed_out()},
-                                {"duration_ms", result->duration_ms()}};
+  nlohmann::ordered_json out = {
+      {"exit_code", result->exit_code()}, {"stdout", result->stdout()},
+      {"stderr", result->stderr()},       {"timed_out", result->timed_out()},
+      {"limit", result->limit()},         {"duration_ms", result->duration_ms()}};
   std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   return kExitOk;
 }

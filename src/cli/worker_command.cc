@@ -28,6 +28,8 @@ struct WorkerFlags {
   int64_t cpu_s = 60;
   int64_t processes = 128;
   int64_t output_cap_kb = 64;
+  int64_t sandbox_memory_mb = 2048;
+  int64_t disk_mb = 2048;
 };
 
 absl::Status LoadSecrets(WorkerFlags& flags) {
@@ -60,6 +62,8 @@ int RunWorker(WorkerFlags& flags, const Context& context) {
   box.limits.address_space = flags.memory_mb << 20;
   box.limits.cpu_seconds = flags.cpu_s;
   box.limits.processes = flags.processes;
+  box.caps.memory_bytes = flags.sandbox_memory_mb << 20;
+  box.caps.disk_bytes = flags.disk_mb << 20;
   box.output_cap = static_cast<size_t>(flags.output_cap_kb) << 10;
   // Block the stop signals before any thread exists; this thread waits for them.
   sigset_t stop;
@@ -114,6 +118,18 @@ void SetupWorker(CLI::App& app, Context& context) {
       ->capture_default_str();
   cmd->add_option("--processes", flags->processes, "Process limit per sandbox")
       ->check(CLI::Range(4, 100000))
+      ->capture_default_str();
+  cmd->add_option("--sandbox-memory-mb", flags->sandbox_memory_mb,
+                  "Resident memory of a sandbox's processes together (MiB); over it, the command "
+                  "is killed")
+      ->check(CLI::Range(64, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--disk-mb", flags->disk_mb,
+                  "Disk a sandbox's workspace, /tmp and /dev/shm may take (MiB)")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  cmd->add_option("--inodes", o.sandbox.caps.inodes, "Files a sandbox may hold")
+      ->check(CLI::Range(100, 100000000))
       ->capture_default_str();
   cmd->add_option("--output-cap-kb", flags->output_cap_kb, "Output kept per stream (KiB)")
       ->check(CLI::Range(1, 1 << 20))

@@ -57,7 +57,18 @@ void SetLimit(int resource, int64_t value) {
   dup2(in_fd, 0);
   dup2(out_fd, 1);
   dup2(err_fd, 2);
-  syscall(SYS_close_range, 3u, ~0u, 0u);
+  unsigned first_closed = 3;
+  if (spec.fd3 >= 0) {
+    // dup2 onto itself would keep close-on-exec.
+    if (spec.fd3 == 3)
+      fcntl(3, F_SETFD, 0);
+    else
+      dup2(spec.fd3, 3);
+    first_closed = 4;
+  }
+  syscall(SYS_close_range, first_closed, ~0u, 0u);
+  rlimit no_core{0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
   SetLimit(RLIMIT_CPU, spec.limits.cpu_seconds);
   SetLimit(RLIMIT_AS, spec.limits.address_space);
   SetLimit(RLIMIT_FSIZE, spec.limits.file_size);
@@ -156,6 +167,8 @@ class Pump {
     const Clock::time_point deadline =
         start + std::chrono::milliseconds(static_cast<int64_t>(spec_.timeout_s * 1000));
     Clock::time_point drain_until = Clock::time_point::max();
+    // Commands shorter than one interval are never watched.
+    Clock::time_point next_watch = start + std::chrono::milliseconds(spec_.watch_interval_ms);
     // Until the child has exited and its output is drained (or the grace
     // period after its exit or kill has passed).
     while (true) {
@@ -170,7 +183,16 @@ class Pump {
         killpg(pid_, SIGKILL);
         drain_until = std::min(drain_until, now + kDrainGrace);
       }
-      const Clock::time_point next_deadline = timed_out_ ? drain_until : deadline;
+      if (!exited_ && !timed_out_ && limit_.empty() && spec_.watch && now >= next_watch) {
+        limit_ = spec_.watch(pid_);
+        next_watch = now + std::chrono::milliseconds(spec_.watch_interval_ms);
+        if (!limit_.empty()) {
+          killpg(pid_, SIGKILL);
+          drain_until = std::min(drain_until, now + kDrainGrace);
+        }
+      }
+      const Clock::time_point next_deadline =
+          std::min(timed_out_ ? drain_until : deadline, spec_.watch ? next_watch : deadline);
       PollOnce(std::min({next_deadline, drain_until, now + std::chrono::milliseconds(20)}) - now);
     }
     CloseFd(in_);
@@ -183,8 +205,10 @@ class Pump {
     ProcessResult result;
     result.exit_code = exit_code_;
     result.timed_out = timed_out_;
+    result.limit = limit_;
     out_buf_.Finish();
     err_buf_.Finish();
+    if (!limit_.empty()) absl::StrAppend(&err_buf_.text, "[loom: killed: ", limit_, "]\n");
     result.truncated = out_buf_.dropped > 0 || err_buf_.dropped > 0;
     result.stdout_text = std::move(out_buf_.text);
     result.stderr_text = std::move(err_buf_.text);
@@ -247,6 +271,7 @@ class Pump {
   size_t written_ = 0;
   CappedBuffer out_buf_, err_buf_;
   bool timed_out_ = false;
+  std::string limit_;
   bool exited_ = false;
   int exit_code_ = -1;
 };

@@ -1,6 +1,7 @@
 #include "loom/sandbox/sandbox.h"
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,15 +15,73 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "loom/config/files.h"
+#include "loom/sandbox/seccomp.h"
 
 namespace loom::sandbox {
 namespace fs = std::filesystem;
 namespace {
 
 // System directories shown read-only; host symlinks (merged /usr) are mirrored.
-constexpr const char* kSystemDirs[] = {"/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc"};
+constexpr const char* kSystemDirs[] = {"/usr", "/bin", "/lib", "/lib64", "/sbin"};
+
+// What bash, coreutils and python read under /etc; the rest of the host's
+// /etc (credentials, keys, the worker's own configuration) stays unseen.
+constexpr const char* kEtcEntries[] = {"alternatives", "group",     "ld.so.cache",   "ld.so.conf",
+                                       "ld.so.conf.d", "localtime", "nsswitch.conf", "os-release",
+                                       "passwd",       "python3",   "python3.11",    "python3.12",
+                                       "python3.13"};
+
+// Runs the command with the sandbox's process cap set inside its user
+// namespace ($1 is the command, the rest its $0 and arguments).
+constexpr char kCappedShell[] = "ulimit -u {n} || exit 126; exec /bin/bash -c \"$1\" \"${@:2}\"";
+
+// A file descriptor closed when it goes out of scope.
+struct OwnedFd {
+  int fd = -1;
+  ~OwnedFd() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+// The seccomp program in a fresh memfd, positioned at its start.
+absl::Status SeccompFd(OwnedFd* out) {
+  absl::StatusOr<std::string> program = SeccompProgram();
+  if (!program.ok()) return program.status();
+  out->fd = memfd_create("loom-seccomp", MFD_CLOEXEC);
+  if (out->fd < 0 ||
+      write(out->fd, program->data(), program->size()) != static_cast<ssize_t>(program->size()) ||
+      lseek(out->fd, 0, SEEK_SET) != 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot pass the seccomp filter: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> BwrapArgs(const std::string& bwrap, const std::string& dir) {
+  std::vector<std::string> args = {
+      bwrap,        "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+      "--cap-drop", "ALL",           "--hostname",     "sandbox"};
+  std::error_code ec;
+  for (const char* dir : kSystemDirs) {
+    if (fs::is_symlink(dir, ec)) {
+      args.insert(args.end(), {"--symlink", fs::read_symlink(dir, ec).string(), dir});
+    } else if (fs::is_directory(dir, ec)) {
+      args.insert(args.end(), {"--ro-bind", dir, dir});
+    }
+  }
+  args.insert(args.end(), {"--dir", "/etc"});
+  for (const char* entry : kEtcEntries) {
+    const std::string path = absl::StrCat("/etc/", entry);
+    if (fs::exists(path, ec)) args.insert(args.end(), {"--ro-bind", path, path});
+  }
+  args.insert(args.end(), {"--proc", "/proc", "--dev", "/dev", "--bind", dir + "/shm", "/dev/shm",
+                           "--bind", dir + "/work", "/workspace", "--bind", dir + "/tmp", "/tmp",
+                           "--remount-ro", "/", "--chdir", "/workspace", "--seccomp", "3"});
+  return args;
+}
 
 absl::Status CheckRelativePath(const std::string& path) {
   if (path.empty() || path[0] == '/') {
@@ -106,7 +165,7 @@ bool IsAlive(int pid) {
 }  // namespace
 
 Sandbox::Sandbox(const SandboxConfig& config, int slot, std::string dir)
-    : config_(config), dir_(std::move(dir)) {
+    : config_(config), dir_(std::move(dir)), bwrap_args_(BwrapArgs(config.bwrap, dir_)) {
   if (geteuid() == 0) uid_ = config.uid_base + slot;
 }
 
@@ -126,7 +185,9 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& co
   const fs::path work = fs::path(sandbox->dir_) / "work";
   std::error_code ec;
   fs::create_directories(work, ec);
-  fs::create_directories(fs::path(sandbox->dir_) / "tmp", ec);
+  for (const char* sub : {"tmp", "shm"}) {
+    if (!ec) fs::create_directories(fs::path(sandbox->dir_) / sub, ec);
+  }
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", sandbox->dir_));
   if (!environment.dir().empty()) {
     absl::Status s = CopyEnvironmentDir(config.task_root, environment.dir(), work);
@@ -144,34 +205,32 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& co
   return sandbox;
 }
 
-std::vector<std::string> Sandbox::BwrapArgs() const {
-  std::vector<std::string> args = {config_.bwrap, "--unshare-all", "--die-with-parent",
-                                   "--cap-drop",  "ALL",           "--hostname",
-                                   "sandbox"};
-  for (const char* dir : kSystemDirs) {
-    std::error_code ec;
-    if (fs::is_symlink(dir, ec)) {
-      args.insert(args.end(), {"--symlink", fs::read_symlink(dir, ec).string(), dir});
-    } else if (fs::is_directory(dir, ec)) {
-      args.insert(args.end(), {"--ro-bind", dir, dir});
-    }
-  }
-  args.insert(args.end(), {"--proc", "/proc", "--dev", "/dev", "--bind", dir_ + "/work",
-                           "/workspace", "--bind", dir_ + "/tmp", "/tmp", "--chdir", "/workspace"});
-  return args;
-}
-
 absl::StatusOr<ProcessResult> Sandbox::Bash(const std::string& command, double timeout_s,
                                             const std::vector<std::string>& args,
                                             const std::string& stdin_text) const {
+  OwnedFd seccomp;
+  if (absl::Status s = SeccompFd(&seccomp); !s.ok()) return s;
   ProcessSpec spec;
-  spec.argv = BwrapArgs();
-  spec.argv.insert(spec.argv.end(), {"--", "/bin/bash", "-c", command, "sandbox"});
+  spec.argv = bwrap_args_;
+  if (config_.limits.processes > 0) {
+    const std::string capped =
+        absl::StrReplaceAll(kCappedShell, {{"{n}", std::to_string(config_.limits.processes)}});
+    spec.argv.insert(spec.argv.end(), {"--", "/bin/bash", "-c", capped, "loom", command});
+  } else {
+    spec.argv.insert(spec.argv.end(), {"--", "/bin/bash", "-c", command});
+  }
+  spec.argv.push_back("sandbox");
   spec.argv.insert(spec.argv.end(), args.begin(), args.end());
   spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/workspace", "TMPDIR=/tmp", "LANG=C.UTF-8",
               "PYTHONDONTWRITEBYTECODE=1"};
   spec.stdin_text = stdin_text;
   spec.limits = config_.limits;
+  // Set inside instead: on bwrap it would also count every other sandbox
+  // and the worker's own threads under the same uid.
+  spec.limits.processes = 0;
+  spec.fd3 = seccomp.fd;
+  UsageWatch watch(config_.caps, dir_);
+  spec.watch = [&watch](int pid) { return watch.Check(pid); };
   spec.uid = uid_;
   spec.gid = uid_;
   spec.timeout_s = timeout_s;

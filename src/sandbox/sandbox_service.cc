@@ -150,9 +150,10 @@ v1::ToolResult SandboxService::Execute(const Sandbox& sandbox, const v1::ToolCal
                                        double timeout_s, const std::string& id) {
   v1::ToolResult result = ExecuteTool(sandbox, call, timeout_s);
   admission_.RecordLatency(static_cast<double>(result.duration_ms()));
-  spdlog::info("session {} tool {} exit {} {}ms{}{}", id, call.name(), result.exit_code(),
+  spdlog::info("session {} tool {} exit {} {}ms{}{}{}", id, call.name(), result.exit_code(),
                result.duration_ms(), result.timed_out() ? " timed-out" : "",
-               result.truncated() ? " truncated" : "");
+               result.truncated() ? " truncated" : "",
+               result.limit().empty() ? "" : " killed: " + result.limit());
   return result;
 }
 

@@ -74,6 +74,7 @@ v1::ToolResult FromProcess(const v1::ToolCall& call, const absl::StatusOr<Proces
   result.set_stderr(run->stderr_text);
   result.set_timed_out(run->timed_out);
   result.set_truncated(run->truncated);
+  result.set_limit(run->limit);
   result.set_duration_ms(run->duration_ms);
   return result;
 }

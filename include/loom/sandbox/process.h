@@ -9,6 +9,7 @@
 // output (or a short grace period after the kill).
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 namespace loom::sandbox {
 
 // setrlimit values applied in the child before exec; 0 leaves a limit as is.
+// RLIMIT_CORE is always 0: no core dumps.
 struct ResourceLimits {
   int64_t cpu_seconds = 0;    // RLIMIT_CPU
   int64_t address_space = 0;  // RLIMIT_AS, bytes
@@ -34,6 +36,12 @@ struct ProcessSpec {
   int gid = -1;
   double timeout_s = 30;          // wall clock; the process group is killed after it
   size_t output_cap = 64 * 1024;  // bytes kept per stream
+  int fd3 = -1;                   // passed to the child as its file descriptor 3 (-1: none)
+  // Called about every `watch_interval_ms` while the child runs, with its
+  // pid; a non-empty answer names a breached limit: the process group is
+  // killed and the answer becomes ProcessResult::limit.
+  std::function<std::string(int pid)> watch;
+  int watch_interval_ms = 25;
 };
 
 struct ProcessResult {
@@ -42,6 +50,7 @@ struct ProcessResult {
   std::string stderr_text;
   bool timed_out = false;
   bool truncated = false;  // some output was dropped (a marker line says how much)
+  std::string limit;       // what `watch` killed it for ("" = not killed by it)
   int64_t duration_ms = 0;
 };
 

@@ -1,16 +1,28 @@
 #pragma once
 // Sandbox: one isolated environment for one session. It owns a private
-// directory on the worker (`work/`, seen inside as /workspace, and `tmp/`,
-// seen as /tmp) and runs every command in a fresh bubblewrap container over
-// it: all namespaces unshared (no network: even the host's loopback is
-// unreachable), system directories read-only, nothing else of the host
-// visible (no home, no project tree), resource limits, a wall-clock timeout
-// that kills the whole process tree, output capped. The directory persists
-// between commands of the session and is deleted with the Sandbox.
+// directory on the worker (`work/`, seen inside as /workspace, `tmp/` as
+// /tmp and `shm/` as /dev/shm) and runs every command in a fresh bubblewrap
+// container over it:
+//   - all namespaces unshared (no network: even the host's loopback is
+//     unreachable), no capabilities, and no further user namespaces
+//     (--disable-userns);
+//   - a seccomp filter (seccomp.h) against the rest of the kernel surface;
+//   - /usr and the library directories read-only, and of /etc only what
+//     bash and python read (the dynamic linker's cache, passwd and group,
+//     alternatives, localtime, nsswitch.conf, os-release, python3*): no
+//     host secret there is visible; nothing else of the host either;
+//   - per-process rlimits (CPU, address space, file size, open files, no
+//     core dumps), and caps of the sandbox as a whole: processes through
+//     RLIMIT_NPROC set inside the sandbox's own user namespace, where the
+//     kernel counts per namespace (so a fork bomb in one sandbox leaves
+//     others able to fork, whatever uid the worker runs as); memory, disk
+//     and inodes through a UsageWatch (usage.h) that kills the command;
+//   - a wall-clock timeout that kills the whole process tree; output capped.
+// The directory persists between commands of the session and is deleted
+// with the Sandbox.
 //
 // When the worker runs as root, each sandbox slot runs under its own uid
-// (uid_base + slot), so per-uid limits like RLIMIT_NPROC are per sandbox.
-// A Sandbox is used by one thread at a time.
+// (uid_base + slot), never as root. A Sandbox is used by one thread at a time.
 
 #include <memory>
 #include <string>
@@ -18,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "loom/sandbox/process.h"
+#include "loom/sandbox/usage.h"
 #include "loom/v1/sandbox.pb.h"
 
 namespace loom::sandbox {
@@ -27,6 +40,7 @@ struct SandboxConfig {
   std::string bwrap = "/usr/bin/bwrap";
   ResourceLimits limits{/*cpu_seconds=*/60, /*address_space=*/2LL << 30,
                         /*file_size=*/256LL << 20, /*processes=*/128, /*open_files=*/256};
+  SandboxCaps caps;                   // the whole sandbox's memory, disk and inodes
   size_t output_cap = 64 * 1024;      // bytes per stream and command
   int uid_base = 200000;              // root only: sandbox slot s runs as uid_base + s
   int64_t max_file_bytes = 16 << 20;  // largest file an Environment may carry
@@ -58,11 +72,11 @@ class Sandbox {
 
  private:
   Sandbox(const SandboxConfig& config, int slot, std::string dir);
-  std::vector<std::string> BwrapArgs() const;
 
   const SandboxConfig& config_;
   int uid_ = -1;  // -1: the worker's own
   std::string dir_;
+  std::vector<std::string> bwrap_args_;  // up to the command
 };
 
 // Checks that bubblewrap can create a sandbox here (user namespaces allowed).

@@ -1,0 +1,66 @@
+#pragma once
+// What a sandbox uses, measured from the worker's side where the command
+// cannot tamper with the measurement, and the watch that kills a command
+// whose sandbox goes over its caps. Per-process rlimits alone do not bound a
+// sandbox: eight processes under a 2 GiB address-space limit hold 16 GiB.
+//
+// Memory is the resident set of the command's whole process tree (bwrap,
+// its pid-namespace init, and every descendant: an orphan is re-parented to
+// that init, so nothing leaves the tree); disk is the allocated size and the
+// number of entries of the session directory (workspace, /tmp and /dev/shm).
+// Processes are capped by the kernel instead (RLIMIT_NPROC inside the
+// sandbox's own user namespace, see sandbox.h).
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace loom::sandbox {
+
+struct SandboxCaps {
+  int64_t memory_bytes = 2LL << 30;  // resident, the whole process tree
+  int64_t disk_bytes = 2LL << 30;    // allocated, the whole session directory
+  int64_t inodes = 100000;           // files, directories and links in it
+};
+
+struct ProcessTreeUsage {
+  int processes = 0;
+  int64_t resident_bytes = 0;
+};
+
+// `root` and all its descendants, from /proc/<pid>/stat.
+ProcessTreeUsage MeasureProcessTree(int root);
+
+struct DiskUsage {
+  int64_t bytes = 0;   // st_blocks * 512, so sparse files count what they hold
+  int64_t inodes = 0;  // entries, `dir` itself included; hard links once each
+  // A directory the walk could not enter (a path longer than PATH_MAX): its
+  // content is not counted, so the watch treats it as a breach.
+  std::string unreadable;
+};
+
+// Walks `dir` without following links; directories the worker owns but
+// cannot read (chmod 000 by the command) are made readable to it first.
+DiskUsage MeasureDisk(const std::string& dir);
+
+// Checks one running command against its sandbox's caps: memory at every
+// call, the disk walk when due (at most every 100 ms, and at least ten
+// times its own cost apart so that a large workspace is not walked
+// continuously). A disk cap is breached only while usage grows past it, so
+// a command that deletes files can run in a sandbox left over its cap.
+class UsageWatch {
+ public:
+  UsageWatch(const SandboxCaps& caps, std::string dir) : caps_(caps), dir_(std::move(dir)) {}
+  // "" or what was breached, in words, for ProcessSpec::watch.
+  std::string Check(int pid);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  const SandboxCaps& caps_;
+  std::string dir_;
+  bool have_baseline_ = false;
+  DiskUsage baseline_;
+  Clock::time_point next_disk_walk_{};
+};
+
+}  // namespace loom::sandbox

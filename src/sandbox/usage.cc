@@ -1,0 +1,144 @@
+#include "loom/sandbox/usage.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace loom::sandbox {
+namespace {
+
+// ppid and resident pages of one process; false when it is gone.
+bool ReadStat(const std::string& pid, int* ppid, int64_t* rss_pages) {
+  std::ifstream in("/proc/" + pid + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  // The command name may hold spaces and parentheses: fields follow the last ')'.
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos) return false;
+  std::vector<absl::string_view> fields =
+      absl::StrSplit(absl::string_view(line).substr(paren + 1), ' ', absl::SkipEmpty());
+  // fields[0] is field 3 (state): ppid is field 4, rss field 24.
+  return fields.size() > 21 && absl::SimpleAtoi(fields[1], ppid) &&
+         absl::SimpleAtoi(fields[21], rss_pages);
+}
+
+std::string MiB(int64_t bytes) { return absl::StrCat(bytes >> 20, " MiB"); }
+
+}  // namespace
+
+ProcessTreeUsage MeasureProcessTree(int root) {
+  std::unordered_map<int, std::vector<int>> children;
+  std::unordered_map<int, int64_t> rss_pages;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return {};
+  while (dirent* entry = readdir(proc)) {
+    int pid = 0, ppid = 0;
+    int64_t pages = 0;
+    if (!absl::SimpleAtoi(entry->d_name, &pid) || !ReadStat(entry->d_name, &ppid, &pages)) continue;
+    children[ppid].push_back(pid);
+    rss_pages[pid] = pages;
+  }
+  closedir(proc);
+  ProcessTreeUsage usage;
+  if (rss_pages.count(root) == 0) return usage;
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  std::vector<int> pending = {root};
+  while (!pending.empty()) {
+    const int pid = pending.back();
+    pending.pop_back();
+    usage.processes += 1;
+    usage.resident_bytes += rss_pages[pid] * page;
+    for (int child : children[pid]) pending.push_back(child);
+  }
+  return usage;
+}
+
+DiskUsage MeasureDisk(const std::string& dir) {
+  DiskUsage usage;
+  std::set<std::pair<dev_t, ino_t>> linked;  // files with several names, counted once
+  auto count = [&](const struct stat& st) {
+    if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && !linked.insert({st.st_dev, st.st_ino}).second) {
+      return;
+    }
+    usage.bytes += static_cast<int64_t>(st.st_blocks) * 512;
+    usage.inodes += 1;
+  };
+  struct stat st;
+  if (lstat(dir.c_str(), &st) != 0) return usage;
+  count(st);
+  std::vector<std::string> pending = {dir};
+  while (!pending.empty()) {
+    const std::string path = std::move(pending.back());
+    pending.pop_back();
+    int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == EACCES && lstat(path.c_str(), &st) == 0 && st.st_uid == geteuid()) {
+      chmod(path.c_str(), st.st_mode | S_IRWXU);
+      fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (fd < 0) {
+      if (errno != ENOENT && usage.unreadable.empty()) usage.unreadable = path;
+      continue;
+    }
+    DIR* listing = fdopendir(fd);
+    if (listing == nullptr) {
+      close(fd);
+      continue;
+    }
+    while (dirent* entry = readdir(listing)) {
+      const std::string name = entry->d_name;
+      if (name == "." || name == "..") continue;
+      if (fstatat(fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      count(st);
+      if (S_ISDIR(st.st_mode)) pending.push_back(path + "/" + name);
+    }
+    closedir(listing);
+  }
+  return usage;
+}
+
+std::string UsageWatch::Check(int pid) {
+  const ProcessTreeUsage processes = MeasureProcessTree(pid);
+  if (processes.resident_bytes > caps_.memory_bytes) {
+    return absl::StrCat("the sandbox's processes hold ", MiB(processes.resident_bytes),
+                        ", over its memory cap of ", MiB(caps_.memory_bytes));
+  }
+  const Clock::time_point now = Clock::now();
+  if (now < next_disk_walk_) return "";
+  const DiskUsage disk = MeasureDisk(dir_);
+  const Clock::duration cost = Clock::now() - now;
+  next_disk_walk_ = now + std::max<Clock::duration>(std::chrono::milliseconds(100), 10 * cost);
+  if (!have_baseline_) {
+    baseline_ = disk;
+    have_baseline_ = true;
+  }
+  if (!disk.unreadable.empty()) {
+    return absl::StrCat("a directory the worker cannot measure: ",
+                        disk.unreadable.substr(std::min(dir_.size(), disk.unreadable.size())));
+  }
+  if (disk.bytes > caps_.disk_bytes && disk.bytes > baseline_.bytes) {
+    return absl::StrCat("the sandbox's files take ", MiB(disk.bytes), ", over its disk cap of ",
+                        MiB(caps_.disk_bytes));
+  }
+  if (disk.inodes > caps_.inodes && disk.inodes > baseline_.inodes) {
+    return absl::StrCat("the sandbox holds ", disk.inodes, " files, over its cap of ",
+                        caps_.inodes);
+  }
+  return "";
+}
+
+}  // namespace loom::sandbox
