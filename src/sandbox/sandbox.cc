@@ -1,5 +1,6 @@
 #include "loom/sandbox/sandbox.h"
 
+#include <fnmatch.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -152,6 +153,69 @@ absl::Status CopyEnvironmentDir(const std::string& task_root, const std::string&
   return absl::OkStatus();
 }
 
+// Copies a directory tree as it is: links stay links (never followed), and
+// anything but files, directories and links (fifos, sockets) is left out.
+absl::Status CopyTree(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::create_directories(to, ec);
+  for (auto it = fs::recursive_directory_iterator(from, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    // Lexically: fs::relative would resolve a link the agent planted.
+    const fs::path dest = to / it->path().lexically_relative(from);
+    const fs::file_status status = it->symlink_status(ec);
+    if (ec) break;
+    if (fs::is_directory(status)) {
+      fs::create_directories(dest, ec);
+    } else if (fs::is_symlink(status) || fs::is_regular_file(status)) {
+      fs::copy(it->path(), dest, fs::copy_options::copy_symlinks, ec);
+    }
+  }
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("copying ", from.string(), " to ", to.string(), ": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+// Whether workspace path `rel` is one of `patterns` or inside one.
+bool InAnswer(const std::string& rel, const std::vector<std::string>& patterns) {
+  for (const std::string& pattern : patterns) {
+    if (fnmatch(pattern.c_str(), rel.c_str(), 0) == 0 || absl::StartsWith(rel, pattern + "/")) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// `pristine` with the answer's paths replaced by those of `work` (deleted
+// ones deleted), copied to `to`.
+absl::Status CopyAnswer(const fs::path& pristine, const fs::path& work,
+                        const std::vector<std::string>& patterns, const fs::path& to) {
+  if (absl::Status s = CopyTree(pristine, to); !s.ok()) return s;
+  std::error_code ec;
+  std::vector<fs::path> replaced;
+  for (auto it = fs::recursive_directory_iterator(to, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    if (!fs::is_directory(it->symlink_status(ec)) &&
+        InAnswer(it->path().lexically_relative(to).string(), patterns)) {
+      replaced.push_back(it->path());
+    }
+  }
+  for (const fs::path& path : replaced) fs::remove(path, ec);
+  for (auto it = fs::recursive_directory_iterator(work, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    const std::string rel = it->path().lexically_relative(work).string();
+    const fs::file_status status = it->symlink_status(ec);
+    if (ec || fs::is_directory(status) || !InAnswer(rel, patterns)) continue;
+    if (fs::is_symlink(status) || fs::is_regular_file(status)) {
+      fs::create_directories((to / rel).parent_path(), ec);
+      fs::copy(it->path(), to / rel, fs::copy_options::copy_symlinks, ec);
+    }
+  }
+  if (ec) return absl::InternalError(absl::StrCat("copying the answer: ", ec.message()));
+  return absl::OkStatus();
+}
+
 // A process that exists and is not a zombie.
 bool IsAlive(int pid) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return false;
@@ -165,11 +229,54 @@ bool IsAlive(int pid) {
 }  // namespace
 
 Sandbox::Sandbox(const SandboxConfig& config, int slot, std::string dir)
-    : config_(config), dir_(std::move(dir)), bwrap_args_(BwrapArgs(config.bwrap, dir_)) {
+    : config_(config),
+      slot_(slot),
+      dir_(std::move(dir)),
+      bwrap_args_(BwrapArgs(config.bwrap, dir_)) {
   if (geteuid() == 0) uid_ = config.uid_base + slot;
 }
 
-Sandbox::~Sandbox() { RemoveTree(dir_).IgnoreError(); }
+Sandbox::~Sandbox() {
+  RemoveTree(dir_).IgnoreError();
+  RemoveTree(SnapshotDir()).IgnoreError();
+}
+
+absl::Status Sandbox::Snapshot() const {
+  RemoveTree(SnapshotDir()).IgnoreError();
+  return CopyTree(fs::path(dir_) / "work", SnapshotDir());
+}
+
+absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::ForVerification(
+    const v1::Verification& verification) const {
+  for (const auto& [path, content] : verification.files()) {
+    if (absl::Status s = CheckRelativePath(path); !s.ok()) return s;
+  }
+  const std::vector<std::string> answer_paths(verification.answer_paths().begin(),
+                                              verification.answer_paths().end());
+  const fs::path work = fs::path(dir_) / "work";
+  std::error_code ec;
+  if (!answer_paths.empty() && !fs::is_directory(SnapshotDir(), ec)) {
+    return absl::FailedPreconditionError(
+        "verification with answer_paths needs the workspace as the episode started (no snapshot)");
+  }
+  const std::string name = fs::path(dir_).filename().string() + "-verify";
+  auto fresh = Create(config_, slot_, name, v1::Environment());
+  if (!fresh.ok()) return fresh.status();
+  Sandbox& verifier = **fresh;
+  verifier.verifier_ = true;
+  const fs::path target = fs::path(verifier.dir_) / "work";
+  absl::Status copied = answer_paths.empty()
+                            ? CopyTree(work, target)
+                            : CopyAnswer(SnapshotDir(), work, answer_paths, target);
+  if (!copied.ok()) return copied;
+  for (const auto& [path, content] : verification.files()) {
+    if (absl::Status s = WriteEnvironmentFile(target, path, content); !s.ok()) return s;
+  }
+  if (verifier.uid_ >= 0) {
+    if (absl::Status s = ChownTree(verifier.dir_, verifier.uid_); !s.ok()) return s;
+  }
+  return fresh;
+}
 
 absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& config, int slot,
                                                          const std::string& name,
@@ -221,8 +328,13 @@ absl::StatusOr<ProcessResult> Sandbox::Bash(const std::string& command, double t
   }
   spec.argv.push_back("sandbox");
   spec.argv.insert(spec.argv.end(), args.begin(), args.end());
-  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/workspace", "TMPDIR=/tmp", "LANG=C.UTF-8",
+  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "TMPDIR=/tmp", "LANG=C.UTF-8",
               "PYTHONDONTWRITEBYTECODE=1"};
+  if (verifier_) {
+    spec.env.insert(spec.env.end(), {"HOME=/tmp", "PYTHONNOUSERSITE=1"});
+  } else {
+    spec.env.push_back("HOME=/workspace");
+  }
   spec.stdin_text = stdin_text;
   spec.limits = config_.limits;
   // Set inside instead: on bwrap it would also count every other sandbox

@@ -32,6 +32,10 @@ class Episode {
   }
 
   v1::Trajectory Run() {
+    if (!task_.verification().answer_paths().empty()) {
+      // What verification restores outside the answer; a failure shows in its verdict.
+      if (absl::Status s = sandbox_.Snapshot(); !s.ok()) spdlog::warn("snapshot: {}", s.ToString());
+    }
     Start();
     for (int turn = 0; turn < options_.max_steps() && !done_; ++turn) {
       if (SecondsSince(start_) >= options_.max_time_s()) {

@@ -41,11 +41,15 @@ v1::Verdict VerifyRegex(const Sandbox& sandbox, const v1::OutputRegex& spec,
     std::string error = RunCheck(sandbox, spec.command(), timeout_s, &code, &text);
     if (!error.empty()) return MakeVerdict(false, absl::StrCat("check command: ", error));
   }
+  // The whole text: padding an answer with every candidate must not pass.
   auto regex = tasks::Regex::Compile(spec.regex());
-  auto matched = regex.ok() ? regex->Matches(text, /*whole=*/false) : regex.status();
+  auto matched = regex.ok()
+                     ? regex->Matches(std::string(absl::StripAsciiWhitespace(text)), /*whole=*/true)
+                     : regex.status();
   const bool found = matched.ok() && *matched;  // past the match limits: not found
-  return MakeVerdict(found, absl::StrCat("/", spec.regex(), "/ ", found ? "matched" : "not found",
-                                         " in ", spec.command().empty() ? "the answer" : "output"));
+  return MakeVerdict(found,
+                     absl::StrCat("/", spec.regex(), "/ ", found ? "matches" : "does not match",
+                                  " the whole ", spec.command().empty() ? "answer" : "output"));
 }
 
 v1::Verdict VerifyTests(const Sandbox& sandbox, const v1::TestLists& tests, double timeout_s) {
@@ -95,18 +99,26 @@ absl::Status ValidateVerification(const v1::Verification& verification) {
 
 v1::Verdict Verify(const Sandbox& sandbox, const v1::Verification& verification,
                    const std::string& answer, double timeout_s) {
+  if (verification.kind_case() == v1::Verification::kExactAnswer) {
+    std::string want(absl::StripAsciiWhitespace(verification.exact_answer()));
+    std::string got(absl::StripAsciiWhitespace(answer));
+    return MakeVerdict(got == want, absl::StrCat("expected '", want, "', got '", got, "'"));
+  }
+  const bool runs_commands = verification.kind_case() != v1::Verification::kOutputRegex ||
+                             !verification.output_regex().command().empty();
+  if (!runs_commands) return VerifyRegex(sandbox, verification.output_regex(), answer, timeout_s);
+  auto fresh = sandbox.ForVerification(verification);
+  if (!fresh.ok()) {
+    return MakeVerdict(false,
+                       absl::StrCat("cannot prepare verification: ", fresh.status().message()));
+  }
   switch (verification.kind_case()) {
     case v1::Verification::kCommand:
-      return VerifyCommand(sandbox, verification.command(), timeout_s);
+      return VerifyCommand(**fresh, verification.command(), timeout_s);
     case v1::Verification::kOutputRegex:
-      return VerifyRegex(sandbox, verification.output_regex(), answer, timeout_s);
-    case v1::Verification::kExactAnswer: {
-      std::string want(absl::StripAsciiWhitespace(verification.exact_answer()));
-      std::string got(absl::StripAsciiWhitespace(answer));
-      return MakeVerdict(got == want, absl::StrCat("expected '", want, "', got '", got, "'"));
-    }
+      return VerifyRegex(**fresh, verification.output_regex(), answer, timeout_s);
     case v1::Verification::kTests:
-      return VerifyTests(sandbox, verification.tests(), timeout_s);
+      return VerifyTests(**fresh, verification.tests(), timeout_s);
     default:
       return MakeVerdict(false, "no verification");
   }

@@ -80,6 +80,8 @@ v1::Task FixRepoTask(uint64_t seed) {
   tests->add_fail_to_pass("test_calc.ClampTest.test_above");
   tests->add_pass_to_pass("test_calc.ClampTest.test_inside");
   tests->add_pass_to_pass("test_calc.ScaleTest.test_scale");
+  // The fix is calc.py; everything else (the tests above all) is verified as given.
+  task.mutable_verification()->add_answer_paths("calc.py");
   return task;
 }
 

@@ -21,6 +21,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "loom/sandbox/usage.h"
+#include "loom/sandbox/verify.h"
+#include "loom/tasks/agent_tasks.h"
 #include "sandbox_fixture.h"
 
 namespace loom::sandbox {
@@ -154,6 +156,87 @@ TEST_F(HardeningTest, ForkBombLeavesOtherSandboxesAbleToFork) {
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
+// Verification tampering: the agent's commands run, then Verify. Each
+// attack scores 0; the honest answer scores 1 (so each check can fail).
+class TamperTest : public SandboxFixture {
+ protected:
+  double Reward(const v1::Task& task, const std::string& agent_commands,
+                const std::string& answer = "") {
+    const Sandbox& box = Make(task.environment());
+    EXPECT_TRUE(box.Snapshot().ok());
+    ProcessResult agent = Run(agent_commands);
+    EXPECT_EQ(agent.exit_code, 0) << agent_commands << "\n" << agent.stderr_text;
+    v1::Verdict verdict = Verify(box, task.verification(), answer, 20);
+    return verdict.reward();
+  }
+};
+
+constexpr char kHonestFix[] =
+    "printf 'def clamp(v, lo, hi):\\n    return max(lo, min(v, hi))\\n\\n\\n"
+    "def scale(v, f):\\n    return v * f\\n' > calc.py";
+
+TEST_F(TamperTest, EditedTestsAndShadowingModulesScoreZero) {
+  const v1::Task task = tasks::BuiltinTask("fix_repo", 7);
+  ASSERT_EQ(task.verification().answer_paths_size(), 1);
+  EXPECT_EQ(Reward(task, "true"), 0.0) << "the bug is there";
+  EXPECT_EQ(Reward(task, kHonestFix), 1.0);
+  const char* attacks[] = {
+      // rewrite the tests
+      "sed -i 's/assertEqual(clamp(.*/assertTrue(True)/' test_calc.py",
+      // a unittest package in the workspace shadows the standard one
+      "mkdir unittest && echo 'raise SystemExit(0)' > unittest/__main__.py && "
+      "touch unittest/__init__.py",
+      // site hooks in the workspace and in the user site under HOME=/workspace
+      "echo 'import os; os._exit(0)' > sitecustomize.py && "
+      "d=$(python3 -m site --user-site) && mkdir -p $d && "
+      "echo 'import os; os._exit(0)' > $d/usercustomize.py && "
+      "echo 'import os; os._exit(0)' > $d/evil.pth",
+  };
+  for (const char* attack : attacks) EXPECT_EQ(Reward(task, attack), 0.0) << attack;
+  // The first two are real: without answer_paths they win.
+  v1::Task open_task = task;
+  open_task.mutable_verification()->clear_answer_paths();
+  EXPECT_EQ(Reward(open_task, attacks[0]), 1.0);
+  EXPECT_EQ(Reward(open_task, attacks[1]), 1.0);
+  // With the fix, the planted files are ignored rather than breaking verification.
+  EXPECT_EQ(Reward(task, std::string(kHonestFix) + " && " + attacks[1]), 1.0);
+}
+
+TEST_F(TamperTest, UserSiteAndTmpOfTheAgentDoNotReachVerification) {
+  v1::Task task;  // no answer_paths: the agent's whole workspace is verified
+  task.mutable_verification()->set_command("python3 -c 'raise SystemExit(1)'");
+  const std::string plant =
+      "d=$(python3 -m site --user-site) && mkdir -p $d && "
+      "echo 'import os; os._exit(0)' > $d/usercustomize.py";
+  // The plant works where the agent runs...
+  Make();
+  EXPECT_EQ(Run(plant + " && python3 -c 'raise SystemExit(1)'").exit_code, 0);
+  // ...and not in verification.
+  EXPECT_EQ(Reward(task, plant), 0.0);
+  task.mutable_verification()->set_command("test ! -e /tmp/planted && test ! -e $HOME/planted");
+  EXPECT_EQ(Reward(task, "touch /tmp/planted"), 1.0);
+}
+
+TEST_F(TamperTest, HiddenFilesWinOverTheAgentsAndStayHidden) {
+  v1::Task task;
+  (*task.mutable_verification()->mutable_files())["check.sh"] =
+      "test \"$(cat answer.txt)\" = yes\n";
+  task.mutable_verification()->set_command("bash check.sh");
+  EXPECT_EQ(Reward(task, "test ! -e check.sh && echo yes > answer.txt"), 1.0);
+  EXPECT_EQ(Reward(task, "echo no > answer.txt && echo 'exit 0' > check.sh"), 0.0);
+}
+
+TEST_F(TamperTest, RegexMustMatchTheWholeAnswer) {
+  v1::Task task;
+  task.mutable_verification()->mutable_output_regex()->set_regex("4[0-9]");
+  EXPECT_EQ(Reward(task, "true", " 42\n"), 1.0);
+  EXPECT_EQ(Reward(task, "true", "41 42 43 44 45 46 47 48 49"), 0.0);
+  task.mutable_verification()->mutable_output_regex()->set_command("seq 40 49");
+  EXPECT_EQ(Reward(task, "true"), 0.0);
+  task.mutable_verification()->mutable_output_regex()->set_command("echo 42");
+  EXPECT_EQ(Reward(task, "true"), 1.0);
 }
 
 // Independent measure: du, which also counts st_blocks and hard links once.

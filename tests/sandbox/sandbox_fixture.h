@@ -38,6 +38,7 @@ class SandboxFixture : public testing::Test {
   }
 
   const Sandbox& Make(const v1::Environment& env = v1::Environment()) {
+    sandbox_.reset();  // its directory has the same name
     auto created = Sandbox::Create(config_, 0, "test", env);
     EXPECT_TRUE(created.ok()) << created.status();
     sandbox_ = std::move(*created);

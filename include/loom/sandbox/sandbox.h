@@ -68,13 +68,30 @@ class Sandbox {
                                      const std::vector<std::string>& args = {},
                                      const std::string& stdin_text = "") const;
 
+  // Keeps a copy of the workspace as it is now, outside every mount a
+  // command sees: the environment a verification with answer_paths starts
+  // from. Taken when an episode starts.
+  absl::Status Snapshot() const;
+
+  // A fresh sandbox in the same slot for verifying this one's work (see
+  // v1::Verification): a new workspace (this one's, or the snapshot with the
+  // answer paths taken from this one), the verification's hidden files
+  // written over it, empty /tmp and /dev/shm, HOME=/tmp and
+  // PYTHONNOUSERSITE=1, so nothing the agent left outside its answer runs.
+  // FAILED_PRECONDITION when answer_paths are given and no snapshot exists.
+  absl::StatusOr<std::unique_ptr<Sandbox>> ForVerification(
+      const v1::Verification& verification) const;
+
   const std::string& dir() const { return dir_; }
 
  private:
   Sandbox(const SandboxConfig& config, int slot, std::string dir);
+  std::string SnapshotDir() const { return dir_ + ".pristine"; }
 
   const SandboxConfig& config_;
-  int uid_ = -1;  // -1: the worker's own
+  int slot_;
+  bool verifier_ = false;  // made by ForVerification
+  int uid_ = -1;           // -1: the worker's own
   std::string dir_;
   std::vector<std::string> bwrap_args_;  // up to the command
 };

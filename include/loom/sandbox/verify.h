@@ -16,7 +16,11 @@ namespace loom::sandbox {
 // test list without its command template); checked before a session starts.
 absl::Status ValidateVerification(const v1::Verification& verification);
 
-// Runs the checks. A check command that cannot start gives reward 0 and says so.
+// Runs the checks: commands in a fresh sandbox made by
+// `sandbox.ForVerification` (pristine files, hidden verification files,
+// empty HOME and /tmp), never in the agent's; a regex must match the whole
+// (trimmed) answer or output. A check command that cannot start, or a
+// verification sandbox that cannot be made, gives reward 0 and says so.
 v1::Verdict Verify(const Sandbox& sandbox, const v1::Verification& verification,
                    const std::string& answer, double timeout_s);
 
