@@ -109,7 +109,7 @@ void SetupWorker(CLI::App& app, Context& context) {
   cmd->add_option("--task-root", o.sandbox.task_root,
                   "Directory whose subdirectories tasks may name as their environment `dir`");
   cmd->add_option("--sandbox-root", o.sandbox_root,
-                  "Directory for sandbox work dirs (default $TMPDIR/loom-sandboxes)");
+                  "Directory for sandbox work dirs (default $TMPDIR/loom-sandboxes-UID)");
   cmd->add_option("--memory-mb", flags->memory_mb, "Address-space limit per command (MiB)")
       ->check(CLI::Range(64, 1 << 20))
       ->capture_default_str();
@@ -131,6 +131,21 @@ void SetupWorker(CLI::App& app, Context& context) {
   cmd->add_option("--inodes", o.sandbox.caps.inodes, "Files a sandbox may hold")
       ->check(CLI::Range(100, 100000000))
       ->capture_default_str();
+  cmd->add_option("--idle-timeout-s", o.sessions.idle_timeout_s,
+                  "Cancel a session whose client sends nothing for this long")
+      ->check(CLI::Range(1.0, 1e6))
+      ->capture_default_str();
+  cmd->add_option("--max-session-s", o.sessions.max_session_s,
+                  "Cancel any session this old, whatever deadline its client set")
+      ->check(CLI::Range(1.0, 1e7))
+      ->capture_default_str();
+  cmd->add_option("--max-command-s", o.sessions.max_command_s,
+                  "Cap on every timeout a client sets (setup, tool calls, episode tools)")
+      ->check(CLI::Range(1.0, 1e6))
+      ->capture_default_str();
+  cmd->add_flag("--allow-unauthenticated", o.allow_unauthenticated,
+                "Listen beyond loopback without --auth-token-file (anyone reaching the port "
+                "runs commands)");
   cmd->add_option("--output-cap-kb", flags->output_cap_kb, "Output kept per stream (KiB)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

@@ -98,6 +98,30 @@ absl::Status CheckRelativePath(const std::string& path) {
   return absl::OkStatus();
 }
 
+// Paths inside the work directory, and sizes and counts within the worker's caps.
+absl::Status CheckFiles(const SandboxConfig& config,
+                        const google::protobuf::Map<std::string, std::string>& files) {
+  if (static_cast<int>(files.size()) > config.max_files) {
+    return absl::InvalidArgumentError(absl::StrCat(files.size(), " environment files, over the ",
+                                                   "worker's limit of ", config.max_files));
+  }
+  int64_t total = 0;
+  for (const auto& [path, content] : files) {
+    if (absl::Status s = CheckRelativePath(path); !s.ok()) return s;
+    if (static_cast<int64_t>(content.size()) > config.max_file_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("environment file '", path, "' is ",
+                                                     content.size(), " bytes, over the limit"));
+    }
+    total += static_cast<int64_t>(content.size());
+  }
+  if (total > config.max_files_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("environment files hold ", total,
+                                                   " bytes, over the worker's limit of ",
+                                                   config.max_files_bytes));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteEnvironmentFile(const fs::path& work, const std::string& rel,
                                   const std::string& content) {
   fs::path path = work / rel;
@@ -248,9 +272,7 @@ absl::Status Sandbox::Snapshot() const {
 
 absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::ForVerification(
     const v1::Verification& verification) const {
-  for (const auto& [path, content] : verification.files()) {
-    if (absl::Status s = CheckRelativePath(path); !s.ok()) return s;
-  }
+  if (absl::Status s = CheckFiles(config_, verification.files()); !s.ok()) return s;
   const std::vector<std::string> answer_paths(verification.answer_paths().begin(),
                                               verification.answer_paths().end());
   const fs::path work = fs::path(dir_) / "work";
@@ -281,13 +303,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::ForVerification(
 absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& config, int slot,
                                                          const std::string& name,
                                                          const v1::Environment& environment) {
-  for (const auto& [path, content] : environment.files()) {
-    if (absl::Status s = CheckRelativePath(path); !s.ok()) return s;
-    if (static_cast<int64_t>(content.size()) > config.max_file_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("environment file '", path, "' is ",
-                                                     content.size(), " bytes, over the limit"));
-    }
-  }
+  if (absl::Status s = CheckFiles(config, environment.files()); !s.ok()) return s;
   std::unique_ptr<Sandbox> sandbox(new Sandbox(config, slot, (fs::path(config.root) / name)));
   const fs::path work = fs::path(sandbox->dir_) / "work";
   std::error_code ec;

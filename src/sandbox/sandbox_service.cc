@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "loom/sandbox/scaffold.h"
 #include "loom/sandbox/tools.h"
@@ -11,7 +13,6 @@ namespace loom::sandbox {
 namespace {
 
 constexpr double kDefaultSetupTimeoutS = 120;
-constexpr double kDirectCallTimeoutS = 600;  // cap for tool calls sent by clients
 
 grpc::Status Invalid(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
@@ -23,12 +24,23 @@ grpc::Status ToGrpc(const absl::Status& status) {
 
 }  // namespace
 
+// Compares in time that depends only on the lengths, so that timing does not
+// reveal how much of a guessed token was right.
+bool SameSecret(absl::string_view given, absl::string_view expected) {
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < given.size(); ++i) {
+    diff |=
+        static_cast<unsigned char>(given[i] ^ expected[i % std::max<size_t>(expected.size(), 1)]);
+  }
+  return diff == 0 && !expected.empty();
+}
+
 grpc::Status SandboxService::CheckAuth(const grpc::ServerContext& context) const {
   if (auth_token_.empty()) return grpc::Status::OK;
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
-  if (it == metadata.end() ||
-      std::string(it->second.data(), it->second.size()) != "Bearer " + auth_token_) {
+  if (it == metadata.end() || !SameSecret(absl::string_view(it->second.data(), it->second.size()),
+                                          "Bearer " + auth_token_)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong auth token");
   }
   return grpc::Status::OK;
@@ -54,14 +66,17 @@ grpc::Status SandboxService::Session(grpc::ServerContext* context, Stream* strea
   if (context->deadline() == std::chrono::system_clock::time_point::max()) {
     return Invalid("a Session call needs a deadline");
   }
+  Watchdog::Watch watch(watchdog_, context);
+  v1::ClientMessage first;
+  if (!stream->Read(&first)) return grpc::Status::OK;  // client left before opening
+  watch.Working();
+  if (!first.has_open()) return Invalid("the first message of a session must be `open`");
+  // A slot is taken only now: a stream that never opens holds none.
   SlotLease lease(admission_);
   if (lease.slot() < 0) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                         absl::StrCat("worker ", name_, " is at capacity"));
   }
-  v1::ClientMessage first;
-  if (!stream->Read(&first)) return grpc::Status::OK;  // client left before opening
-  if (!first.has_open()) return Invalid("the first message of a session must be `open`");
   const std::string id = absl::StrCat("s", next_session_++);
   auto sandbox = Sandbox::Create(config_, lease.slot(), id, first.open().environment());
   if (!sandbox.ok()) return ToGrpc(sandbox.status());
@@ -72,7 +87,9 @@ grpc::Status SandboxService::Session(grpc::ServerContext* context, Stream* strea
   if (!env.setup_command().empty()) {
     v1::ToolCall setup;
     setup.set_name("setup");
-    double timeout = env.setup_timeout_s() > 0 ? env.setup_timeout_s() : kDefaultSetupTimeoutS;
+    double timeout =
+        std::min(env.setup_timeout_s() > 0 ? env.setup_timeout_s() : kDefaultSetupTimeoutS,
+                 limits_.max_command_s);
     auto run = (*sandbox)->Bash(env.setup_command(), timeout);
     if (!run.ok()) return ToGrpc(run.status());
     v1::ToolResult* result = opened.mutable_opened()->mutable_setup();
@@ -85,22 +102,28 @@ grpc::Status SandboxService::Session(grpc::ServerContext* context, Stream* strea
   }
   if (!stream->Write(opened)) return grpc::Status::OK;
   spdlog::debug("session {} opened ({})", id, first.open().label());
-  return Serve(stream, **sandbox, id);
+  grpc::Status status = Serve(stream, **sandbox, id, watch);
+  if (const std::string why = watch.cancelled(); !why.empty()) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, why);
+  }
+  return status;
 }
 
-grpc::Status SandboxService::Serve(Stream* stream, const Sandbox& sandbox, const std::string& id) {
+grpc::Status SandboxService::Serve(Stream* stream, const Sandbox& sandbox, const std::string& id,
+                                   Watchdog::Watch& watch) {
   v1::ClientMessage message;
-  while (stream->Read(&message)) {
+  for (watch.Waiting(); stream->Read(&message); watch.Waiting()) {
+    watch.Working();
     switch (message.kind_case()) {
       case v1::ClientMessage::kToolCall: {
         v1::WorkerMessage reply;
         *reply.mutable_tool_result() =
-            Execute(sandbox, message.tool_call(), kDirectCallTimeoutS, id);
+            Execute(sandbox, message.tool_call(), limits_.max_command_s, id);
         if (!stream->Write(reply)) return grpc::Status::OK;
         break;
       }
       case v1::ClientMessage::kRunEpisode: {
-        grpc::Status status = RunEpisode(stream, sandbox, message.run_episode());
+        grpc::Status status = RunEpisode(stream, sandbox, message.run_episode(), watch);
         if (!status.ok()) return status;
         break;
       }
@@ -116,19 +139,28 @@ grpc::Status SandboxService::Serve(Stream* stream, const Sandbox& sandbox, const
 }
 
 grpc::Status SandboxService::RunEpisode(Stream* stream, const Sandbox& sandbox,
-                                        const v1::RunEpisode& episode) {
-  if (absl::Status s = ValidateVerification(episode.task().verification()); !s.ok()) {
+                                        const v1::RunEpisode& request, Watchdog::Watch& watch) {
+  if (absl::Status s = ValidateVerification(request.task().verification()); !s.ok()) {
     return ToGrpc(s);
   }
+  // The client's limits, within the worker's.
+  v1::RunEpisode episode = request;
+  v1::ScaffoldOptions& options = *episode.mutable_options();
+  options = WithDefaults(options);
+  options.set_tool_timeout_s(static_cast<int32_t>(
+      std::min<double>(options.tool_timeout_s(), std::max(1.0, limits_.max_command_s))));
+  options.set_max_time_s(static_cast<int32_t>(
+      std::min<double>(options.max_time_s(), std::max(1.0, limits_.max_session_s))));
   grpc::Status protocol_error = grpc::Status::OK;
   GenerateFn generate =
       [&](const v1::GenerateRequest& request) -> absl::StatusOr<v1::GenerateReply> {
     v1::WorkerMessage ask;
     *ask.mutable_generate() = request;
     v1::ClientMessage answer;
-    if (!stream->Write(ask) || !stream->Read(&answer)) {
-      return absl::UnavailableError("the client closed the session");
-    }
+    watch.Waiting();
+    const bool answered = stream->Write(ask) && stream->Read(&answer);
+    watch.Working();
+    if (!answered) return absl::UnavailableError("the client closed the session");
     if (!answer.has_generated() || answer.generated().turn() != request.turn()) {
       protocol_error = Invalid(absl::StrCat("expected `generated` for turn ", request.turn()));
       return absl::InvalidArgumentError(protocol_error.error_message());

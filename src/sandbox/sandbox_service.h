@@ -6,18 +6,23 @@
 #include <string>
 
 #include "loom/sandbox/sandbox.h"
+#include "loom/sandbox/worker_server.h"
 #include "loom/v1/sandbox.grpc.pb.h"
 #include "sandbox/admission.h"
+#include "sandbox/watchdog.h"
 
 namespace loom::sandbox {
 
 class SandboxService final : public v1::SandboxWorker::Service {
  public:
-  SandboxService(SandboxConfig config, int capacity, std::string auth_token, std::string name)
+  SandboxService(SandboxConfig config, int capacity, std::string auth_token, std::string name,
+                 SessionLimits limits = SessionLimits())
       : config_(std::move(config)),
         admission_(capacity),
         auth_token_(std::move(auth_token)),
-        name_(std::move(name)) {}
+        name_(std::move(name)),
+        limits_(limits),
+        watchdog_(limits.idle_timeout_s, limits.max_session_s) {}
 
   grpc::Status Session(
       grpc::ServerContext* context,
@@ -30,8 +35,10 @@ class SandboxService final : public v1::SandboxWorker::Service {
  private:
   using Stream = grpc::ServerReaderWriter<v1::WorkerMessage, v1::ClientMessage>;
   grpc::Status CheckAuth(const grpc::ServerContext& context) const;
-  grpc::Status Serve(Stream* stream, const Sandbox& sandbox, const std::string& id);
-  grpc::Status RunEpisode(Stream* stream, const Sandbox& sandbox, const v1::RunEpisode& episode);
+  grpc::Status Serve(Stream* stream, const Sandbox& sandbox, const std::string& id,
+                     Watchdog::Watch& watch);
+  grpc::Status RunEpisode(Stream* stream, const Sandbox& sandbox, const v1::RunEpisode& episode,
+                          Watchdog::Watch& watch);
   v1::ToolResult Execute(const Sandbox& sandbox, const v1::ToolCall& call, double timeout_s,
                          const std::string& id);
 
@@ -39,6 +46,8 @@ class SandboxService final : public v1::SandboxWorker::Service {
   Admission admission_;
   const std::string auth_token_;
   std::string name_;  // "host:port", set once serving
+  const SessionLimits limits_;
+  Watchdog watchdog_;
   std::atomic<int64_t> next_session_{0};
 };
 

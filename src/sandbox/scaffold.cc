@@ -47,7 +47,8 @@ class Episode {
     if (!done_) Fail("step_limit", false);
     if (!trajectory_.penalty()) {
       *trajectory_.mutable_verdict() =
-          Verify(sandbox_, task_.verification(), trajectory_.answer(), RemainingToolTime(true));
+          Verify(sandbox_, task_.verification(), trajectory_.answer(), RemainingToolTime(true),
+                 trajectory_.mutable_commands());
     }
     trajectory_.set_duration_ms(static_cast<int64_t>(SecondsSince(start_) * 1000));
     return std::move(trajectory_);
@@ -93,6 +94,7 @@ class Episode {
       result.set_error("not run: the answer was already submitted");
     } else {
       result = ExecuteTool(sandbox_, call, RemainingToolTime(false));
+      Record(call, result);
       spdlog::info("task {} tool {} exit {} {}ms{}", task_.id(), call.name(), result.exit_code(),
                    result.duration_ms(), result.timed_out() ? " timed-out" : "");
       if (on_tool_) on_tool_(result);
@@ -104,6 +106,17 @@ class Episode {
     *tool.mutable_result() = result;
     Add(std::move(tool));
     if (call.name() == "submit" && result.error().empty() && !done_) Submit(SubmittedAnswer(call));
+  }
+
+  void Record(const v1::ToolCall& call, const v1::ToolResult& result) {
+    if (call.name() == "submit" || result.exit_code() == -1) return;  // nothing ran
+    v1::CommandRecord* record = trajectory_.add_commands();
+    record->set_phase("tool");
+    record->set_command(absl::StrCat(call.name(), " ", call.arguments_json()));
+    record->set_exit_code(result.exit_code());
+    record->set_duration_ms(result.duration_ms());
+    record->set_timed_out(result.timed_out());
+    record->set_limit(result.limit());
   }
 
   void FormatError(const v1::GenerateReply& reply) {

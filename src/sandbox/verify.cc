@@ -16,29 +16,41 @@ v1::Verdict MakeVerdict(bool passed, std::string details) {
   return verdict;
 }
 
+using Log = google::protobuf::RepeatedPtrField<v1::CommandRecord>;
+
 // Runs `command`; "" with the exit code in `exit_code`, or why it did not run.
 std::string RunCheck(const Sandbox& sandbox, const std::string& command, double timeout_s,
-                     int* exit_code, std::string* stdout_text) {
+                     int* exit_code, std::string* stdout_text, Log* log) {
   auto run = sandbox.Bash(command, timeout_s);
   if (!run.ok()) return std::string(run.status().message());
+  if (log != nullptr) {
+    v1::CommandRecord* record = log->Add();
+    record->set_phase("verify");
+    record->set_command(command);
+    record->set_exit_code(run->exit_code);
+    record->set_duration_ms(run->duration_ms);
+    record->set_timed_out(run->timed_out);
+    record->set_limit(run->limit);
+  }
   *exit_code = run->exit_code;
   if (stdout_text != nullptr) *stdout_text = run->stdout_text;
   return run->timed_out ? "timed out" : "";
 }
 
-v1::Verdict VerifyCommand(const Sandbox& sandbox, const std::string& command, double timeout_s) {
+v1::Verdict VerifyCommand(const Sandbox& sandbox, const std::string& command, double timeout_s,
+                          Log* log) {
   int code = -1;
-  std::string error = RunCheck(sandbox, command, timeout_s, &code, nullptr);
+  std::string error = RunCheck(sandbox, command, timeout_s, &code, nullptr, log);
   if (!error.empty()) return MakeVerdict(false, absl::StrCat("check command: ", error));
   return MakeVerdict(code == 0, absl::StrCat("check command exited ", code));
 }
 
 v1::Verdict VerifyRegex(const Sandbox& sandbox, const v1::OutputRegex& spec,
-                        const std::string& answer, double timeout_s) {
+                        const std::string& answer, double timeout_s, Log* log) {
   std::string text = answer;
   if (!spec.command().empty()) {
     int code = -1;
-    std::string error = RunCheck(sandbox, spec.command(), timeout_s, &code, &text);
+    std::string error = RunCheck(sandbox, spec.command(), timeout_s, &code, &text, log);
     if (!error.empty()) return MakeVerdict(false, absl::StrCat("check command: ", error));
   }
   // The whole text: padding an answer with every candidate must not pass.
@@ -52,14 +64,15 @@ v1::Verdict VerifyRegex(const Sandbox& sandbox, const v1::OutputRegex& spec,
                                   " the whole ", spec.command().empty() ? "answer" : "output"));
 }
 
-v1::Verdict VerifyTests(const Sandbox& sandbox, const v1::TestLists& tests, double timeout_s) {
+v1::Verdict VerifyTests(const Sandbox& sandbox, const v1::TestLists& tests, double timeout_s,
+                        Log* log) {
   std::string details;
   int failed = 0;
   auto run_list = [&](const auto& names, const char* list) {
     for (const std::string& name : names) {
       int code = -1;
       std::string command = absl::StrReplaceAll(tests.command(), {{"{test}", name}});
-      std::string error = RunCheck(sandbox, command, timeout_s, &code, nullptr);
+      std::string error = RunCheck(sandbox, command, timeout_s, &code, nullptr, log);
       bool ok = error.empty() && code == 0;
       failed += ok ? 0 : 1;
       absl::StrAppend(&details, list, " ", name, ": ", ok ? "pass" : "FAIL", "\n");
@@ -98,7 +111,7 @@ absl::Status ValidateVerification(const v1::Verification& verification) {
 }
 
 v1::Verdict Verify(const Sandbox& sandbox, const v1::Verification& verification,
-                   const std::string& answer, double timeout_s) {
+                   const std::string& answer, double timeout_s, Log* log) {
   if (verification.kind_case() == v1::Verification::kExactAnswer) {
     std::string want(absl::StripAsciiWhitespace(verification.exact_answer()));
     std::string got(absl::StripAsciiWhitespace(answer));
@@ -106,7 +119,9 @@ v1::Verdict Verify(const Sandbox& sandbox, const v1::Verification& verification,
   }
   const bool runs_commands = verification.kind_case() != v1::Verification::kOutputRegex ||
                              !verification.output_regex().command().empty();
-  if (!runs_commands) return VerifyRegex(sandbox, verification.output_regex(), answer, timeout_s);
+  if (!runs_commands) {
+    return VerifyRegex(sandbox, verification.output_regex(), answer, timeout_s, log);
+  }
   auto fresh = sandbox.ForVerification(verification);
   if (!fresh.ok()) {
     return MakeVerdict(false,
@@ -114,11 +129,11 @@ v1::Verdict Verify(const Sandbox& sandbox, const v1::Verification& verification,
   }
   switch (verification.kind_case()) {
     case v1::Verification::kCommand:
-      return VerifyCommand(**fresh, verification.command(), timeout_s);
+      return VerifyCommand(**fresh, verification.command(), timeout_s, log);
     case v1::Verification::kOutputRegex:
-      return VerifyRegex(**fresh, verification.output_regex(), answer, timeout_s);
+      return VerifyRegex(**fresh, verification.output_regex(), answer, timeout_s, log);
     case v1::Verification::kTests:
-      return VerifyTests(**fresh, verification.tests(), timeout_s);
+      return VerifyTests(**fresh, verification.tests(), timeout_s, log);
     default:
       return MakeVerdict(false, "no verification");
   }

@@ -1,12 +1,18 @@
 #include "loom/sandbox/worker_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "loom/config/files.h"
 #include "sandbox/sandbox_service.h"
@@ -17,7 +23,37 @@ namespace {
 
 std::string DefaultSandboxRoot() {
   const char* tmp = std::getenv("TMPDIR");
-  return absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/loom-sandboxes");
+  return absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/loom-sandboxes-", geteuid());
+}
+
+// Creates `dir` (mode 0711: sandbox uids may pass, nobody may list or
+// write) or checks the one there without following links: a directory the
+// worker owns that only it can write. In a world-writable parent such as
+// /tmp, anyone could otherwise have put a link or their own directory there.
+absl::Status PrepareRoot(const std::string& dir) {
+  if (mkdir(dir.c_str(), 0711) != 0 && errno != EEXIST) {
+    return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", std::strerror(errno)));
+  }
+  struct stat st;
+  if (lstat(dir.c_str(), &st) != 0) {
+    return absl::InternalError(absl::StrCat("cannot stat ", dir, ": ", std::strerror(errno)));
+  }
+  std::string problem;
+  if (!S_ISDIR(st.st_mode)) {
+    problem = "is not a directory (a link?)";
+  } else if (st.st_uid != geteuid()) {
+    problem = absl::StrCat("belongs to uid ", st.st_uid, ", not to the worker's ", geteuid());
+  } else if (chmod(dir.c_str(), 0711) != 0) {
+    problem = absl::StrCat("cannot be made private: ", std::strerror(errno));
+  }
+  if (problem.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("sandbox root ", dir, " ", problem, "; choose another --sandbox-root"));
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "[::1]" || host == "::1" ||
+         absl::StartsWith(host, "127.") || absl::StartsWith(host, "unix:");
 }
 
 std::shared_ptr<grpc::ServerCredentials> Credentials(const WorkerOptions& options) {
@@ -45,21 +81,33 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   server->options_ = options;
   const std::string base =
       options.sandbox_root.empty() ? DefaultSandboxRoot() : options.sandbox_root;
+  const std::string host = HostOf(options.listen);
+  if (!IsLoopback(host) && options.auth_token.empty()) {
+    if (!options.allow_unauthenticated) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "listening on ", options.listen, " without --auth-token-file lets anyone who reaches ",
+          "the port run commands here; add a token, listen on 127.0.0.1, or pass ",
+          "--allow-unauthenticated"));
+    }
+    spdlog::warn("UNAUTHENTICATED worker on {}: anyone who reaches this port runs commands here",
+                 options.listen);
+  } else if (!IsLoopback(host) && options.tls_cert_pem.empty()) {
+    spdlog::warn("worker on {} without TLS: the auth token crosses the network in clear",
+                 options.listen);
+  }
   std::error_code ec;
-  fs::create_directories(base, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create ", base, ": ", ec.message()));
-  fs::permissions(base, fs::perms::all | fs::perms::sticky_bit, ec);  // like /tmp
+  fs::create_directories(fs::path(base).parent_path(), ec);
+  if (absl::Status s = PrepareRoot(base); !s.ok()) return s;
   CleanLeftovers(base);
   SandboxConfig config = options.sandbox;
   config.root = absl::StrCat(base, "/w", getpid());
   server->sandbox_dir_ = config.root;
-  fs::create_directories(config.root, ec);
-  fs::permissions(config.root,
-                  fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec, ec);
+  RemoveTree(config.root).IgnoreError();  // a dead worker's, with the same pid
+  if (absl::Status s = PrepareRoot(config.root); !s.ok()) return s;
   if (absl::Status s = CheckBubblewrap(config); !s.ok()) return s;
 
-  server->service_ =
-      std::make_unique<SandboxService>(config, options.max_sandboxes, options.auth_token, "");
+  server->service_ = std::make_unique<SandboxService>(config, options.max_sandboxes,
+                                                      options.auth_token, "", options.sessions);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, Credentials(options), &server->port_);
   builder.RegisterService(server->service_.get());

@@ -145,6 +145,21 @@ TEST_F(ContainmentTest, EnvironmentPathsMustStayInside) {
   EXPECT_EQ(Run("cat src/m.py").stdout_text, "x = 1\n");
 }
 
+TEST_F(ContainmentTest, EnvironmentFileCountAndBytesAreCapped) {
+  config_.max_files = 3;
+  config_.max_files_bytes = 100;
+  v1::Environment env;
+  for (const char* name : {"a", "b", "c"}) (*env.mutable_files())[name] = std::string(30, 'x');
+  EXPECT_TRUE(Sandbox::Create(config_, 0, "ok", env).ok());
+  (*env.mutable_files())["d"] = "x";
+  EXPECT_TRUE(absl::IsInvalidArgument(Sandbox::Create(config_, 0, "many", env).status()));
+  env.mutable_files()->erase("d");
+  (*env.mutable_files())["c"] = std::string(50, 'x');
+  auto big = Sandbox::Create(config_, 0, "big", env);
+  EXPECT_TRUE(absl::IsInvalidArgument(big.status()));
+  EXPECT_NE(big.status().message().find("110 bytes"), std::string::npos) << big.status();
+}
+
 TEST_F(ContainmentTest, ToolsRunInsideTheSandbox) {
   const Sandbox& box = Make();
   v1::ToolResult py =

@@ -112,6 +112,17 @@ TEST(EpisodeTest, FixRepoRewardIsTheTestsPassing) {
   v1::Trajectory after = pool.RunEpisode(episode, fixer.AsPolicy());
   EXPECT_EQ(after.verdict().reward(), 1.0) << after.verdict().details();
   EXPECT_EQ(after.answer(), "clamp returned low above the range");
+  // Every command is on record: the agent's write, then the three tests.
+  ASSERT_EQ(after.commands_size(), 4);
+  EXPECT_EQ(after.commands(0).phase(), "tool");
+  EXPECT_EQ(after.commands(0).command().rfind("write_file {", 0), 0u);
+  for (int i = 1; i < 4; ++i) {
+    EXPECT_EQ(after.commands(i).phase(), "verify");
+    EXPECT_EQ(after.commands(i).command().rfind("python3 -m unittest -q test_calc.", 0), 0u);
+    EXPECT_EQ(after.commands(i).exit_code(), 0);
+  }
+  EXPECT_EQ(before.commands(0).command(),
+            "bash {\"command\":\"python3 -m unittest 2>&1 | tail -1\"}");
 }
 
 TEST(EpisodeTest, UnparsableTurnBecomesAFormatErrorObservation) {

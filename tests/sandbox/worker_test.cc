@@ -75,7 +75,9 @@ TEST(WorkerTest, RequiresTheAuthToken) {
   ASSERT_TRUE(workers);
   const std::string target = workers->targets()[0];
   EXPECT_TRUE(absl::IsUnauthenticated(OpenOn(target).status()));
-  EXPECT_TRUE(absl::IsUnauthenticated(OpenOn(target, "wrong").status()));
+  for (const char* wrong : {"wrong", "s3cre", "s3cret!", "S3CRET", "s3cret s3cret"}) {
+    EXPECT_TRUE(absl::IsUnauthenticated(OpenOn(target, wrong).status())) << wrong;
+  }
   grpc::Status status;
   Status(target, "", &status);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
@@ -125,6 +127,82 @@ TEST(WorkerTest, MalformedRequestsGetInvalidArgument) {
   // The worker still serves, with every slot free again.
   EXPECT_EQ(Status(target).live_sandboxes(), 0);
   EXPECT_TRUE(OpenOn(target).ok());
+}
+
+TEST(WorkerTest, StreamsThatNeverOpenHoldNoSlotAndQuietOnesAreCancelled) {
+  auto workers = StartWorkers(1, 1, "", {"--idle-timeout-s", "1"});
+  ASSERT_TRUE(workers);
+  const std::string target = workers->targets()[0];
+  auto stub = v1::SandboxWorker::NewStub(rpc::MakeChannel({target, "", ""}));
+  grpc::ClientContext silent;
+  silent.set_deadline(testing_support::In(60));
+  auto stream = stub->Session(&silent);  // never sends `open`
+  usleep(200000);
+  EXPECT_EQ(Status(target).live_sandboxes(), 0);
+  auto session = OpenOn(target);  // the one slot is still free
+  ASSERT_TRUE(session.ok()) << session.status();
+  const auto start = std::chrono::steady_clock::now();
+  v1::WorkerMessage reply;
+  EXPECT_FALSE(stream->Read(&reply));
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_LT(waited, 5.0) << "the 60 s deadline was not the limit";
+  // The open session went quiet too, and lost its slot.
+  sleep(2);
+  EXPECT_FALSE((*session)->Call(BashCall("true")).ok());
+  EXPECT_EQ(Status(target).live_sandboxes(), 0);
+}
+
+TEST(WorkerTest, ClientTimeoutsAndSessionsAreCappedByTheWorker) {
+  auto workers = StartWorkers(1, 1, "", {"--max-command-s", "1", "--max-session-s", "3"});
+  ASSERT_TRUE(workers);
+  v1::Environment env;
+  env.set_setup_command("sleep 10");
+  env.set_setup_timeout_s(100);
+  const auto start = std::chrono::steady_clock::now();
+  auto session = OpenOn(workers->targets()[0], "", env);
+  ASSERT_TRUE(session.ok()) << session.status();
+  EXPECT_TRUE((*session)->opened().setup().timed_out());
+  auto call = (*session)->Call(BashCall("sleep 10"));  // asks for the default (worker cap)
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_TRUE(call->timed_out());
+  EXPECT_LT(call->duration_ms(), 3000);
+  // The session's own deadline is 60 s; the worker ends it at 3 s.
+  bool ended = false;
+  while (!ended && std::chrono::steady_clock::now() - start < std::chrono::seconds(8)) {
+    ended = !(*session)->Call(BashCall("true")).ok();
+    usleep(200000);
+  }
+  EXPECT_TRUE(ended);
+  EXPECT_GT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2500));
+}
+
+TEST(WorkerTest, RefusesOpenListeningWithoutATokenAndUnsafeRoots) {
+  const std::string loom = LOOM_BINARY;
+  std::string out;
+  const std::string worker = "timeout -s TERM 3 " + loom + " worker --max-sandboxes 1 ";
+  EXPECT_EQ(RunCommand(worker + "--listen 0.0.0.0:0 2>&1", &out), 2);
+  EXPECT_NE(out.find("--allow-unauthenticated"), std::string::npos) << out;
+  RunCommand(worker + "--listen 0.0.0.0:0 --allow-unauthenticated 2>&1", &out);
+  EXPECT_NE(out.find("UNAUTHENTICATED worker"), std::string::npos) << out;
+  EXPECT_NE(out.find("listening on 0.0.0.0:"), std::string::npos) << out;
+  // A sandbox root that is a link, or someone else's directory, is refused.
+  const std::string dir = ::testing::TempDir() + "/loom_roots_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir + "/elsewhere");
+  std::filesystem::create_directory_symlink(dir + "/elsewhere", dir + "/link");
+  EXPECT_EQ(RunCommand(worker + "--listen 127.0.0.1:0 --sandbox-root " + dir + "/link 2>&1", &out),
+            1);
+  EXPECT_NE(out.find("is not a directory (a link?)"), std::string::npos) << out;
+  if (geteuid() == 0) {
+    std::filesystem::create_directories(dir + "/theirs");
+    ASSERT_EQ(chown((dir + "/theirs").c_str(), 65534, 65534), 0);
+    EXPECT_EQ(
+        RunCommand(worker + "--listen 127.0.0.1:0 --sandbox-root " + dir + "/theirs 2>&1", &out),
+        1);
+    EXPECT_NE(out.find("belongs to uid 65534"), std::string::npos) << out;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(WorkerTest, KeepsServingAfterBombs) {
@@ -249,7 +327,10 @@ TEST(WorkerTest, MalformedCommandLinesAndFilesAreClearErrors) {
   EXPECT_EQ(RunCommand(worker + "--max-sandboxes 0 2>&1", &out), 2);
   EXPECT_EQ(RunCommand(worker + "--tls-cert " + junk + " --tls-key " + junk + " 2>&1", &out), 1);
   EXPECT_EQ(out.find("terminate"), std::string::npos) << out;
-  EXPECT_EQ(RunCommand("timeout 20 " + loom + " worker --listen not-an-address 2>&1", &out), 1);
+  EXPECT_EQ(RunCommand("timeout 20 " + loom +
+                           " worker --listen not-an-address --allow-unauthenticated 2>&1",
+                       &out),
+            1);
   EXPECT_NE(out.find("cannot listen"), std::string::npos) << out;
   EXPECT_EQ(RunCommand(loom + " sandbox exec --worker 127.0.0.1:1 --auth-token-file " +
                            "/nonexistent/token -- true 2>&1",

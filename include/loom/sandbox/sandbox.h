@@ -40,10 +40,12 @@ struct SandboxConfig {
   std::string bwrap = "/usr/bin/bwrap";
   ResourceLimits limits{/*cpu_seconds=*/60, /*address_space=*/2LL << 30,
                         /*file_size=*/256LL << 20, /*processes=*/128, /*open_files=*/256};
-  SandboxCaps caps;                   // the whole sandbox's memory, disk and inodes
-  size_t output_cap = 64 * 1024;      // bytes per stream and command
-  int uid_base = 200000;              // root only: sandbox slot s runs as uid_base + s
-  int64_t max_file_bytes = 16 << 20;  // largest file an Environment may carry
+  SandboxCaps caps;                    // the whole sandbox's memory, disk and inodes
+  size_t output_cap = 64 * 1024;       // bytes per stream and command
+  int uid_base = 200000;               // root only: sandbox slot s runs as uid_base + s
+  int64_t max_file_bytes = 16 << 20;   // largest file an Environment may carry
+  int max_files = 10000;               // files an Environment (or Verification) may carry
+  int64_t max_files_bytes = 64 << 20;  // all of them together
   // Environment `dir`s are resolved under this directory and may not leave
   // it; "" = this worker serves no task directories.
   std::string task_root;

@@ -21,7 +21,9 @@ absl::Status ValidateVerification(const v1::Verification& verification);
 // empty HOME and /tmp), never in the agent's; a regex must match the whole
 // (trimmed) answer or output. A check command that cannot start, or a
 // verification sandbox that cannot be made, gives reward 0 and says so.
+// Each check command is appended to `log` when given.
 v1::Verdict Verify(const Sandbox& sandbox, const v1::Verification& verification,
-                   const std::string& answer, double timeout_s);
+                   const std::string& answer, double timeout_s,
+                   google::protobuf::RepeatedPtrField<v1::CommandRecord>* log = nullptr);
 
 }  // namespace loom::sandbox

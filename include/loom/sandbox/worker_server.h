@@ -3,9 +3,16 @@
 // Each Session stream owns one Sandbox; admission control keeps at most
 // `max_sandboxes` alive and refuses more at once with RESOURCE_EXHAUSTED.
 // With an auth token, calls without `authorization: Bearer <token>` metadata
-// get UNAUTHENTICATED; malformed requests get INVALID_ARGUMENT. Sandboxes
-// live under `<sandbox_root>/w<pid>/` (cleaned when the worker stops, and
-// leftovers of dead workers removed at start) and die with the worker.
+// get UNAUTHENTICATED (compared in constant time); malformed requests get
+// INVALID_ARGUMENT. Without a token the worker listens on loopback only,
+// unless `allow_unauthenticated` says otherwise (and then it warns).
+// A session takes a slot at `open`, not before; the watchdog cancels
+// sessions whose client goes quiet or that outlive `max_session_s`.
+// Sandboxes live under `<sandbox_root>/w<pid>/` (cleaned when the worker
+// stops, and leftovers of dead workers removed at start) and die with the
+// worker. The sandbox root must be a directory the worker owns that no one
+// else can write (not a link); the default is $TMPDIR/loom-sandboxes-<uid>,
+// created mode 0711.
 //
 // Start() returns a running server; Shutdown() may be called from any
 // thread (e.g. a signal watcher) and cancels live sessions.
@@ -22,17 +29,26 @@ class Server;
 
 namespace loom::sandbox {
 
+// What a client may ask of the worker's time, whatever it sends.
+struct SessionLimits {
+  double idle_timeout_s = 600;  // no message from the client for this long: cancelled
+  double max_session_s = 3600;  // any session, whatever its deadline
+  double max_command_s = 600;   // caps every timeout a client sets (setup, tools, episodes)
+};
+
+class SandboxService;
+
 struct WorkerOptions {
   std::string listen = "127.0.0.1:0";  // host:port; port 0 picks a free one
   int max_sandboxes = 4;
   std::string auth_token;    // "" = no authentication
   std::string tls_cert_pem;  // both set: serve TLS
   std::string tls_key_pem;
-  std::string sandbox_root;  // "" = $TMPDIR (or /tmp) + /loom-sandboxes
+  std::string sandbox_root;  // "" = $TMPDIR (or /tmp) + /loom-sandboxes-<uid>
   SandboxConfig sandbox;     // limits; `root` is filled in by Start()
+  SessionLimits sessions;
+  bool allow_unauthenticated = false;  // listen beyond loopback without a token
 };
-
-class SandboxService;
 
 class WorkerServer {
  public:
