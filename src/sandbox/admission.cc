@@ -4,23 +4,26 @@
 
 namespace loom::sandbox {
 
+Admission::Admission(int capacity) : capacity_(capacity) {
+  for (int slot = 0; slot < capacity; ++slot) free_.push_back(slot);
+}
+
 int Admission::Acquire() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (size_t i = 0; i < used_.size(); ++i) {
-    if (!used_[i]) {
-      used_[i] = true;
-      ++live_;
-      ++served_;
-      return static_cast<int>(i);
-    }
+  if (free_.empty()) {
+    ++refused_;
+    return -1;
   }
-  ++refused_;
-  return -1;
+  const int slot = free_.front();
+  free_.pop_front();
+  ++live_;
+  ++served_;
+  return slot;
 }
 
 void Admission::Release(int slot) {
   std::lock_guard<std::mutex> lock(mu_);
-  used_[slot] = false;
+  free_.push_back(slot);
   --live_;
 }
 
@@ -41,7 +44,7 @@ Admission::Load Admission::Snapshot() const {
     std::lock_guard<std::mutex> lock(mu_);
     sorted = latencies_;
     load.live = live_;
-    load.capacity = static_cast<int>(used_.size());
+    load.capacity = capacity_;
     load.served = served_;
     load.refused = refused_;
   }

@@ -35,9 +35,27 @@ constexpr const char* kEtcEntries[] = {"alternatives", "group",     "ld.so.cache
                                        "passwd",       "python3",   "python3.11",    "python3.12",
                                        "python3.13"};
 
-// Runs the command with the sandbox's process cap set inside its user
-// namespace ($1 is the command, the rest its $0 and arguments).
-constexpr char kCappedShell[] = "ulimit -u {n} || exit 126; exec /bin/bash -c \"$1\" \"${@:2}\"";
+// Read by the command's bash before the command (BASH_ENV): the sandbox's
+// process cap, set inside its user namespace. A nested bash reads it again;
+// a limit the command has lowered further stays as it is.
+constexpr char kRcFile[] =
+    "ulimit -u {n} 2>/dev/null || { h=$(ulimit -Hu); [ \"$h\" != unlimited ] && "
+    "[ \"$h\" -le {n} ]; } || exit 126\n";
+
+// What a container started ahead runs: it waits for the worker's "go" line
+// on stdin, then runs the command the worker left in /.loom (its text, and
+// its arguments separated by NULs) with the rest of stdin — in the same
+// shell, with $0 and the arguments a `bash -c` would give it and nothing of
+// this script's left defined (a second bash would cost a millisecond).
+constexpr char kHeldShell[] =
+    "read -r _ || exit 125\n"
+    "IFS= read -r -d '' c < /.loom/cmd\n"
+    "mapfile -d '' -t a < /.loom/args\n"
+    "set -- \"${a[@]}\"; BASH_ARGV0=sandbox; unset a; eval \"unset c; $c\"\n";
+
+// Subdirectories of a session directory: seen as /workspace, /tmp, /dev/shm,
+// and (read-only) /.loom.
+constexpr const char* kSessionDirs[] = {"work", "tmp", "shm", "ctl"};
 
 // A file descriptor closed when it goes out of scope.
 struct OwnedFd {
@@ -61,9 +79,9 @@ absl::Status SeccompFd(OwnedFd* out) {
   return absl::OkStatus();
 }
 
-std::vector<std::string> BwrapArgs(const std::string& bwrap, const std::string& dir) {
+std::vector<std::string> BwrapArgs(const SandboxConfig& config, const std::string& dir) {
   std::vector<std::string> args = {
-      bwrap,        "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+      config.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
       "--cap-drop", "ALL",           "--hostname",     "sandbox"};
   std::error_code ec;
   for (const char* dir : kSystemDirs) {
@@ -73,14 +91,18 @@ std::vector<std::string> BwrapArgs(const std::string& bwrap, const std::string& 
       args.insert(args.end(), {"--ro-bind", dir, dir});
     }
   }
-  args.insert(args.end(), {"--dir", "/etc"});
+  args.insert(args.end(), {"--ro-bind", config.root + "/etc", "/etc"});
   for (const char* entry : kEtcEntries) {
     const std::string path = absl::StrCat("/etc/", entry);
-    if (fs::exists(path, ec)) args.insert(args.end(), {"--ro-bind", path, path});
+    if (fs::is_directory(fs::symlink_status(path, ec))) {
+      args.insert(args.end(), {"--ro-bind", path, path});
+    }
   }
-  args.insert(args.end(), {"--proc", "/proc", "--dev", "/dev", "--bind", dir + "/shm", "/dev/shm",
-                           "--bind", dir + "/work", "/workspace", "--bind", dir + "/tmp", "/tmp",
-                           "--remount-ro", "/", "--chdir", "/workspace", "--seccomp", "3"});
+  args.insert(args.end(),
+              {"--proc",     "/proc",      "--dev",      "/dev",   "--bind",       dir + "/shm",
+               "/dev/shm",   "--ro-bind",  dir + "/ctl", "/.loom", "--bind",       dir + "/work",
+               "/workspace", "--bind",     dir + "/tmp", "/tmp",   "--remount-ro", "/",
+               "--chdir",    "/workspace", "--seccomp",  "3"});
   return args;
 }
 
@@ -240,6 +262,53 @@ absl::Status CopyAnswer(const fs::path& pristine, const fs::path& work,
   return absl::OkStatus();
 }
 
+absl::Status MakeSessionDirs(const std::string& dir) {
+  std::error_code ec;
+  for (const char* sub : kSessionDirs) {
+    if (!ec) fs::create_directories(fs::path(dir) / sub, ec);
+  }
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+// The sandbox's /etc, made once per worker directory: copies of the files
+// and links of kEtcEntries, empty mount points for its directories (bound
+// from the host by EtcDirectoryBinds: /etc/alternatives alone holds hundreds
+// of links), and loom.rc. One bind for the files instead of one per entry
+// saves about a millisecond per command.
+absl::Status PrepareEtc(const SandboxConfig& config) {
+  const fs::path etc = fs::path(config.root) / "etc";
+  std::error_code ec;
+  if (fs::is_directory(etc, ec)) return absl::OkStatus();
+  // Built aside and renamed into place, so that a concurrent Create never sees half of it.
+  const fs::path building = absl::StrCat(etc.string(), ".", gettid());
+  fs::create_directories(building, ec);
+  for (const char* entry : kEtcEntries) {
+    const fs::path from = fs::path("/etc") / entry;
+    const fs::file_status status = fs::symlink_status(from, ec);
+    if (!fs::exists(status)) continue;
+    if (fs::is_directory(status)) {
+      fs::create_directory(building / entry, ec);
+    } else {
+      fs::copy(from, building / entry, fs::copy_options::copy_symlinks, ec);
+    }
+  }
+  std::ofstream(building / "loom.rc")
+      << (config.limits.processes > 0
+              ? absl::StrReplaceAll(kRcFile, {{"{n}", std::to_string(config.limits.processes)}})
+              : "");
+  fs::permissions(building,
+                  fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                      fs::perms::others_read | fs::perms::others_exec,
+                  ec);
+  if (ec) {
+    return absl::InternalError(absl::StrCat("preparing ", building.string(), ": ", ec.message()));
+  }
+  fs::rename(building, etc, ec);
+  if (ec) RemoveTree(building.string()).IgnoreError();  // another thread was first
+  return absl::OkStatus();
+}
+
 // A process that exists and is not a zombie.
 bool IsAlive(int pid) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return false;
@@ -253,16 +322,34 @@ bool IsAlive(int pid) {
 }  // namespace
 
 Sandbox::Sandbox(const SandboxConfig& config, int slot, std::string dir)
-    : config_(config),
-      slot_(slot),
-      dir_(std::move(dir)),
-      bwrap_args_(BwrapArgs(config.bwrap, dir_)) {
+    : config_(config), slot_(slot), dir_(std::move(dir)), bwrap_args_(BwrapArgs(config, dir_)) {
   if (geteuid() == 0) uid_ = config.uid_base + slot;
 }
 
 Sandbox::~Sandbox() {
-  RemoveTree(dir_).IgnoreError();
   RemoveTree(SnapshotDir()).IgnoreError();
+  if (warm_ == nullptr) {
+    next_.reset();
+    RemoveTree(dir_).IgnoreError();
+    return;
+  }
+  // The slot's next session reuses the directories (the container started
+  // ahead has them mounted), emptied, and that container.
+  std::error_code ec;
+  for (const char* sub : kSessionDirs) {
+    for (const auto& entry : fs::directory_iterator(fs::path(dir_) / sub, ec)) {
+      RemoveTree(entry.path().string()).IgnoreError();
+    }
+  }
+  if (next_ != nullptr && next_->Exited()) next_.reset();
+  warm_->Put(slot_, std::move(next_));
+}
+
+void Sandbox::Prestart() const {
+  if (next_ == nullptr && config_.warm_containers && !verifier_) {
+    auto held = StartContainer({"/bin/bash", "-c", kHeldShell});
+    if (held.ok()) next_ = std::move(*held);
+  }
 }
 
 absl::Status Sandbox::Snapshot() const {
@@ -302,16 +389,19 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::ForVerification(
 
 absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& config, int slot,
                                                          const std::string& name,
-                                                         const v1::Environment& environment) {
+                                                         const v1::Environment& environment,
+                                                         WarmSlots* warm) {
   if (absl::Status s = CheckFiles(config, environment.files()); !s.ok()) return s;
-  std::unique_ptr<Sandbox> sandbox(new Sandbox(config, slot, (fs::path(config.root) / name)));
-  const fs::path work = fs::path(sandbox->dir_) / "work";
-  std::error_code ec;
-  fs::create_directories(work, ec);
-  for (const char* sub : {"tmp", "shm"}) {
-    if (!ec) fs::create_directories(fs::path(sandbox->dir_) / sub, ec);
+  if (absl::Status s = PrepareEtc(config); !s.ok()) return s;
+  const std::string dir =
+      warm != nullptr ? warm->Dir(slot) : (fs::path(config.root) / name).string();
+  std::unique_ptr<Sandbox> sandbox(new Sandbox(config, slot, dir));
+  if (absl::Status s = MakeSessionDirs(dir); !s.ok()) return s;
+  if (warm != nullptr) {
+    sandbox->warm_ = warm;
+    sandbox->next_ = warm->Take(slot);
   }
-  if (ec) return absl::InternalError(absl::StrCat("cannot create ", sandbox->dir_));
+  const fs::path work = fs::path(dir) / "work";
   if (!environment.dir().empty()) {
     absl::Status s = CopyEnvironmentDir(config.task_root, environment.dir(), work);
     if (!s.ok()) return s;
@@ -320,50 +410,103 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& co
     if (absl::Status s = WriteEnvironmentFile(work, path, content); !s.ok()) return s;
   }
   if (sandbox->uid_ >= 0) {
-    if (absl::Status s = ChownTree(sandbox->dir_, sandbox->uid_); !s.ok()) return s;
+    if (absl::Status s = ChownTree(dir, sandbox->uid_); !s.ok()) return s;
     // The sandbox uid must be able to reach its directory.
+    std::error_code ec;
     fs::permissions(config.root, fs::perms::others_exec, fs::perm_options::add, ec);
   }
-  chmod(sandbox->dir_.c_str(), 0700);
+  chmod(dir.c_str(), 0700);
   return sandbox;
+}
+
+std::vector<std::string> Sandbox::Environment() const {
+  std::vector<std::string> env = {"PATH=/usr/local/bin:/usr/bin:/bin", "TMPDIR=/tmp",
+                                  "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1",
+                                  "BASH_ENV=/etc/loom.rc"};
+  if (verifier_) {
+    env.insert(env.end(), {"HOME=/tmp", "PYTHONNOUSERSITE=1"});
+  } else {
+    env.push_back("HOME=/workspace");
+  }
+  return env;
+}
+
+absl::StatusOr<std::unique_ptr<StartedProcess>> Sandbox::StartContainer(
+    std::vector<std::string> command) const {
+  OwnedFd seccomp;
+  if (absl::Status s = SeccompFd(&seccomp); !s.ok()) return s;
+  ProcessSpec spec;
+  spec.argv = bwrap_args_;
+  spec.argv.push_back("--");
+  spec.argv.insert(spec.argv.end(), command.begin(), command.end());
+  spec.env = Environment();
+  spec.limits = config_.limits;
+  // Set inside instead (loom.rc): on bwrap it would also count every other
+  // sandbox and the worker's own threads under the same uid.
+  spec.limits.processes = 0;
+  spec.fd3 = seccomp.fd;
+  spec.uid = uid_;
+  spec.gid = uid_;
+  return StartedProcess::Start(spec);
 }
 
 absl::StatusOr<ProcessResult> Sandbox::Bash(const std::string& command, double timeout_s,
                                             const std::vector<std::string>& args,
                                             const std::string& stdin_text) const {
-  OwnedFd seccomp;
-  if (absl::Status s = SeccompFd(&seccomp); !s.ok()) return s;
-  ProcessSpec spec;
-  spec.argv = bwrap_args_;
-  if (config_.limits.processes > 0) {
-    const std::string capped =
-        absl::StrReplaceAll(kCappedShell, {{"{n}", std::to_string(config_.limits.processes)}});
-    spec.argv.insert(spec.argv.end(), {"--", "/bin/bash", "-c", capped, "loom", command});
-  } else {
-    spec.argv.insert(spec.argv.end(), {"--", "/bin/bash", "-c", command});
-  }
-  spec.argv.push_back("sandbox");
-  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
-  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "TMPDIR=/tmp", "LANG=C.UTF-8",
-              "PYTHONDONTWRITEBYTECODE=1"};
-  if (verifier_) {
-    spec.env.insert(spec.env.end(), {"HOME=/tmp", "PYTHONNOUSERSITE=1"});
-  } else {
-    spec.env.push_back("HOME=/workspace");
-  }
-  spec.stdin_text = stdin_text;
-  spec.limits = config_.limits;
-  // Set inside instead: on bwrap it would also count every other sandbox
-  // and the worker's own threads under the same uid.
-  spec.limits.processes = 0;
-  spec.fd3 = seccomp.fd;
+  ProcessSpec run;
+  run.stdin_text = stdin_text;
+  run.timeout_s = timeout_s;
+  run.output_cap = config_.output_cap;
   UsageWatch watch(config_.caps, dir_);
-  spec.watch = [&watch](int pid) { return watch.Check(pid); };
-  spec.uid = uid_;
-  spec.gid = uid_;
-  spec.timeout_s = timeout_s;
-  spec.output_cap = config_.output_cap;
-  return RunProcess(spec);
+  run.watch = [&watch](int pid) { return watch.Check(pid); };
+  absl::StatusOr<ProcessResult> result;
+  if (next_ != nullptr && !next_->Exited() && WriteCommand(command, args).ok()) {
+    run.stdin_text = "go\n" + stdin_text;
+    result = next_->Run(run);
+  } else {
+    std::vector<std::string> argv = {"/bin/bash", "-c", command, "sandbox"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    absl::StatusOr<std::unique_ptr<StartedProcess>> cold = StartContainer(std::move(argv));
+    result = cold.ok() ? absl::StatusOr<ProcessResult>((*cold)->Run(run)) : cold.status();
+  }
+  next_.reset();
+  Prestart();  // the next command's container sets up while this result travels back
+  return result;
+}
+
+absl::Status Sandbox::WriteCommand(const std::string& command,
+                                   const std::vector<std::string>& args) const {
+  std::string joined;
+  for (const std::string& arg : args) absl::StrAppend(&joined, arg, std::string(1, '\0'));
+  const fs::path ctl = fs::path(dir_) / "ctl";
+  std::ofstream(ctl / "cmd", std::ios::binary | std::ios::trunc) << command;
+  std::ofstream out(ctl / "args", std::ios::binary | std::ios::trunc);
+  out << joined;
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", (ctl / "args").string()));
+  return absl::OkStatus();
+}
+
+WarmSlots::WarmSlots(const SandboxConfig& config, int slots, int prestarted)
+    : config_(config), held_(slots) {
+  for (int slot = 0; slot < std::min(slots, prestarted); ++slot) {
+    // A session that opens and closes at once leaves a container started.
+    auto sandbox = Sandbox::Create(config_, slot, "", v1::Environment(), this);
+    if (!sandbox.ok()) break;
+    (*sandbox)->Prestart();
+  }
+}
+
+std::string WarmSlots::Dir(int slot) const { return absl::StrCat(config_.root, "/slot", slot); }
+
+std::unique_ptr<StartedProcess> WarmSlots::Take(int slot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::move(held_.at(slot));
+}
+
+void WarmSlots::Put(int slot, std::unique_ptr<StartedProcess> container) {
+  std::lock_guard<std::mutex> lock(mu_);
+  held_.at(slot) = std::move(container);
 }
 
 absl::Status CheckBubblewrap(const SandboxConfig& config) {

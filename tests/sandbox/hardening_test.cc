@@ -61,7 +61,7 @@ TEST_F(HardeningTest, EtcShowsOnlyWhatShellsAndPythonRead) {
   const std::set<std::string> allowed = {"alternatives", "group",     "ld.so.cache",   "ld.so.conf",
                                          "ld.so.conf.d", "localtime", "nsswitch.conf", "os-release",
                                          "passwd",       "python3",   "python3.11",    "python3.12",
-                                         "python3.13"};
+                                         "python3.13",   "loom.rc"};
   for (absl::string_view name : absl::StrSplit(r.stdout_text, '\n', absl::SkipEmpty())) {
     EXPECT_TRUE(allowed.count(std::string(name))) << "visible in /etc: " << name;
   }

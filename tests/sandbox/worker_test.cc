@@ -205,6 +205,23 @@ TEST(WorkerTest, RefusesOpenListeningWithoutATokenAndUnsafeRoots) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(WorkerTest, ASlotIsEmptiedBetweenSessions) {
+  auto workers = StartWorkers(1, 1);  // one slot: both sessions use it, and its container
+  ASSERT_TRUE(workers);
+  for (const char* seen : {"", "left"}) {
+    auto session = OpenOn(workers->targets()[0]);
+    ASSERT_TRUE(session.ok()) << session.status();
+    auto listing = (*session)->Call(BashCall("ls -A /workspace /tmp /dev/shm | grep -c left"));
+    ASSERT_TRUE(listing.ok()) << listing.status();
+    EXPECT_EQ(listing->stdout(), "0\n") << "after a session that wrote '" << seen << "'";
+    auto write = (*session)->Call(
+        BashCall("echo x > /workspace/left && echo x > /tmp/left && echo x > /dev/shm/left"));
+    ASSERT_TRUE(write.ok());
+    EXPECT_EQ(write->exit_code(), 0) << write->stderr();
+    ASSERT_TRUE((*session)->Close().ok());
+  }
+}
+
 TEST(WorkerTest, KeepsServingAfterBombs) {
   auto workers = StartWorkers(1, 2);
   ASSERT_TRUE(workers);
