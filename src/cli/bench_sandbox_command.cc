@@ -55,35 +55,21 @@ v1::GenerateReply ScriptedTurn(const v1::GenerateRequest& request) {
 }
 
 // Sequential open -> true -> close round trips (open -> close only when
-// `run_true` is false), `n` on each pool, alternating between them with the
-// order swapped every round; returns latencies in ms, per pool.
-std::vector<std::vector<double>> MeasureSessions(const std::vector<rpc::WorkerPool*>& pools, int n,
-                                                 bool run_true, int* errors) {
-  std::vector<std::vector<double>> ms(pools.size());
+// `run_true` is false); returns latencies in ms.
+std::vector<double> MeasureSessions(rpc::WorkerPool& pool, int n, bool run_true, int* errors) {
+  std::vector<double> ms;
   v1::ToolCall call;
   call.set_name("bash");
   call.set_arguments_json(R"({"command": "true"})");
   for (int i = 0; i < n; ++i) {
-    for (size_t k = 0; k < pools.size(); ++k) {
-      const size_t p = (i % 2 == 0) ? k : pools.size() - 1 - k;
-      Clock::time_point start = Clock::now();
-      auto session = pools[p]->OpenSession(v1::OpenSession());
-      bool ok =
-          session.ok() && (!run_true || (*session)->Call(call).ok()) && (*session)->Close().ok();
-      if (!ok) ++*errors;
-      ms[p].push_back(Ms(Clock::now() - start));
-    }
+    Clock::time_point start = Clock::now();
+    auto session = pool.OpenSession(v1::OpenSession());
+    bool ok =
+        session.ok() && (!run_true || (*session)->Call(call).ok()) && (*session)->Close().ok();
+    if (!ok) ++*errors;
+    ms.push_back(Ms(Clock::now() - start));
   }
   return ms;
-}
-
-// A local worker with 64 slots, plus `extra` flags.
-absl::StatusOr<std::unique_ptr<rpc::LocalWorkers>> StartLocal(std::vector<std::string> extra) {
-  rpc::LocalWorkerOptions options;
-  options.max_sandboxes = 64;
-  options.extra_args = {"--log-level", "warn"};
-  options.extra_args.insert(options.extra_args.end(), extra.begin(), extra.end());
-  return rpc::LocalWorkers::Start(options);
 }
 
 // Episodes per second with `concurrency` threads sharing `total` episodes.
@@ -111,51 +97,37 @@ double MeasureEpisodes(rpc::WorkerPool& pool, int concurrency, int total, int* e
 
 int RunBench(const BenchFlags& flags, const Context& context) {
   SetupLogging(context.log_level_given ? context.log_level : "warn").IgnoreError();
-  // Locally, a worker with containers started ahead (the default) and one
-  // starting each container when its command arrives, measured side by side.
-  std::unique_ptr<rpc::LocalWorkers> warm_worker, cold_worker;
-  rpc::PoolOptions options, cold_options;
+  std::unique_ptr<rpc::LocalWorkers> local;
+  rpc::PoolOptions options;
   if (flags.worker.empty()) {
-    auto warm = StartLocal({});
-    auto cold = warm.ok() ? StartLocal({"--cold-containers"}) : warm.status();
-    if (!cold.ok()) {
-      std::cerr << "loom bench sandbox: " << cold.status().message() << "\n";
+    rpc::LocalWorkerOptions local_options;
+    local_options.max_sandboxes = 64;
+    local_options.extra_args = {"--log-level", "warn"};
+    auto started = rpc::LocalWorkers::Start(local_options);
+    if (!started.ok()) {
+      std::cerr << "loom bench sandbox: " << started.status().message() << "\n";
       return kExitFailure;
     }
-    warm_worker = *std::move(warm);
-    cold_worker = *std::move(cold);
-    options.targets = warm_worker->targets();
-    cold_options.targets = cold_worker->targets();
+    local = *std::move(started);
+    options.targets = local->targets();
   } else {
     options.targets = {flags.worker};
   }
   rpc::WorkerPool pool(options);
-  std::unique_ptr<rpc::WorkerPool> cold_pool;
-  std::vector<rpc::WorkerPool*> pools = {&pool};
-  if (cold_worker != nullptr) {
-    cold_pool = std::make_unique<rpc::WorkerPool>(cold_options);
-    pools.push_back(cold_pool.get());
-  }
   int errors = 0;
-  std::vector<std::vector<double>> open_close =
-      MeasureSessions(pools, flags.sessions, false, &errors);
-  std::vector<std::vector<double>> latency = MeasureSessions(pools, flags.sessions, true, &errors);
+  std::vector<double> open_close = MeasureSessions(pool, flags.sessions, false, &errors);
+  std::vector<double> latency = MeasureSessions(pool, flags.sessions, true, &errors);
   double eps16 = MeasureEpisodes(pool, 16, flags.episodes, &errors);
   double eps64 = MeasureEpisodes(pool, 64, flags.episodes, &errors);
   nlohmann::ordered_json result = {{"bench", "sandbox"},
                                    {"sessions", flags.sessions},
-                                   {"session_open_true_close_ms_p50", Percentile(latency[0], 0.5)},
-                                   {"session_open_true_close_ms_p99", Percentile(latency[0], 0.99)},
-                                   {"session_open_close_ms_p50", Percentile(open_close[0], 0.5)}};
-  if (cold_pool != nullptr) {
-    result["cold_session_open_true_close_ms_p50"] = Percentile(latency[1], 0.5);
-    result["cold_session_open_true_close_ms_p99"] = Percentile(latency[1], 0.99);
-    result["warm_over_cold_p50"] = Percentile(latency[0], 0.5) / Percentile(latency[1], 0.5);
-  }
-  result["episodes"] = flags.episodes;
-  result["episodes_per_s_16"] = eps16;
-  result["episodes_per_s_64"] = eps64;
-  result["errors"] = errors;
+                                   {"session_open_true_close_ms_p50", Percentile(latency, 0.5)},
+                                   {"session_open_true_close_ms_p99", Percentile(latency, 0.99)},
+                                   {"session_open_close_ms_p50", Percentile(open_close, 0.5)},
+                                   {"episodes", flags.episodes},
+                                   {"episodes_per_s_16", eps16},
+                                   {"episodes_per_s_64", eps64},
+                                   {"errors", errors}};
   if (!flags.json) {
     std::cout << "open->true->close p50 " << result["session_open_true_close_ms_p50"] << " ms, p99 "
               << result["session_open_true_close_ms_p99"] << " ms; episodes/s at 16: " << eps16

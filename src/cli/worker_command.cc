@@ -30,7 +30,6 @@ struct WorkerFlags {
   int64_t output_cap_kb = 64;
   int64_t sandbox_memory_mb = 2048;
   int64_t disk_mb = 2048;
-  bool cold_containers = false;
 };
 
 absl::Status LoadSecrets(WorkerFlags& flags) {
@@ -65,7 +64,6 @@ int RunWorker(WorkerFlags& flags, const Context& context) {
   box.limits.processes = flags.processes;
   box.caps.memory_bytes = flags.sandbox_memory_mb << 20;
   box.caps.disk_bytes = flags.disk_mb << 20;
-  box.warm_containers = !flags.cold_containers;
   box.output_cap = static_cast<size_t>(flags.output_cap_kb) << 10;
   // Block the stop signals before any thread exists; this thread waits for them.
   sigset_t stop;
@@ -145,8 +143,6 @@ void SetupWorker(CLI::App& app, Context& context) {
                   "Cap on every timeout a client sets (setup, tool calls, episode tools)")
       ->check(CLI::Range(1.0, 1e6))
       ->capture_default_str();
-  cmd->add_flag("--cold-containers", flags->cold_containers,
-                "Start each command's container when the command arrives, not ahead of it");
   cmd->add_flag("--allow-unauthenticated", o.allow_unauthenticated,
                 "Listen beyond loopback without --auth-token-file (anyone reaching the port "
                 "runs commands)");

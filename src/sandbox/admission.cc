@@ -4,26 +4,23 @@
 
 namespace loom::sandbox {
 
-Admission::Admission(int capacity) : capacity_(capacity) {
-  for (int slot = 0; slot < capacity; ++slot) free_.push_back(slot);
-}
-
 int Admission::Acquire() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (free_.empty()) {
-    ++refused_;
-    return -1;
+  for (size_t i = 0; i < used_.size(); ++i) {
+    if (!used_[i]) {
+      used_[i] = true;
+      ++live_;
+      ++served_;
+      return static_cast<int>(i);
+    }
   }
-  const int slot = free_.front();
-  free_.pop_front();
-  ++live_;
-  ++served_;
-  return slot;
+  ++refused_;
+  return -1;
 }
 
 void Admission::Release(int slot) {
   std::lock_guard<std::mutex> lock(mu_);
-  free_.push_back(slot);
+  used_[slot] = false;
   --live_;
 }
 
@@ -44,7 +41,7 @@ Admission::Load Admission::Snapshot() const {
     std::lock_guard<std::mutex> lock(mu_);
     sorted = latencies_;
     load.live = live_;
-    load.capacity = capacity_;
+    load.capacity = static_cast<int>(used_.size());
     load.served = served_;
     load.refused = refused_;
   }

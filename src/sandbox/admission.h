@@ -2,7 +2,6 @@
 // Admission control and load statistics of one worker. Thread-safe.
 
 #include <cstdint>
-#include <deque>
 #include <mutex>
 #include <vector>
 
@@ -12,10 +11,9 @@ namespace loom::sandbox {
 
 class Admission {
  public:
-  explicit Admission(int capacity);
+  explicit Admission(int capacity) : used_(capacity, false) {}
 
-  // The free slot released longest ago (whose container, started ahead, is
-  // the likeliest to be ready), or -1 (counted as a refusal) when all are taken.
+  // A free slot index, or -1 (counted as a refusal) when all are taken.
   int Acquire();
   void Release(int slot);
 
@@ -35,8 +33,7 @@ class Admission {
  private:
   static constexpr size_t kWindow = 512;
   mutable std::mutex mu_;
-  const int capacity_;
-  std::deque<int> free_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> used_ ABSL_GUARDED_BY(mu_);
   int live_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t served_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t refused_ ABSL_GUARDED_BY(mu_) = 0;

@@ -19,21 +19,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace loom::sandbox {
-
-// The three pipes of a child; the ends still held are closed with it.
-struct Pipes {
-  int in[2] = {-1, -1};
-  int out[2] = {-1, -1};
-  int err[2] = {-1, -1};
-  ~Pipes() {
-    for (int* p : {in, out, err}) {
-      for (int i = 0; i < 2; ++i) {
-        if (p[i] >= 0) close(p[i]);
-      }
-    }
-  }
-};
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -143,6 +128,19 @@ struct CappedBuffer {
   void Finish() {
     if (dropped > 0)
       absl::StrAppend(&text, "\n[loom: output truncated, ", dropped, " bytes dropped]\n");
+  }
+};
+
+struct Pipes {
+  int in[2] = {-1, -1};
+  int out[2] = {-1, -1};
+  int err[2] = {-1, -1};
+  ~Pipes() {
+    for (int* p : {in, out, err}) {
+      for (int i = 0; i < 2; ++i) {
+        if (p[i] >= 0) close(p[i]);
+      }
+    }
   }
 };
 
@@ -280,12 +278,11 @@ class Pump {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<StartedProcess>> StartedProcess::Start(const ProcessSpec& spec) {
+absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
   static std::once_flag ignore_sigpipe;
   std::call_once(ignore_sigpipe, [] { signal(SIGPIPE, SIG_IGN); });
   if (spec.argv.empty()) return absl::InvalidArgumentError("RunProcess: empty argv");
-  std::unique_ptr<StartedProcess> started(new StartedProcess());
-  Pipes& pipes = *started->pipes_;
+  Pipes pipes;
   if (pipe2(pipes.in, O_CLOEXEC) != 0 || pipe2(pipes.out, O_CLOEXEC) != 0 ||
       pipe2(pipes.err, O_CLOEXEC) != 0) {
     return absl::ResourceExhaustedError(absl::StrCat("pipe: ", std::strerror(errno)));
@@ -293,46 +290,13 @@ absl::StatusOr<std::unique_ptr<StartedProcess>> StartedProcess::Start(const Proc
   std::vector<char*> argv = CStrings(spec.argv);
   std::vector<char*> envp = CStrings(spec.env);
   ChildArgs args{&spec, argv.data(), envp.data(), pipes.in[0], pipes.out[1], pipes.err[1]};
-  const pid_t pid = SpawnChild(args);
+  pid_t pid = SpawnChild(args);
   if (pid < 0) return absl::ResourceExhaustedError(absl::StrCat("clone: ", std::strerror(errno)));
   setpgid(pid, pid);
-  started->pid_ = pid;
   CloseFd(pipes.in[0]);
   CloseFd(pipes.out[1]);
   CloseFd(pipes.err[1]);
-  return started;
-}
-
-StartedProcess::StartedProcess() : pipes_(std::make_unique<Pipes>()) {}
-
-StartedProcess::~StartedProcess() {
-  if (pid_ > 0 && !ran_) {
-    killpg(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-  }
-}
-
-bool StartedProcess::Exited() {
-  if (ran_ || exited_) return true;
-  exited_ = waitpid(pid_, &early_status_, WNOHANG) == pid_;
-  return exited_;
-}
-
-ProcessResult StartedProcess::Run(const ProcessSpec& spec) {
-  if (exited_) {  // reaped by Exited(): nothing left to pump
-    ProcessResult result;
-    result.exit_code =
-        WIFEXITED(early_status_) ? WEXITSTATUS(early_status_) : 128 + WTERMSIG(early_status_);
-    return result;
-  }
-  ran_ = true;
-  return Pump(spec, pid_, *pipes_).Run();
-}
-
-absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
-  absl::StatusOr<std::unique_ptr<StartedProcess>> started = StartedProcess::Start(spec);
-  if (!started.ok()) return started.status();
-  return (*started)->Run(spec);
+  return Pump(spec, pid, pipes).Run();
 }
 
 }  // namespace loom::sandbox

@@ -42,20 +42,8 @@ constexpr char kRcFile[] =
     "ulimit -u {n} 2>/dev/null || { h=$(ulimit -Hu); [ \"$h\" != unlimited ] && "
     "[ \"$h\" -le {n} ]; } || exit 126\n";
 
-// What a container started ahead runs: it waits for the worker's "go" line
-// on stdin, then runs the command the worker left in /.loom (its text, and
-// its arguments separated by NULs) with the rest of stdin — in the same
-// shell, with $0 and the arguments a `bash -c` would give it and nothing of
-// this script's left defined (a second bash would cost a millisecond).
-constexpr char kHeldShell[] =
-    "read -r _ || exit 125\n"
-    "IFS= read -r -d '' c < /.loom/cmd\n"
-    "mapfile -d '' -t a < /.loom/args\n"
-    "set -- \"${a[@]}\"; BASH_ARGV0=sandbox; unset a; eval \"unset c; $c\"\n";
-
-// Subdirectories of a session directory: seen as /workspace, /tmp, /dev/shm,
-// and (read-only) /.loom.
-constexpr const char* kSessionDirs[] = {"work", "tmp", "shm", "ctl"};
+// Subdirectories of a session directory: seen as /workspace, /tmp and /dev/shm.
+constexpr const char* kSessionDirs[] = {"work", "tmp", "shm"};
 
 // A file descriptor closed when it goes out of scope.
 struct OwnedFd {
@@ -98,11 +86,9 @@ std::vector<std::string> BwrapArgs(const SandboxConfig& config, const std::strin
       args.insert(args.end(), {"--ro-bind", path, path});
     }
   }
-  args.insert(args.end(),
-              {"--proc",     "/proc",      "--dev",      "/dev",   "--bind",       dir + "/shm",
-               "/dev/shm",   "--ro-bind",  dir + "/ctl", "/.loom", "--bind",       dir + "/work",
-               "/workspace", "--bind",     dir + "/tmp", "/tmp",   "--remount-ro", "/",
-               "--chdir",    "/workspace", "--seccomp",  "3"});
+  args.insert(args.end(), {"--proc", "/proc", "--dev", "/dev", "--bind", dir + "/shm", "/dev/shm",
+                           "--bind", dir + "/work", "/workspace", "--bind", dir + "/tmp", "/tmp",
+                           "--remount-ro", "/", "--chdir", "/workspace", "--seccomp", "3"});
   return args;
 }
 
@@ -273,7 +259,7 @@ absl::Status MakeSessionDirs(const std::string& dir) {
 
 // The sandbox's /etc, made once per worker directory: copies of the files
 // and links of kEtcEntries, empty mount points for its directories (bound
-// from the host by EtcDirectoryBinds: /etc/alternatives alone holds hundreds
+// from the host by BwrapArgs: /etc/alternatives alone holds hundreds
 // of links), and loom.rc. One bind for the files instead of one per entry
 // saves about a millisecond per command.
 absl::Status PrepareEtc(const SandboxConfig& config) {
@@ -327,29 +313,8 @@ Sandbox::Sandbox(const SandboxConfig& config, int slot, std::string dir)
 }
 
 Sandbox::~Sandbox() {
+  RemoveTree(dir_).IgnoreError();
   RemoveTree(SnapshotDir()).IgnoreError();
-  if (warm_ == nullptr) {
-    next_.reset();
-    RemoveTree(dir_).IgnoreError();
-    return;
-  }
-  // The slot's next session reuses the directories (the container started
-  // ahead has them mounted), emptied, and that container.
-  std::error_code ec;
-  for (const char* sub : kSessionDirs) {
-    for (const auto& entry : fs::directory_iterator(fs::path(dir_) / sub, ec)) {
-      RemoveTree(entry.path().string()).IgnoreError();
-    }
-  }
-  if (next_ != nullptr && next_->Exited()) next_.reset();
-  warm_->Put(slot_, std::move(next_));
-}
-
-void Sandbox::Prestart() const {
-  if (next_ == nullptr && config_.warm_containers && !verifier_) {
-    auto held = StartContainer({"/bin/bash", "-c", kHeldShell});
-    if (held.ok()) next_ = std::move(*held);
-  }
 }
 
 absl::Status Sandbox::Snapshot() const {
@@ -389,19 +354,13 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::ForVerification(
 
 absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& config, int slot,
                                                          const std::string& name,
-                                                         const v1::Environment& environment,
-                                                         WarmSlots* warm) {
+                                                         const v1::Environment& environment) {
   if (absl::Status s = CheckFiles(config, environment.files()); !s.ok()) return s;
   if (absl::Status s = PrepareEtc(config); !s.ok()) return s;
-  const std::string dir =
-      warm != nullptr ? warm->Dir(slot) : (fs::path(config.root) / name).string();
-  std::unique_ptr<Sandbox> sandbox(new Sandbox(config, slot, dir));
-  if (absl::Status s = MakeSessionDirs(dir); !s.ok()) return s;
-  if (warm != nullptr) {
-    sandbox->warm_ = warm;
-    sandbox->next_ = warm->Take(slot);
-  }
-  const fs::path work = fs::path(dir) / "work";
+  std::unique_ptr<Sandbox> sandbox(new Sandbox(config, slot, (fs::path(config.root) / name)));
+  if (absl::Status s = MakeSessionDirs(sandbox->dir_); !s.ok()) return s;
+  const fs::path work = fs::path(sandbox->dir_) / "work";
+  std::error_code ec;
   if (!environment.dir().empty()) {
     absl::Status s = CopyEnvironmentDir(config.task_root, environment.dir(), work);
     if (!s.ok()) return s;
@@ -410,103 +369,43 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& co
     if (absl::Status s = WriteEnvironmentFile(work, path, content); !s.ok()) return s;
   }
   if (sandbox->uid_ >= 0) {
-    if (absl::Status s = ChownTree(dir, sandbox->uid_); !s.ok()) return s;
+    if (absl::Status s = ChownTree(sandbox->dir_, sandbox->uid_); !s.ok()) return s;
     // The sandbox uid must be able to reach its directory.
-    std::error_code ec;
     fs::permissions(config.root, fs::perms::others_exec, fs::perm_options::add, ec);
   }
-  chmod(dir.c_str(), 0700);
+  chmod(sandbox->dir_.c_str(), 0700);
   return sandbox;
-}
-
-std::vector<std::string> Sandbox::Environment() const {
-  std::vector<std::string> env = {"PATH=/usr/local/bin:/usr/bin:/bin", "TMPDIR=/tmp",
-                                  "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1",
-                                  "BASH_ENV=/etc/loom.rc"};
-  if (verifier_) {
-    env.insert(env.end(), {"HOME=/tmp", "PYTHONNOUSERSITE=1"});
-  } else {
-    env.push_back("HOME=/workspace");
-  }
-  return env;
-}
-
-absl::StatusOr<std::unique_ptr<StartedProcess>> Sandbox::StartContainer(
-    std::vector<std::string> command) const {
-  OwnedFd seccomp;
-  if (absl::Status s = SeccompFd(&seccomp); !s.ok()) return s;
-  ProcessSpec spec;
-  spec.argv = bwrap_args_;
-  spec.argv.push_back("--");
-  spec.argv.insert(spec.argv.end(), command.begin(), command.end());
-  spec.env = Environment();
-  spec.limits = config_.limits;
-  // Set inside instead (loom.rc): on bwrap it would also count every other
-  // sandbox and the worker's own threads under the same uid.
-  spec.limits.processes = 0;
-  spec.fd3 = seccomp.fd;
-  spec.uid = uid_;
-  spec.gid = uid_;
-  return StartedProcess::Start(spec);
 }
 
 absl::StatusOr<ProcessResult> Sandbox::Bash(const std::string& command, double timeout_s,
                                             const std::vector<std::string>& args,
                                             const std::string& stdin_text) const {
-  ProcessSpec run;
-  run.stdin_text = stdin_text;
-  run.timeout_s = timeout_s;
-  run.output_cap = config_.output_cap;
-  UsageWatch watch(config_.caps, dir_);
-  run.watch = [&watch](int pid) { return watch.Check(pid); };
-  absl::StatusOr<ProcessResult> result;
-  if (next_ != nullptr && !next_->Exited() && WriteCommand(command, args).ok()) {
-    run.stdin_text = "go\n" + stdin_text;
-    result = next_->Run(run);
+  OwnedFd seccomp;
+  if (absl::Status s = SeccompFd(&seccomp); !s.ok()) return s;
+  ProcessSpec spec;
+  spec.argv = bwrap_args_;
+  spec.argv.insert(spec.argv.end(), {"--", "/bin/bash", "-c", command, "sandbox"});
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "TMPDIR=/tmp", "LANG=C.UTF-8",
+              "PYTHONDONTWRITEBYTECODE=1", "BASH_ENV=/etc/loom.rc"};
+  if (verifier_) {
+    spec.env.insert(spec.env.end(), {"HOME=/tmp", "PYTHONNOUSERSITE=1"});
   } else {
-    std::vector<std::string> argv = {"/bin/bash", "-c", command, "sandbox"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    absl::StatusOr<std::unique_ptr<StartedProcess>> cold = StartContainer(std::move(argv));
-    result = cold.ok() ? absl::StatusOr<ProcessResult>((*cold)->Run(run)) : cold.status();
+    spec.env.push_back("HOME=/workspace");
   }
-  next_.reset();
-  Prestart();  // the next command's container sets up while this result travels back
-  return result;
-}
-
-absl::Status Sandbox::WriteCommand(const std::string& command,
-                                   const std::vector<std::string>& args) const {
-  std::string joined;
-  for (const std::string& arg : args) absl::StrAppend(&joined, arg, std::string(1, '\0'));
-  const fs::path ctl = fs::path(dir_) / "ctl";
-  std::ofstream(ctl / "cmd", std::ios::binary | std::ios::trunc) << command;
-  std::ofstream out(ctl / "args", std::ios::binary | std::ios::trunc);
-  out << joined;
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", (ctl / "args").string()));
-  return absl::OkStatus();
-}
-
-WarmSlots::WarmSlots(const SandboxConfig& config, int slots, int prestarted)
-    : config_(config), held_(slots) {
-  for (int slot = 0; slot < std::min(slots, prestarted); ++slot) {
-    // A session that opens and closes at once leaves a container started.
-    auto sandbox = Sandbox::Create(config_, slot, "", v1::Environment(), this);
-    if (!sandbox.ok()) break;
-    (*sandbox)->Prestart();
-  }
-}
-
-std::string WarmSlots::Dir(int slot) const { return absl::StrCat(config_.root, "/slot", slot); }
-
-std::unique_ptr<StartedProcess> WarmSlots::Take(int slot) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return std::move(held_.at(slot));
-}
-
-void WarmSlots::Put(int slot, std::unique_ptr<StartedProcess> container) {
-  std::lock_guard<std::mutex> lock(mu_);
-  held_.at(slot) = std::move(container);
+  spec.stdin_text = stdin_text;
+  spec.limits = config_.limits;
+  // Set inside instead (loom.rc): on bwrap it would also count every other
+  // sandbox and the worker's own threads under the same uid.
+  spec.limits.processes = 0;
+  spec.fd3 = seccomp.fd;
+  UsageWatch watch(config_.caps, dir_);
+  spec.watch = [&watch](int pid) { return watch.Check(pid); };
+  spec.uid = uid_;
+  spec.gid = uid_;
+  spec.timeout_s = timeout_s;
+  spec.output_cap = config_.output_cap;
+  return RunProcess(spec);
 }
 
 absl::Status CheckBubblewrap(const SandboxConfig& config) {

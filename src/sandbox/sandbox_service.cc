@@ -78,8 +78,7 @@ grpc::Status SandboxService::Session(grpc::ServerContext* context, Stream* strea
                         absl::StrCat("worker ", name_, " is at capacity"));
   }
   const std::string id = absl::StrCat("s", next_session_++);
-  auto sandbox =
-      Sandbox::Create(config_, lease.slot(), id, first.open().environment(), &warm_slots_);
+  auto sandbox = Sandbox::Create(config_, lease.slot(), id, first.open().environment());
   if (!sandbox.ok()) return ToGrpc(sandbox.status());
   v1::WorkerMessage opened;
   opened.mutable_opened()->set_session_id(id);

@@ -2,7 +2,6 @@
 // The loom.v1.SandboxWorker implementation behind WorkerServer. Each Session
 // call runs on its own gRPC thread and owns its Sandbox for the whole stream.
 
-#include <algorithm>
 #include <atomic>
 #include <string>
 
@@ -23,8 +22,7 @@ class SandboxService final : public v1::SandboxWorker::Service {
         auth_token_(std::move(auth_token)),
         name_(std::move(name)),
         limits_(limits),
-        watchdog_(limits.idle_timeout_s, limits.max_session_s),
-        warm_slots_(config_, capacity, std::min(capacity, kPrestartedSlots)) {}
+        watchdog_(limits.idle_timeout_s, limits.max_session_s) {}
 
   grpc::Status Session(
       grpc::ServerContext* context,
@@ -44,17 +42,12 @@ class SandboxService final : public v1::SandboxWorker::Service {
   v1::ToolResult Execute(const Sandbox& sandbox, const v1::ToolCall& call, double timeout_s,
                          const std::string& id);
 
-  // Slots that get a container started ahead when the worker starts (the
-  // others get theirs when their first session ends).
-  static constexpr int kPrestartedSlots = 64;
-
   const SandboxConfig config_;
   Admission admission_;
   const std::string auth_token_;
   std::string name_;  // "host:port", set once serving
   const SessionLimits limits_;
   Watchdog watchdog_;
-  WarmSlots warm_slots_;
   std::atomic<int64_t> next_session_{0};
 };
 

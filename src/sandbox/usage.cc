@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -41,29 +43,63 @@ std::string MiB(int64_t bytes) { return absl::StrCat(bytes >> 20, " MiB"); }
 
 }  // namespace
 
-ProcessTreeUsage MeasureProcessTree(int root) {
+namespace {
+
+// One reading of /proc: who is whose child, and resident pages.
+struct ProcessTable {
+  std::chrono::steady_clock::time_point taken;
   std::unordered_map<int, std::vector<int>> children;
   std::unordered_map<int, int64_t> rss_pages;
+};
+
+std::shared_ptr<const ProcessTable> ScanProcesses() {
+  auto table = std::make_shared<ProcessTable>();
+  table->taken = std::chrono::steady_clock::now();
   DIR* proc = opendir("/proc");
-  if (proc == nullptr) return {};
+  if (proc == nullptr) return table;
   while (dirent* entry = readdir(proc)) {
     int pid = 0, ppid = 0;
     int64_t pages = 0;
     if (!absl::SimpleAtoi(entry->d_name, &pid) || !ReadStat(entry->d_name, &ppid, &pages)) continue;
-    children[ppid].push_back(pid);
-    rss_pages[pid] = pages;
+    table->children[ppid].push_back(pid);
+    table->rss_pages[pid] = pages;
   }
   closedir(proc);
+  return table;
+}
+
+// A table no older than `max_age`. Concurrent watches share one scan: with
+// many commands running, each scanning /proc on its own would cost far more
+// than the commands.
+std::shared_ptr<const ProcessTable> RecentProcesses(std::chrono::milliseconds max_age) {
+  static std::mutex mu;
+  static std::shared_ptr<const ProcessTable> latest;
+  std::lock_guard<std::mutex> lock(mu);
+  if (latest == nullptr || std::chrono::steady_clock::now() - latest->taken > max_age) {
+    latest = ScanProcesses();
+  }
+  return latest;
+}
+
+}  // namespace
+
+ProcessTreeUsage MeasureProcessTree(int root, std::chrono::milliseconds max_age) {
+  std::shared_ptr<const ProcessTable> table =
+      max_age.count() > 0 ? RecentProcesses(max_age) : ScanProcesses();
   ProcessTreeUsage usage;
-  if (rss_pages.count(root) == 0) return usage;
+  if (table->rss_pages.count(root) == 0) return usage;
   const int64_t page = sysconf(_SC_PAGESIZE);
   std::vector<int> pending = {root};
   while (!pending.empty()) {
     const int pid = pending.back();
     pending.pop_back();
     usage.processes += 1;
-    usage.resident_bytes += rss_pages[pid] * page;
-    for (int child : children[pid]) pending.push_back(child);
+    usage.resident_bytes += table->rss_pages.at(pid) * page;
+    auto children = table->children.find(pid);
+    if (children == table->children.end()) continue;
+    for (int child : children->second) {
+      if (table->rss_pages.count(child) != 0) pending.push_back(child);
+    }
   }
   return usage;
 }
@@ -112,7 +148,7 @@ DiskUsage MeasureDisk(const std::string& dir) {
 }
 
 std::string UsageWatch::Check(int pid) {
-  const ProcessTreeUsage processes = MeasureProcessTree(pid);
+  const ProcessTreeUsage processes = MeasureProcessTree(pid, std::chrono::milliseconds(20));
   if (processes.resident_bytes > caps_.memory_bytes) {
     return absl::StrCat("the sandbox's processes hold ", MiB(processes.resident_bytes),
                         ", over its memory cap of ", MiB(caps_.memory_bytes));

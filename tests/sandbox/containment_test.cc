@@ -108,34 +108,30 @@ TEST_F(ContainmentTest, MemoryBombIsContained) {
   EXPECT_NE(r.stderr_text.find("MemoryError"), std::string::npos) << r.stderr_text;
 }
 
-// The same commands, in containers started ahead and in ones started with
-// their command: exit codes, $0 and arguments, stdin, syntax errors, the
-// timeout over a process tree, the environment.
-TEST_F(ContainmentTest, ColdAndWarmContainersAgree) {
-  for (bool warm : {false, true}) {
-    config_.warm_containers = warm;
-    const Sandbox& box = Make();
-    auto run = [&](const std::string& command, const std::vector<std::string>& args = {},
-                   const std::string& stdin_text = "", double timeout = 20) {
-      auto result = box.Bash(command, timeout, args, stdin_text);
-      EXPECT_TRUE(result.ok()) << result.status();
-      return result.ok() ? *result : ProcessResult();
-    };
-    const std::string mode = warm ? "warm" : "cold";
-    ProcessResult args = run("echo \"$0|$1|$2|$#\"; exit 3", {"a b", "c"});
-    EXPECT_EQ(args.stdout_text, "sandbox|a b|c|2\n") << mode;
-    EXPECT_EQ(args.exit_code, 3) << mode;
-    EXPECT_EQ(run("tr a-z A-Z", {}, "piped in\n").stdout_text, "PIPED IN\n") << mode;
-    EXPECT_EQ(run("cat", {}, "").stdout_text, "") << mode << ": stdin must be at EOF";
-    EXPECT_EQ(run("if then fi").exit_code, 2) << mode;
-    EXPECT_EQ(run("echo $HOME; set | grep -c '^[ac]='").stdout_text, "/workspace\n0\n")
-        << mode << ": nothing of the launcher's is left defined";
-    ProcessResult slow = run("sleep 123.456 & setsid sleep 123.456 & sleep 123.456", {}, "", 0.3);
-    EXPECT_TRUE(slow.timed_out) << mode;
-    EXPECT_LT(slow.duration_ms, 2000) << mode;
-    usleep(300000);
-    EXPECT_NE(system("pgrep -f 'sleep 123[.]456' >/dev/null"), 0) << mode << ": a sleep survived";
-  }
+// What a command sees: $0 and its arguments, stdin, a syntax error, the
+// environment (with BASH_ENV's process cap), the timeout over a process tree.
+TEST_F(ContainmentTest, CommandSemantics) {
+  const Sandbox& box = Make();
+  auto run = [&](const std::string& command, const std::vector<std::string>& args = {},
+                 const std::string& stdin_text = "", double timeout = 20) {
+    auto result = box.Bash(command, timeout, args, stdin_text);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *result : ProcessResult();
+  };
+  ProcessResult args = run("echo \"$0|$1|$2|$#\"; exit 3", {"a b", "c"});
+  EXPECT_EQ(args.stdout_text, "sandbox|a b|c|2\n");
+  EXPECT_EQ(args.exit_code, 3);
+  EXPECT_EQ(run("tr a-z A-Z", {}, "piped in\n").stdout_text, "PIPED IN\n");
+  EXPECT_EQ(run("cat", {}, "").stdout_text, "") << "stdin must be at EOF";
+  EXPECT_EQ(run("if then fi").exit_code, 2);
+  EXPECT_EQ(run("echo $HOME $(ulimit -u); bash -c 'ulimit -u'").stdout_text, "/workspace 64\n64\n");
+  EXPECT_EQ(run("ulimit -u 10 && bash -c 'ulimit -u'").stdout_text, "10\n")
+      << "a nested bash keeps a limit the command lowered";
+  ProcessResult slow = run("sleep 123.456 & setsid sleep 123.456 & sleep 123.456", {}, "", 0.3);
+  EXPECT_TRUE(slow.timed_out);
+  EXPECT_LT(slow.duration_ms, 2000);
+  usleep(300000);
+  EXPECT_NE(system("pgrep -f 'sleep 123[.]456' >/dev/null"), 0) << "a sleep survived";
 }
 
 TEST_F(ContainmentTest, OutputFloodIsTruncated) {

@@ -1,8 +1,5 @@
 #pragma once
-// A fixture with a real bubblewrap Sandbox in a fresh directory. Make()
-// runs one command first, so that the tests' commands run in containers
-// started ahead (the worker's default); with warm_containers off they start
-// when the command does. When
+// A fixture with a real bubblewrap Sandbox in a fresh directory. When
 // bubblewrap cannot create sandboxes on this machine (no user namespaces)
 // the tests FAIL saying so; set LOOM_ALLOW_NO_BWRAP=1 to skip them instead.
 
@@ -45,7 +42,6 @@ class SandboxFixture : public testing::Test {
     auto created = Sandbox::Create(config_, 0, "test", env);
     EXPECT_TRUE(created.ok()) << created.status();
     sandbox_ = std::move(*created);
-    if (config_.warm_containers) Run("true");
     return *sandbox_;
   }
 

@@ -205,8 +205,8 @@ TEST(WorkerTest, RefusesOpenListeningWithoutATokenAndUnsafeRoots) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(WorkerTest, ASlotIsEmptiedBetweenSessions) {
-  auto workers = StartWorkers(1, 1);  // one slot: both sessions use it, and its container
+TEST(WorkerTest, ASessionSeesNothingOfTheOneBeforeIt) {
+  auto workers = StartWorkers(1, 1);  // one slot: both sessions use it
   ASSERT_TRUE(workers);
   for (const char* seen : {"", "left"}) {
     auto session = OpenOn(workers->targets()[0]);

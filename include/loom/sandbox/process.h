@@ -10,7 +10,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,33 +56,5 @@ struct ProcessResult {
 
 // Fails only when the process could not be started (fork/pipe errors).
 absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec);
-
-struct Pipes;
-
-// A child started ahead of its use, for work it does before it reads its
-// stdin (a container's setup): Start() returns once it has exec'd, and
-// Run() then feeds `stdin_text` and pumps as RunProcess does, with the
-// timeout counted from Run(). Destroying one that never ran kills its
-// process group.
-class StartedProcess {
- public:
-  static absl::StatusOr<std::unique_ptr<StartedProcess>> Start(const ProcessSpec& spec);
-  ~StartedProcess();
-  StartedProcess(const StartedProcess&) = delete;
-  StartedProcess& operator=(const StartedProcess&) = delete;
-
-  // Whether it died before Run (a container that failed to set up).
-  bool Exited();
-  // Takes stdin_text, timeout_s, output_cap and watch from `spec`. Once only.
-  ProcessResult Run(const ProcessSpec& spec);
-
- private:
-  StartedProcess();
-  int pid_ = -1;
-  std::unique_ptr<Pipes> pipes_;
-  bool ran_ = false;
-  bool exited_ = false;
-  int early_status_ = 0;
-};
 
 }  // namespace loom::sandbox

@@ -21,19 +21,10 @@
 // The directory persists between commands of the session and is deleted
 // with the Sandbox.
 //
-// Each command still gets a container of its own, but (warm_containers)
-// the next one is started right after a command ends: bubblewrap sets it up
-// while the result travels to the client, and the container waits for a
-// "go" on its stdin, reading the command the worker leaves in /.loom (a
-// read-only directory of the session). With WarmSlots, a worker keeps such
-// a container per slot between sessions too, over a directory per slot
-// that is emptied when its session ends.
-//
 // When the worker runs as root, each sandbox slot runs under its own uid
 // (uid_base + slot), never as root. A Sandbox is used by one thread at a time.
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -58,10 +49,7 @@ struct SandboxConfig {
   // Environment `dir`s are resolved under this directory and may not leave
   // it; "" = this worker serves no task directories.
   std::string task_root;
-  bool warm_containers = true;  // start each command's container ahead of it
 };
-
-class WarmSlots;
 
 class Sandbox {
  public:
@@ -69,12 +57,9 @@ class Sandbox {
   // directory (relative to `task_root`) and files into work/.
   // INVALID_ARGUMENT for paths that leave the work dir or the task root, or a
   // missing `dir`; INTERNAL for filesystem failures.
-  // With `warm`, the session uses the slot's directory and the container
-  // kept for it (`name` is then only a label).
   static absl::StatusOr<std::unique_ptr<Sandbox>> Create(const SandboxConfig& config, int slot,
                                                          const std::string& name,
-                                                         const v1::Environment& environment,
-                                                         WarmSlots* warm = nullptr);
+                                                         const v1::Environment& environment);
   ~Sandbox();
   Sandbox(const Sandbox&) = delete;
   Sandbox& operator=(const Sandbox&) = delete;
@@ -102,16 +87,8 @@ class Sandbox {
   const std::string& dir() const { return dir_; }
 
  private:
-  friend class WarmSlots;
   Sandbox(const SandboxConfig& config, int slot, std::string dir);
   std::string SnapshotDir() const { return dir_ + ".pristine"; }
-  std::vector<std::string> Environment() const;
-  // A container over this session running `command` (after bubblewrap's args).
-  absl::StatusOr<std::unique_ptr<StartedProcess>> StartContainer(
-      std::vector<std::string> command) const;
-  // Starts the container for the next command, if none is waiting.
-  void Prestart() const;
-  absl::Status WriteCommand(const std::string& command, const std::vector<std::string>& args) const;
 
   const SandboxConfig& config_;
   int slot_;
@@ -119,25 +96,6 @@ class Sandbox {
   int uid_ = -1;           // -1: the worker's own
   std::string dir_;
   std::vector<std::string> bwrap_args_;  // up to the command
-  WarmSlots* warm_ = nullptr;
-  mutable std::unique_ptr<StartedProcess> next_;  // started ahead, waiting for its command
-};
-
-// Per slot, a session directory and a container started over it, kept
-// between sessions. Thread-safe.
-class WarmSlots {
- public:
-  // Starts containers for the first `prestarted` slots now; the others get
-  // theirs when their first session ends.
-  WarmSlots(const SandboxConfig& config, int slots, int prestarted);
-  std::string Dir(int slot) const;  // root/slot<N>
-  std::unique_ptr<StartedProcess> Take(int slot);
-  void Put(int slot, std::unique_ptr<StartedProcess> container);
-
- private:
-  const SandboxConfig& config_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<StartedProcess>> held_;
 };
 
 // Checks that bubblewrap can create a sandbox here (user namespaces allowed).

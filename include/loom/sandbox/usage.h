@@ -28,8 +28,10 @@ struct ProcessTreeUsage {
   int64_t resident_bytes = 0;
 };
 
-// `root` and all its descendants, from /proc/<pid>/stat.
-ProcessTreeUsage MeasureProcessTree(int root);
+// `root` and all its descendants, from /proc/<pid>/stat: a scan of its own,
+// or one at most `max_age` old that any thread made.
+ProcessTreeUsage MeasureProcessTree(
+    int root, std::chrono::milliseconds max_age = std::chrono::milliseconds(0));
 
 struct DiskUsage {
   int64_t bytes = 0;   // st_blocks * 512, so sparse files count what they hold
