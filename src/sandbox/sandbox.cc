@@ -106,30 +106,6 @@ absl::Status CheckRelativePath(const std::string& path) {
   return absl::OkStatus();
 }
 
-// Paths inside the work directory, and sizes and counts within the worker's caps.
-absl::Status CheckFiles(const SandboxConfig& config,
-                        const google::protobuf::Map<std::string, std::string>& files) {
-  if (static_cast<int>(files.size()) > config.max_files) {
-    return absl::InvalidArgumentError(absl::StrCat(files.size(), " environment files, over the ",
-                                                   "worker's limit of ", config.max_files));
-  }
-  int64_t total = 0;
-  for (const auto& [path, content] : files) {
-    if (absl::Status s = CheckRelativePath(path); !s.ok()) return s;
-    if (static_cast<int64_t>(content.size()) > config.max_file_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("environment file '", path, "' is ",
-                                                     content.size(), " bytes, over the limit"));
-    }
-    total += static_cast<int64_t>(content.size());
-  }
-  if (total > config.max_files_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("environment files hold ", total,
-                                                   " bytes, over the worker's limit of ",
-                                                   config.max_files_bytes));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status WriteEnvironmentFile(const fs::path& work, const std::string& rel,
                                   const std::string& content) {
   fs::path path = work / rel;
@@ -306,6 +282,29 @@ bool IsAlive(int pid) {
 }
 
 }  // namespace
+
+absl::Status CheckFiles(const SandboxConfig& config,
+                        const google::protobuf::Map<std::string, std::string>& files) {
+  if (static_cast<int>(files.size()) > config.max_files) {
+    return absl::InvalidArgumentError(absl::StrCat(files.size(), " environment files, over the ",
+                                                   "worker's limit of ", config.max_files));
+  }
+  int64_t total = 0;
+  for (const auto& [path, content] : files) {
+    if (absl::Status s = CheckRelativePath(path); !s.ok()) return s;
+    if (static_cast<int64_t>(content.size()) > config.max_file_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("environment file '", path, "' is ",
+                                                     content.size(), " bytes, over the limit"));
+    }
+    total += static_cast<int64_t>(content.size());
+  }
+  if (total > config.max_files_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("environment files hold ", total,
+                                                   " bytes, over the worker's limit of ",
+                                                   config.max_files_bytes));
+  }
+  return absl::OkStatus();
+}
 
 Sandbox::Sandbox(const SandboxConfig& config, int slot, std::string dir)
     : config_(config), slot_(slot), dir_(std::move(dir)), bwrap_args_(BwrapArgs(config, dir_)) {

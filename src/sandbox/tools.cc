@@ -79,41 +79,6 @@ v1::ToolResult FromProcess(const v1::ToolCall& call, const absl::StatusOr<Proces
   return result;
 }
 
-absl::StatusOr<ProcessResult> Dispatch(const Sandbox& sandbox, const v1::ToolCall& call,
-                                       const json& args, double max_timeout_s) {
-  const std::string& name = call.name();
-  if (name == "bash") {
-    auto command = StringArg(args, call, "command");
-    if (!command.ok()) return command.status();
-    double timeout = max_timeout_s;
-    auto t = args.find("timeout_s");
-    if (t != args.end() && t->is_number() && t->get<double>() > 0) {
-      timeout = std::min(timeout, t->get<double>());
-    }
-    return sandbox.Bash(*command, timeout);
-  }
-  if (name == "python") {
-    auto code = StringArg(args, call, "code");
-    if (!code.ok()) return code.status();
-    return sandbox.Bash("exec python3 -", max_timeout_s, {}, *code);
-  }
-  if (name == "read_file") {
-    auto path = StringArg(args, call, "path");
-    if (!path.ok()) return path.status();
-    return sandbox.Bash("cat -- \"$1\"", max_timeout_s, {*path});
-  }
-  if (name == "write_file") {
-    auto path = StringArg(args, call, "path");
-    if (!path.ok()) return path.status();
-    auto content = StringArg(args, call, "content");
-    if (!content.ok()) return content.status();
-    return sandbox.Bash("mkdir -p -- \"$(dirname -- \"$1\")\" && cat > \"$1\"", max_timeout_s,
-                        {*path}, *content);
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown tool '", name, "' (bash, python, read_file, write_file, submit)"));
-}
-
 }  // namespace
 
 const std::string& ToolSchemasJson() {
@@ -121,26 +86,63 @@ const std::string& ToolSchemasJson() {
   return schemas;
 }
 
-v1::ToolResult ExecuteTool(const Sandbox& sandbox, const v1::ToolCall& call, double max_timeout_s) {
+absl::StatusOr<ToolInvocation> ParseToolCall(const v1::ToolCall& call, double max_timeout_s) {
   json args = json::parse(call.arguments_json().empty() ? "{}" : call.arguments_json(), nullptr,
                           /*allow_exceptions=*/false);
   if (!args.is_object()) {
-    return NotRun(call, absl::StrCat(call.name(), ": arguments are not a JSON object"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(call.name(), ": arguments are not a JSON object"));
   }
-  if (call.name() == "submit") {
+  const std::string& name = call.name();
+  ToolInvocation run;
+  run.timeout_s = max_timeout_s;
+  if (name == "bash") {
+    auto command = StringArg(args, call, "command");
+    if (!command.ok()) return command.status();
+    run.command = *command;
+    auto t = args.find("timeout_s");
+    if (t != args.end() && t->is_number() && t->get<double>() > 0) {
+      run.timeout_s = std::min(run.timeout_s, t->get<double>());
+    }
+  } else if (name == "python") {
+    auto code = StringArg(args, call, "code");
+    if (!code.ok()) return code.status();
+    run.command = "exec python3 -";
+    run.stdin_text = *code;
+  } else if (name == "read_file") {
+    auto path = StringArg(args, call, "path");
+    if (!path.ok()) return path.status();
+    run.command = "cat -- \"$1\"";
+    run.args = {*path};
+  } else if (name == "write_file") {
+    auto path = StringArg(args, call, "path");
+    if (!path.ok()) return path.status();
+    auto content = StringArg(args, call, "content");
+    if (!content.ok()) return content.status();
+    run.command = "mkdir -p -- \"$(dirname -- \"$1\")\" && cat > \"$1\"";
+    run.args = {*path};
+    run.stdin_text = *content;
+  } else if (name == "submit") {
     auto answer = StringArg(args, call, "answer");
-    if (!answer.ok()) return NotRun(call, std::string(answer.status().message()));
+    if (!answer.ok()) return answer.status();
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown tool '", name, "' (bash, python, read_file, write_file, submit)"));
+  }
+  return run;
+}
+
+v1::ToolResult ExecuteTool(const Sandbox& sandbox, const v1::ToolCall& call, double max_timeout_s) {
+  absl::StatusOr<ToolInvocation> run = ParseToolCall(call, max_timeout_s);
+  if (!run.ok()) return NotRun(call, std::string(run.status().message()));
+  if (call.name() == "submit") {
     v1::ToolResult result;
     result.set_call_id(call.id());
     result.set_name(call.name());
     result.set_stdout("submitted");
     return result;
   }
-  auto run = Dispatch(sandbox, call, args, max_timeout_s);
-  if (!run.ok() && run.status().code() == absl::StatusCode::kInvalidArgument) {
-    return NotRun(call, std::string(run.status().message()));
-  }
-  return FromProcess(call, run);
+  return FromProcess(call, sandbox.Bash(run->command, run->timeout_s, run->args, run->stdin_text));
 }
 
 std::string RenderToolResult(const v1::ToolResult& result) {

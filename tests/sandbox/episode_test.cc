@@ -185,6 +185,49 @@ TEST(EpisodeTest, WorkerKilledMidEpisodeFailsOnlyThatEpisode) {
   EXPECT_EQ(next.failure_reason().rfind("no_sandbox", 0), 0u) << next.failure_reason();
 }
 
+TEST(EpisodeTest, AWorkerKilledAndRestartedOnItsPortServesAgain) {
+  auto workers = StartWorkers(2, 2);
+  ASSERT_TRUE(workers);
+  rpc::WorkerPool pool(Pool(*workers));
+  v1::RunEpisode episode;
+  *episode.mutable_task() = tasks::ArithmeticTask(5);
+  const std::string answer = episode.task().verification().exact_answer();
+  auto solve = [&] {
+    return pool.RunEpisode(episode, [&](const v1::GenerateRequest&) {
+      return absl::StatusOr<v1::GenerateReply>(ToolTurn("submit", {{"answer", answer}}));
+    });
+  };
+  const std::string restarted = workers->targets()[0];
+  workers->Kill(0);
+  for (int i = 0; i < 3; ++i) {  // the live worker takes them all
+    v1::Trajectory t = solve();
+    EXPECT_EQ(t.verdict().reward(), 1.0) << t.failure_reason();
+    EXPECT_EQ(t.worker(), workers->targets()[1]);
+  }
+  // A new worker process on the dead one's port.
+  std::string pid_text;
+  testing_support::RunCommand(std::string(LOOM_BINARY) + " worker --listen " + restarted +
+                                  " --max-sandboxes 2 --processes 64 >/dev/null 2>&1 & echo $!",
+                              &pid_text);
+  const int pid = std::stoi(pid_text);
+  int on_restarted = 0, failed = 0;
+  for (int i = 0; i < 40 && on_restarted < 2; ++i) {
+    v1::Trajectory t = solve();
+    failed += t.verdict().reward() == 1.0 ? 0 : 1;
+    on_restarted += t.worker() == restarted ? 1 : 0;
+    // Two sessions at once, so that the second goes to the less loaded worker.
+    auto held = pool.OpenSession(v1::OpenSession());
+    v1::Trajectory u = solve();
+    failed += u.verdict().reward() == 1.0 ? 0 : 1;
+    on_restarted += u.worker() == restarted ? 1 : 0;
+    if (held.ok()) (*held)->Close().IgnoreError();
+    usleep(100000);
+  }
+  kill(pid, SIGTERM);
+  EXPECT_GE(on_restarted, 2) << "the restarted worker got no episode";
+  EXPECT_EQ(failed, 0);
+}
+
 TEST(EpisodeTest, PlacementSpreadsAndRetriesOnRefusal) {
   auto workers = StartWorkers(2, 1);
   ASSERT_TRUE(workers);

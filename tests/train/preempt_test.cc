@@ -3,18 +3,24 @@
 // SIGTERM at random moments, then --resume auto, gives the same per-step
 // loss, reward and rollout token counts (so no re-prefill) as an
 // uninterrupted run; a second SIGTERM during the save changes nothing;
-// kill -9 and a corrupt newest checkpoint still resume. The same holds
+// kill -9 and a corrupt newest checkpoint still resume; ten SIGTERMs in a
+// second checkpoint once; a disk that fills during the checkpoint is a clear
+// error that leaves the previous checkpoint to resume from. The same holds
 // mid-OPD on configs/test/preempt-opd.yaml (SFT then distillation from two
 // teachers of other architectures, one resident at a time).
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -72,9 +78,11 @@ struct Scenario {
 // `loom train` on the suite's scenario as a child process.
 class TrainProcess : public testing::LoomProcess {
  public:
+  // Logs to `log`, by default next to the run directory.
   TrainProcess(const Scenario& scenario, const std::string& run_dir, const std::string& model_dir,
-               bool resume)
-      : LoomProcess(Args(scenario, run_dir, model_dir, resume), run_dir + ".out") {}
+               bool resume, const std::string& log = "")
+      : LoomProcess(Args(scenario, run_dir, model_dir, resume),
+                    log.empty() ? run_dir + ".out" : log) {}
 
  private:
   static std::vector<std::string> Args(const Scenario& scenario, const std::string& run_dir,
@@ -248,6 +256,75 @@ TEST_F(PreemptTest, SecondSigtermDuringTheSaveChangesNothing) {
   ASSERT_EQ(process.Wait(), 0) << testing::ReadAll(run_dir + ".out");
   EXPECT_TRUE(mid_save) << "the save was not caught in progress";
   ResumeToEnd(run_dir);
+  ExpectSameAsBaseline(run_dir);
+}
+
+TEST_F(PreemptTest, TenSigtermsWithinASecondCheckpointOnce) {
+  const std::string run_dir = *dir_ / "ten";
+  TrainProcess process = Start(run_dir, false);
+  ASSERT_TRUE(WaitForSteps(process, run_dir, "grpo", 1));
+  for (int i = 0; i < 10; ++i) {
+    process.Signal(SIGTERM);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(process.Wait(), 0) << testing::ReadAll(run_dir + ".out");
+  EXPECT_EQ(Occurrences(testing::ReadAll(run_dir + ".out"), "preempted; checkpoint written"), 1);
+  ResumeToEnd(run_dir);
+  ExpectSameAsBaseline(run_dir);
+}
+
+// Writes zeros to `path` until its file system has at most `room` bytes left.
+void FillUp(const std::string& path, int64_t room) {
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(file, nullptr);
+  std::setvbuf(file, nullptr, _IONBF, 0);
+  const std::string chunk(1 << 14, '\0');
+  auto available = [&] {
+    struct statvfs st;
+    statvfs(path.c_str(), &st);
+    return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_bsize);
+  };
+  while (available() > room && std::fwrite(chunk.data(), 1, chunk.size(), file) == chunk.size()) {
+  }
+  std::fclose(file);
+}
+
+TEST_F(PreemptTest, DiskFullDuringTheCheckpointKeepsThePreviousOne) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  const std::string small = *dir_ / "small";
+  fs::create_directories(small);
+  ASSERT_EQ(mount("loom-test", small.c_str(), "tmpfs", 0, "size=64m"), 0) << std::strerror(errno);
+  struct Unmount {
+    std::string path;
+    ~Unmount() { umount2(path.c_str(), MNT_DETACH); }
+  } unmount{small};
+  // The run on the small file system; its log beside it, where there is room.
+  const std::string run_dir = small + "/run", log = *dir_ / "full.out";
+  TrainProcess process(*scenario_, run_dir, *dir_ / "model", false, log);
+  // By GRPO step 1 the checkpoints of SFT steps 8 and 16 are committed.
+  ASSERT_TRUE(WaitForSteps(process, run_dir, "grpo", 1)) << testing::ReadAll(log);
+  const std::string latest = testing::ReadAll(run_dir + "/checkpoints/latest");
+  // Room for the metrics and samples lines of a few more steps, not for a
+  // checkpoint (a few MB).
+  FillUp(small + "/filler", 256 << 10);
+  process.Signal(SIGTERM);
+  EXPECT_EQ(process.Wait(), 1) << testing::ReadAll(log);
+  const std::string out = testing::ReadAll(log);
+  EXPECT_NE(out.find("cannot write " + run_dir + "/checkpoints/"), std::string::npos) << out;
+  EXPECT_NE(out.find("No space left on device"), std::string::npos) << out;
+  EXPECT_EQ(out.find("terminate called"), std::string::npos) << out;
+  for (const auto& entry : fs::directory_iterator(run_dir + "/checkpoints")) {
+    EXPECT_NE(entry.path().filename().string().rfind(".tmp-", 0), 0u)
+        << "the half-written checkpoint was left: " << entry.path();
+  }
+  EXPECT_EQ(testing::ReadAll(run_dir + "/checkpoints/latest"), latest);
+  // With room again, the run resumes from the checkpoint it had and ends as
+  // an uninterrupted one.
+  fs::remove(small + "/filler");
+  TrainProcess resumed(*scenario_, run_dir, *dir_ / "model", true, log);
+  ASSERT_EQ(resumed.Wait(), 0) << testing::ReadAll(log);
+  EXPECT_NE(testing::ReadAll(log).find("resuming from " + run_dir + "/checkpoints/"),
+            std::string::npos);
   ExpectSameAsBaseline(run_dir);
 }
 

@@ -98,6 +98,12 @@ class Sandbox {
   std::vector<std::string> bwrap_args_;  // up to the command
 };
 
+// INVALID_ARGUMENT for files an Environment (or a Verification) may not
+// carry: a path that is absolute or leaves the work directory, a file over
+// `max_file_bytes`, more than `max_files`, more than `max_files_bytes`.
+absl::Status CheckFiles(const SandboxConfig& config,
+                        const google::protobuf::Map<std::string, std::string>& files);
+
 // Checks that bubblewrap can create a sandbox here (user namespaces allowed).
 // The message says what failed and why, for tests and `loom worker`.
 absl::Status CheckBubblewrap(const SandboxConfig& config);

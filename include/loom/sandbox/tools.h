@@ -5,6 +5,7 @@
 // relative), so a tool can never touch the worker's files.
 
 #include <string>
+#include <vector>
 
 #include "loom/sandbox/sandbox.h"
 #include "loom/v1/sandbox.pb.h"
@@ -14,6 +15,20 @@ namespace loom::sandbox {
 // The OpenAI tool list (JSON array) the scaffold puts on its system message;
 // the trainer's chat module renders it into the prompt.
 const std::string& ToolSchemasJson();
+
+// What a tool call runs in the sandbox: a bash command with its arguments
+// ($1..) and stdin, and its timeout (the call's own, capped by
+// `max_timeout_s`). submit runs nothing (an empty command).
+struct ToolInvocation {
+  std::string command;
+  std::vector<std::string> args;
+  std::string stdin_text;
+  double timeout_s = 0;
+};
+
+// INVALID_ARGUMENT naming the tool and argument for arguments that are not a
+// JSON object, a missing or mistyped argument, or an unknown tool.
+absl::StatusOr<ToolInvocation> ParseToolCall(const v1::ToolCall& call, double max_timeout_s);
 
 // Runs one call. Bad arguments or an unknown tool give exit_code -1 and
 // `error`; a command's own failure is its exit code. `max_timeout_s` caps
