@@ -86,9 +86,14 @@ std::vector<std::string> BwrapArgs(const SandboxConfig& config, const std::strin
       args.insert(args.end(), {"--ro-bind", path, path});
     }
   }
-  args.insert(args.end(), {"--proc", "/proc", "--dev", "/dev", "--bind", dir + "/shm", "/dev/shm",
-                           "--bind", dir + "/work", "/workspace", "--bind", dir + "/tmp", "/tmp",
-                           "--remount-ro", "/", "--chdir", "/workspace", "--seccomp", "3"});
+  // bwrap's /dev is a tmpfs the sandbox's user owns: read-only, or a
+  // command could fill memory with files no cap counts. Device nodes still
+  // work, and /dev/shm is the session's own directory.
+  args.insert(args.end(),
+              {"--proc",     "/proc",        "--dev", "/dev",         "--bind",      dir + "/shm",
+               "/dev/shm",   "--remount-ro", "/dev",  "--bind",       dir + "/work", "/workspace",
+               "--bind",     dir + "/tmp",   "/tmp",  "--remount-ro", "/",           "--chdir",
+               "/workspace", "--seccomp",    "3"});
   return args;
 }
 

@@ -92,6 +92,11 @@ TEST_F(HardeningTest, DevShmCountsAgainstTheDiskCap) {
   config_.caps.disk_bytes = 256LL << 20;
   config_.limits.file_size = 256LL << 20;
   const Sandbox& box = Make();
+  // Nothing but /dev/shm takes files under /dev (bwrap's /dev is an unsized tmpfs).
+  ProcessResult dev =
+      Run("touch /dev/x 2>/dev/null && echo dev-writable; echo ok > /dev/null && "
+          "ls /dev/null /dev/zero /dev/urandom | wc -l");
+  EXPECT_EQ(dev.stdout_text, "3\n") << dev.stderr_text;
   ProcessResult r =
       Run("for i in 1 2 3; do head -c 200000000 /dev/zero > /dev/shm/f$i; done; sleep 20", 30);
   EXPECT_NE(r.limit.find("disk cap"), std::string::npos) << r.stderr_text;
