@@ -22,18 +22,18 @@ grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-}  // namespace
-
 // Compares in time that depends only on the lengths, so that timing does not
 // reveal how much of a guessed token was right.
 bool SameSecret(absl::string_view given, absl::string_view expected) {
+  if (expected.empty()) return false;
   unsigned char diff = given.size() == expected.size() ? 0 : 1;
   for (size_t i = 0; i < given.size(); ++i) {
-    diff |=
-        static_cast<unsigned char>(given[i] ^ expected[i % std::max<size_t>(expected.size(), 1)]);
+    diff |= static_cast<unsigned char>(given[i] ^ expected[i % expected.size()]);
   }
-  return diff == 0 && !expected.empty();
+  return diff == 0;
 }
+
+}  // namespace
 
 grpc::Status SandboxService::CheckAuth(const grpc::ServerContext& context) const {
   if (auth_token_.empty()) return grpc::Status::OK;
