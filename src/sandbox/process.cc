@@ -169,30 +169,30 @@ class Pump {
     Clock::time_point drain_until = Clock::time_point::max();
     // Commands shorter than one interval are never watched.
     Clock::time_point next_watch = start + std::chrono::milliseconds(spec_.watch_interval_ms);
+    // Kills the whole group; what still holds the pipes gets the grace period.
+    auto kill_group = [&](Clock::time_point now) {
+      killpg(pid_, SIGKILL);
+      drain_until = std::min(drain_until, now + kDrainGrace);
+    };
     // Until the child has exited and its output is drained (or the grace
     // period after its exit or kill has passed).
     while (true) {
       const Clock::time_point now = Clock::now();
-      if (!exited_ && Reap(false)) {
-        killpg(pid_, SIGKILL);  // leftovers of an exited command
-        drain_until = std::min(drain_until, now + kDrainGrace);
-      }
+      if (!exited_ && Reap(false)) kill_group(now);  // leftovers of an exited command
       if ((exited_ && out_ < 0 && err_ < 0) || now >= drain_until) break;
       if (!timed_out_ && now >= deadline) {
         timed_out_ = true;
-        killpg(pid_, SIGKILL);
-        drain_until = std::min(drain_until, now + kDrainGrace);
+        kill_group(now);
       }
-      if (!exited_ && !timed_out_ && limit_.empty() && spec_.watch && now >= next_watch) {
+      const bool watching = spec_.watch && !exited_ && !timed_out_ && limit_.empty();
+      if (watching && now >= next_watch) {
         limit_ = spec_.watch(pid_);
         next_watch = now + std::chrono::milliseconds(spec_.watch_interval_ms);
-        if (!limit_.empty()) {
-          killpg(pid_, SIGKILL);
-          drain_until = std::min(drain_until, now + kDrainGrace);
-        }
+        if (!limit_.empty()) kill_group(now);
       }
       const Clock::time_point next_deadline =
-          std::min(timed_out_ ? drain_until : deadline, spec_.watch ? next_watch : deadline);
+          std::min(timed_out_ ? drain_until : deadline,
+                   watching && limit_.empty() ? next_watch : Clock::time_point::max());
       PollOnce(std::min({next_deadline, drain_until, now + std::chrono::milliseconds(20)}) - now);
     }
     CloseFd(in_);
