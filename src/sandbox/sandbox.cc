@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <system_error>
 
 #include "absl/strings/match.h"
@@ -20,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "loom/config/files.h"
 #include "loom/sandbox/seccomp.h"
+#include "loom/sandbox/usage.h"
 
 namespace loom::sandbox {
 namespace fs = std::filesystem;
@@ -167,8 +170,10 @@ absl::Status CopyEnvironmentDir(const std::string& task_root, const std::string&
 }
 
 // Copies a directory tree as it is: links stay links (never followed), and
-// anything but files, directories and links (fifos, sockets) is left out.
-absl::Status CopyTree(const fs::path& from, const fs::path& to) {
+// anything but files, directories and links (fifos, sockets) is left out, as
+// are the files and links whose path relative to `from` `skip` names.
+absl::Status CopyTree(const fs::path& from, const fs::path& to,
+                      const std::function<bool(const std::string&)>& skip = nullptr) {
   std::error_code ec;
   fs::create_directories(to, ec);
   for (auto it = fs::recursive_directory_iterator(from, ec); !ec && it != fs::end(it);
@@ -179,7 +184,8 @@ absl::Status CopyTree(const fs::path& from, const fs::path& to) {
     if (ec) break;
     if (fs::is_directory(status)) {
       fs::create_directories(dest, ec);
-    } else if (fs::is_symlink(status) || fs::is_regular_file(status)) {
+    } else if ((fs::is_symlink(status) || fs::is_regular_file(status)) &&
+               !(skip && skip(it->path().lexically_relative(from).string()))) {
       fs::copy(it->path(), dest, fs::copy_options::copy_symlinks, ec);
     }
   }
@@ -204,17 +210,10 @@ bool InAnswer(const std::string& rel, const std::vector<std::string>& patterns) 
 // ones deleted), copied to `to`.
 absl::Status CopyAnswer(const fs::path& pristine, const fs::path& work,
                         const std::vector<std::string>& patterns, const fs::path& to) {
-  if (absl::Status s = CopyTree(pristine, to); !s.ok()) return s;
+  auto in_answer = [&](const std::string& rel) { return InAnswer(rel, patterns); };
+  if (absl::Status s = CopyTree(pristine, to, in_answer); !s.ok()) return s;
+  // Only the answer's files of the agent's, with just the directories they need.
   std::error_code ec;
-  std::vector<fs::path> replaced;
-  for (auto it = fs::recursive_directory_iterator(to, ec); !ec && it != fs::end(it);
-       it.increment(ec)) {
-    if (!fs::is_directory(it->symlink_status(ec)) &&
-        InAnswer(it->path().lexically_relative(to).string(), patterns)) {
-      replaced.push_back(it->path());
-    }
-  }
-  for (const fs::path& path : replaced) fs::remove(path, ec);
   for (auto it = fs::recursive_directory_iterator(work, ec); !ec && it != fs::end(it);
        it.increment(ec)) {
     const std::string rel = it->path().lexically_relative(work).string();
@@ -279,11 +278,8 @@ absl::Status PrepareEtc(const SandboxConfig& config) {
 // A process that exists and is not a zombie.
 bool IsAlive(int pid) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(stat, line);
-  size_t paren = line.rfind(')');
-  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'Z';
+  const std::optional<ProcStat> stat = ReadProcStat(pid);
+  return !stat || stat->state != 'Z';
 }
 
 }  // namespace

@@ -24,26 +24,7 @@
 namespace loom::sandbox {
 namespace {
 
-// ppid and resident pages of one process; false when it is gone.
-bool ReadStat(const std::string& pid, int* ppid, int64_t* rss_pages) {
-  std::ifstream in("/proc/" + pid + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return false;
-  // The command name may hold spaces and parentheses: fields follow the last ')'.
-  const size_t paren = line.rfind(')');
-  if (paren == std::string::npos) return false;
-  std::vector<absl::string_view> fields =
-      absl::StrSplit(absl::string_view(line).substr(paren + 1), ' ', absl::SkipEmpty());
-  // fields[0] is field 3 (state): ppid is field 4, rss field 24.
-  return fields.size() > 21 && absl::SimpleAtoi(fields[1], ppid) &&
-         absl::SimpleAtoi(fields[21], rss_pages);
-}
-
 std::string MiB(int64_t bytes) { return absl::StrCat(bytes >> 20, " MiB"); }
-
-}  // namespace
-
-namespace {
 
 // One reading of /proc: who is whose child, and resident pages.
 struct ProcessTable {
@@ -58,11 +39,12 @@ std::shared_ptr<const ProcessTable> ScanProcesses() {
   DIR* proc = opendir("/proc");
   if (proc == nullptr) return table;
   while (dirent* entry = readdir(proc)) {
-    int pid = 0, ppid = 0;
-    int64_t pages = 0;
-    if (!absl::SimpleAtoi(entry->d_name, &pid) || !ReadStat(entry->d_name, &ppid, &pages)) continue;
-    table->children[ppid].push_back(pid);
-    table->rss_pages[pid] = pages;
+    int pid = 0;
+    if (!absl::SimpleAtoi(entry->d_name, &pid)) continue;
+    const std::optional<ProcStat> stat = ReadProcStat(pid);
+    if (!stat) continue;
+    table->children[stat->ppid].push_back(pid);
+    table->rss_pages[pid] = stat->rss_pages;
   }
   closedir(proc);
   return table;
@@ -82,6 +64,25 @@ std::shared_ptr<const ProcessTable> RecentProcesses(std::chrono::milliseconds ma
 }
 
 }  // namespace
+
+std::optional<ProcStat> ReadProcStat(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return std::nullopt;
+  // The command name may hold spaces and parentheses: fields follow the last ')'.
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos) return std::nullopt;
+  std::vector<absl::string_view> fields =
+      absl::StrSplit(absl::string_view(line).substr(paren + 1), ' ', absl::SkipEmpty());
+  // fields[0] is field 3 (state): ppid is field 4, rss field 24.
+  ProcStat stat;
+  if (fields.size() <= 21 || fields[0].size() != 1 || !absl::SimpleAtoi(fields[1], &stat.ppid) ||
+      !absl::SimpleAtoi(fields[21], &stat.rss_pages)) {
+    return std::nullopt;
+  }
+  stat.state = fields[0][0];
+  return stat;
+}
 
 ProcessTreeUsage MeasureProcessTree(int root, std::chrono::milliseconds max_age) {
   std::shared_ptr<const ProcessTable> table =
@@ -158,19 +159,16 @@ std::string UsageWatch::Check(int pid) {
   const DiskUsage disk = MeasureDisk(dir_);
   const Clock::duration cost = Clock::now() - now;
   next_disk_walk_ = now + std::max<Clock::duration>(std::chrono::milliseconds(100), 10 * cost);
-  if (!have_baseline_) {
-    baseline_ = disk;
-    have_baseline_ = true;
-  }
+  if (!baseline_) baseline_ = disk;
   if (!disk.unreadable.empty()) {
     return absl::StrCat("a directory the worker cannot measure: ",
                         disk.unreadable.substr(std::min(dir_.size(), disk.unreadable.size())));
   }
-  if (disk.bytes > caps_.disk_bytes && disk.bytes > baseline_.bytes) {
+  if (disk.bytes > caps_.disk_bytes && disk.bytes > baseline_->bytes) {
     return absl::StrCat("the sandbox's files take ", MiB(disk.bytes), ", over its disk cap of ",
                         MiB(caps_.disk_bytes));
   }
-  if (disk.inodes > caps_.inodes && disk.inodes > baseline_.inodes) {
+  if (disk.inodes > caps_.inodes && disk.inodes > baseline_->inodes) {
     return absl::StrCat("the sandbox holds ", disk.inodes, " files, over its cap of ",
                         caps_.inodes);
   }

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace loom::sandbox {
@@ -27,6 +28,14 @@ struct ProcessTreeUsage {
   int processes = 0;
   int64_t resident_bytes = 0;
 };
+
+// What /proc/<pid>/stat says of a process; nullopt when it is gone.
+struct ProcStat {
+  char state = '?';  // R, S, D, Z, ...
+  int ppid = 0;
+  int64_t rss_pages = 0;
+};
+std::optional<ProcStat> ReadProcStat(int pid);
 
 // `root` and all its descendants, from /proc/<pid>/stat: a scan of its own,
 // or one at most `max_age` old that any thread made.
@@ -60,8 +69,7 @@ class UsageWatch {
   using Clock = std::chrono::steady_clock;
   const SandboxCaps& caps_;
   std::string dir_;
-  bool have_baseline_ = false;
-  DiskUsage baseline_;
+  std::optional<DiskUsage> baseline_;  // the first walk
   Clock::time_point next_disk_walk_{};
 };
 
