@@ -150,8 +150,8 @@ std::vector<WorkerLoad> WorkerPool::Loads() {
     PrepareContext(context, options_.auth_token, In(options_.status_timeout_s));
     v1::StatusReply reply;
     grpc::Status status = worker->stub->Status(&context, v1::StatusRequest(), &reply);
-    loads.push_back(
-        {worker->target, reply.live_sandboxes(), reply.capacity(), reply.p50_ms(), status.ok()});
+    loads.push_back({worker->target, reply.live_sandboxes(), reply.episodes_running(),
+                     reply.capacity(), reply.p50_ms(), status.ok()});
   }
   return loads;
 }

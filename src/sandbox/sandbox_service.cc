@@ -57,6 +57,7 @@ grpc::Status SandboxService::Status(grpc::ServerContext* context, const v1::Stat
   reply->set_sessions_served(load.served);
   reply->set_refused(load.refused);
   reply->set_worker(name_);
+  reply->set_episodes_running(episodes_running_.load());
   return grpc::Status::OK;
 }
 
@@ -171,7 +172,9 @@ grpc::Status SandboxService::RunEpisode(Stream* stream, const Sandbox& sandbox,
   ToolObserver record = [this](const v1::ToolResult& result) {
     admission_.RecordLatency(static_cast<double>(result.duration_ms()));
   };
+  ++episodes_running_;  // until the verdict is known, before it is sent
   *done.mutable_episode_done() = RunScaffold(sandbox, episode, generate, record);
+  --episodes_running_;
   done.mutable_episode_done()->set_worker(name_);
   if (!protocol_error.ok()) return protocol_error;
   stream->Write(done);

@@ -49,6 +49,7 @@ class SandboxService final : public v1::SandboxWorker::Service {
   const SessionLimits limits_;
   Watchdog watchdog_;
   std::atomic<int64_t> next_session_{0};
+  std::atomic<int> episodes_running_{0};
 };
 
 }  // namespace loom::sandbox

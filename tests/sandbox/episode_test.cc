@@ -155,13 +155,20 @@ TEST(EpisodeTest, StepLimitEndsTheEpisode) {
   *episode.mutable_task() = tasks::ArithmeticTask(2);
   episode.mutable_options()->set_max_steps(3);
   int turns = 0;
+  std::vector<rpc::WorkerLoad> during;
   v1::Trajectory t = pool.RunEpisode(episode, [&](const v1::GenerateRequest&) {
     ++turns;
+    during = pool.Loads();
     return absl::StatusOr<v1::GenerateReply>(ToolTurn("bash", {{"command", "true"}}));
   });
   EXPECT_EQ(turns, 3);
   EXPECT_EQ(t.failure_reason(), "step_limit");
   EXPECT_FALSE(t.penalty());
+  // While the worker waits for a turn, its load report shows the episode.
+  ASSERT_EQ(during.size(), 1u);
+  EXPECT_EQ(during[0].live, 1);
+  EXPECT_EQ(during[0].episodes, 1);
+  EXPECT_EQ(pool.Loads()[0].episodes, 0);
 }
 
 TEST(EpisodeTest, WorkerKilledMidEpisodeFailsOnlyThatEpisode) {

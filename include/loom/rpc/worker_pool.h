@@ -38,6 +38,7 @@ struct PoolOptions {
 struct WorkerLoad {
   std::string target;
   int live = 0;
+  int episodes = 0;  // of `live`, sessions inside an episode
   int capacity = 0;
   double p50_ms = 0;
   bool reachable = false;
