@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "loom/chat/special_tokens.h"
+#include "loom/config/check.h"
 
 namespace loom::train {
 
@@ -35,14 +36,25 @@ absl::StatusOr<std::unique_ptr<AgentStage>> AgentStage::Create(const TrainContex
   return stage;
 }
 
+nlohmann::json TrajectoryJson(const v1::Trajectory& trajectory) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;  // a reward of 0 is a reward
+  LOOM_CHECK(google::protobuf::util::MessageToJsonString(trajectory, &text, options).ok(),
+             "protobuf cannot print a trajectory as JSON");
+  return nlohmann::json::parse(text);
+}
+
+absl::StatusOr<v1::Trajectory> TrajectoryFromJson(const nlohmann::json& json,
+                                                  const std::string& what) {
+  v1::Trajectory trajectory;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(json.dump(), &trajectory);
+  if (!parsed.ok()) return absl::DataLossError(what + ": " + parsed.ToString());
+  return trajectory;
+}
+
 absl::Status AgentStage::Log(const rollout::SampleState& state, const SampleEntry& info) {
-  std::string trajectory;
-  google::protobuf::util::JsonPrintOptions json;
-  json.preserve_proto_field_names = true;
-  json.always_print_primitive_fields = true;  // a reward of 0 is a reward
-  if (!google::protobuf::util::MessageToJsonString(*info.trajectory, &trajectory, json).ok()) {
-    return absl::InternalError("sample " + std::to_string(state.id) + ": trajectory to JSON");
-  }
   return log_.Write({{"sample", state.id},
                      {"dataset", context_.datasets[info.dataset]->name()},
                      {"effort", info.effort},
@@ -50,7 +62,7 @@ absl::Status AgentStage::Log(const rollout::SampleState& state, const SampleEntr
                      {"prompt_length", state.prompt_length},
                      {"tokens", state.tokens},
                      {"loss_mask", state.loss_mask},
-                     {"trajectory", nlohmann::json::parse(trajectory)}});
+                     {"trajectory", TrajectoryJson(*info.trajectory)}});
 }
 
 }  // namespace loom::train

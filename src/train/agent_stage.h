@@ -8,6 +8,8 @@
 // Run loop thread only.
 
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "loom/agent/episodes.h"
@@ -19,6 +21,13 @@
 #include "loom/train/sample_table.h"
 
 namespace loom::train {
+
+// A trajectory in the protobuf JSON mapping (the .proto's field names, zeros
+// printed), as trajectories.jsonl and checkpoints hold it; and back, with a
+// DATA_LOSS status led by `what` when the JSON is not a trajectory.
+nlohmann::json TrajectoryJson(const v1::Trajectory& trajectory);
+absl::StatusOr<v1::Trajectory> TrajectoryFromJson(const nlohmann::json& json,
+                                                  const std::string& what);
 
 class AgentStage {
  public:

@@ -1,5 +1,6 @@
 #include "loom/train/async_loop.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -7,6 +8,7 @@
 
 #include "loom/config/check.h"
 #include "loom/metrics/progress.h"
+#include "loom/v1/sandbox.pb.h"
 #include "train/agent_stage.h"
 
 namespace loom::train {
@@ -15,6 +17,17 @@ namespace {
 double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
 
 }  // namespace
+
+void MaskInfrastructureFailures(std::vector<TrainingSample>& samples,
+                                std::map<std::string, int64_t>& by_cause) {
+  auto masked = [&](const TrainingSample& sample) {
+    if (sample.info.trajectory == nullptr || !sample.info.trajectory->penalty()) return false;
+    const std::string& reason = sample.info.trajectory->failure_reason();
+    ++by_cause[reason.substr(0, reason.find(':'))];
+    return true;
+  };
+  samples.erase(std::remove_if(samples.begin(), samples.end(), masked), samples.end());
+}
 
 absl::StatusOr<std::unique_ptr<AsyncLoop>> AsyncLoop::Create(const model::Transformer& model,
                                                              const Options& options) {
@@ -107,11 +120,15 @@ absl::Status AsyncLoop::Run(dispatch::RolloutPort& port, BatchTrainer& trainer, 
       }
       continue;
     }
+    std::vector<TrainingSample> samples = table_.Take(*ready);
+    MaskInfrastructureFailures(samples, masked_);
+    if (samples.empty()) continue;  // all lost to infrastructure: nothing to train on
     totals_.seconds += Seconds() - rollout_start;
     engine_->ParkAll();
     if (offload_parked_) engine_->OffloadParked();
 
-    Batch batch{table_.Take(*ready), step, dispatcher_->TakeStats(), totals_};
+    Batch batch{std::move(samples), step, dispatcher_->TakeStats(), totals_, std::move(masked_)};
+    masked_.clear();
     auto record = trainer.Train(batch);
     if (!record.ok()) return record.status();
     (*record)["prefill_tokens"] = totals_.prefill_tokens;
@@ -119,6 +136,12 @@ absl::Status AsyncLoop::Run(dispatch::RolloutPort& port, BatchTrainer& trainer, 
     std::set<int64_t> versions;
     for (const TrainingSample& sample : batch.samples) versions.insert(sample.info.config_version);
     (*record)["batch_config_versions"] = versions;
+    if (agents_ != nullptr) {
+      int64_t masked = 0;
+      for (const auto& [cause, count] : batch.masked_by_cause) masked += count;
+      (*record)["episodes_masked"] = masked;
+      (*record)["episodes_masked_by_cause"] = batch.masked_by_cause;
+    }
     if (hooks.trained) {
       if (absl::Status s = hooks.trained(batch); !s.ok()) return s;
     }

@@ -13,6 +13,7 @@
 #include "loom/train/evaluator.h"
 #include "loom/train/live_config.h"
 #include "loom/train/stage_checkpoint.h"
+#include "loom/v1/sandbox.pb.h"
 #include "train/agent_stage.h"
 
 namespace loom::train {
@@ -55,16 +56,23 @@ class EnginePort : public dispatch::RolloutPort {
           loop_.table().Fail(ticket.sample_id, prompt.status());
           continue;
         }
-        rollout::SampleRequest request = Request(ticket.sample_id, *prompt);
         if (agent) {
-          LOOM_CHECK(agents_ != nullptr, "sandbox dataset without sandbox clients");
-          agents_->rollout()->Start(
-              std::move(request), tasks::BuiltinTask(spec.kind, problem->task_seed), shown_effort);
-        } else if (absl::Status s = loop_.engine().Add(request); !s.ok()) {
+          StartEpisode(*loop_.table().Find(ticket.sample_id));
+        } else if (absl::Status s = loop_.engine().Add(Request(ticket.sample_id, *prompt));
+                   !s.ok()) {
           loop_.table().Fail(ticket.sample_id, s);
         }
       }
     }
+  }
+
+  // Starts an agent sample's episode; its prompt comes from the worker.
+  void StartEpisode(const SampleEntry& entry) {
+    LOOM_CHECK(agents_ != nullptr, "sandbox dataset without sandbox clients");
+    const config::DatasetSection& spec = context_.config.tasks.datasets[entry.dataset];
+    agents_->rollout()->Start(Request(entry.id, {}),
+                              tasks::BuiltinTask(spec.kind, entry.problem->task_seed),
+                              context_.config.effort.PromptEffort(entry.effort));
   }
 
  private:
@@ -100,7 +108,7 @@ class StepReport {
   ~StepReport() { progress_.Finish(); }
 
   // samples.jsonl: where each trained sample came from, the config version
-  // it was dispatched under and (opd) its teacher.
+  // it was dispatched under, (opd) its teacher and (agents) its episode.
   absl::Status Trained(const Batch& batch) {
     const std::vector<algo::TeacherSpec>& teachers = context_.live->teacher_slots();
     for (const TrainingSample& sample : batch.samples) {
@@ -115,6 +123,13 @@ class StepReport {
           {"first_token_version",
            sample.state.segments.empty() ? -1 : sample.state.segments.front().version},
           {"generated_tokens", sample.state.generated}};
+      if (info.trajectory != nullptr) {
+        const v1::Trajectory& t = *info.trajectory;
+        line["episode"] = {{"steps", t.steps()},
+                           {"format_errors", t.format_errors()},
+                           {"failure_reason", t.failure_reason()},
+                           {"reward", t.verdict().reward()}};
+      }
       if (info.teacher >= 0) {
         line["teacher"] = teachers.at(info.teacher).name;
         line["teacher_path"] = teachers.at(info.teacher).path;
@@ -182,7 +197,11 @@ absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
 
   int64_t step = 0;
   AsyncStageState state{spec.stage, **loop, optimizer.adamw(), step};
-  if (absl::Status s = RestoreAsync(context, state); !s.ok()) return s;
+  if (absl::Status s =
+          RestoreAsync(context, state, [&](const SampleEntry& entry) { port.StartEpisode(entry); });
+      !s.ok()) {
+    return s;
+  }
   auto samples = metrics::MetricsWriter::Open(context.run_dir.samples_path());
   if (!samples.ok()) return samples.status();
   StepReport report(context, **loop, spec, *samples);

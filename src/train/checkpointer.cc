@@ -156,8 +156,11 @@ absl::StatusOr<std::string> Checkpointer::Save(TrainState state, const model::Tr
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() -
       start;
-  spdlog::info("checkpoint {} written in {:.2f} s ({} in-flight samples)", *dir, seconds,
-               (*meta)["inflight_samples"].get<int64_t>());
+  spdlog::info(
+      "checkpoint {} written in {:.2f} s ({} in-flight samples, {} running agent episodes to "
+      "start again on resume)",
+      *dir, seconds, (*meta)["inflight_samples"].get<int64_t>(),
+      (*meta)["running_episodes"].get<int64_t>());
   return dir;
 }
 

@@ -49,7 +49,7 @@ struct GrpoTrainer::Judged {
   std::vector<int64_t> response_tokens;    // [n]
   std::vector<int64_t> subgroup_ids;       // [n]
   int64_t parsed = 0;
-  int64_t episodes = 0, episodes_failed = 0, episode_steps = 0;
+  int64_t episodes = 0, episode_steps = 0;
   int64_t lag_sum = 0, lag_max = 0;  // policy versions behind, oldest token
   MeanBy reward_by_dataset, reward_by_effort, length_by_dataset, length_by_effort;
   MeanBy reasoning_by_effort;  // reasoning tokens (inside <think>), what r_len is paid on
@@ -80,11 +80,12 @@ Judgement JudgeTrainingSample(const TrainContext& context, const TrainingSample&
   }
   LOOM_CHECK(sample.info.trajectory != nullptr, "agent sample " << state.id << " without episode");
   const v1::Trajectory& trajectory = *sample.info.trajectory;
+  LOOM_CHECK(!trajectory.penalty(), "agent sample " << state.id << " failed for infrastructure "
+                                                    << "reasons; such samples are masked");
   Judgement judgement;
-  judgement.parsed = !trajectory.penalty() && trajectory.format_errors() == 0;
+  judgement.parsed = trajectory.format_errors() == 0;
   judgement.content = trajectory.answer();
-  judgement.reward =
-      trajectory.penalty() ? context.config.sandbox.failure_reward : trajectory.verdict().reward();
+  judgement.reward = trajectory.verdict().reward();
   return judgement;
 }
 
@@ -117,7 +118,6 @@ GrpoTrainer::Judged GrpoTrainer::JudgeBatch(const std::vector<TrainingSample>& s
     judged.parsed += judgement.parsed;
     if (sample.info.agent) {
       ++judged.episodes;
-      judged.episodes_failed += sample.info.trajectory->penalty();
       judged.episode_steps += sample.info.trajectory->steps();
     }
     judged.subgroup_ids.push_back(static_cast<int64_t>(sample.info.subgroup_id));
@@ -285,7 +285,6 @@ nlohmann::json GrpoTrainer::Record(const Batch& batch, const Judged& judged,
   }
   if (judged.episodes > 0) {
     record["episodes"] = judged.episodes;
-    record["episodes_failed"] = judged.episodes_failed;
     record["episode_steps_mean"] =
         static_cast<double>(judged.episode_steps) / static_cast<double>(judged.episodes);
   }

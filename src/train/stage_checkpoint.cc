@@ -6,6 +6,8 @@
 #include "loom/train/checkpointer.h"
 #include "loom/train/live_config.h"
 #include "loom/train/sft_stage.h"
+#include "loom/v1/sandbox.pb.h"
+#include "train/agent_stage.h"
 
 namespace loom::train {
 namespace {
@@ -33,19 +35,17 @@ absl::StatusOr<TrainState> CaptureAsync(const TrainContext& context, AsyncStageS
   grpo.decode_tokens = loop.totals().decode_tokens;
   loop.engine().ParkAll();
   for (const auto& [id, entry] : loop.table().entries()) {
-    grpo.records.push_back({id, entry.dataset, entry.problem_index, entry.subgroup_id, entry.effort,
-                            entry.config_version, entry.teacher});
+    SampleRecord record{id,           entry.dataset,        entry.problem_index, entry.subgroup_id,
+                        entry.effort, entry.config_version, entry.teacher,       entry.agent};
+    if (entry.trajectory != nullptr) record.trajectory = TrajectoryJson(*entry.trajectory);
+    grpo.records.push_back(std::move(record));
     if (entry.state) {
       grpo.finished.push_back(*entry.state);
       continue;
     }
-    if (entry.agent) {
-      // The episode lives on a sandbox worker; it cannot be saved and resumed.
-      return absl::FailedPreconditionError(
-          "checkpoint: agent sample " + std::to_string(id) +
-          " is in a sandbox episode; checkpoints of async stages with sandbox datasets are only "
-          "possible with no episode in flight (not supported yet)");
-    }
+    // A running episode's sandbox is on a worker; a resumed run starts the
+    // episode again from its prompt (RestoreAsync).
+    if (entry.agent) continue;
     auto exported = loop.engine().Export(id);
     if (!exported.ok()) return exported.status();
     grpo.inflight.push_back(*std::move(exported));
@@ -77,7 +77,8 @@ absl::Status AsyncBoundary(TrainContext& context, AsyncStageState loop, bool aft
       });
 }
 
-absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop) {
+absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop,
+                          const std::function<void(const SampleEntry&)>& restart_episode) {
   if (context.checkpointer == nullptr) return absl::OkStatus();
   std::optional<TrainState> state = context.checkpointer->TakeResume(loop.stage);
   if (!state) return absl::OkStatus();
@@ -100,6 +101,18 @@ absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop) {
     entry.problem_index = r.problem_index;
     entry.config_version = r.config_version;
     entry.teacher = r.teacher;
+    entry.agent = r.agent;
+    if (r.agent && context.config.tasks.datasets[r.dataset].environment != "sandbox") {
+      return absl::FailedPreconditionError(
+          "checkpoint sample " + std::to_string(r.id) + " is an agent episode but dataset '" +
+          context.config.tasks.datasets[r.dataset].name + "' has no `environment: sandbox` now");
+    }
+    if (!r.trajectory.is_null()) {
+      auto trajectory = TrajectoryFromJson(
+          r.trajectory, "checkpoint state.json: sample " + std::to_string(r.id) + ": trajectory");
+      if (!trajectory.ok()) return trajectory.status();
+      entry.trajectory = std::make_shared<const v1::Trajectory>(*std::move(trajectory));
+    }
     entry.problem =
         std::make_shared<tasks::Problem>(context.datasets[r.dataset]->Train(r.problem_index));
     table.Admit(std::move(entry));
@@ -119,20 +132,33 @@ absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop) {
   if (absl::Status s = ImportInflight(loop.loop.engine(), std::move(grpo.inflight)); !s.ok()) {
     return s;
   }
+  // Episodes that were running start again from their prompts, under the
+  // same sample ids (and so the same sampling seeds).
+  int64_t restarted = 0;
+  for (const auto& [id, entry] : table.entries()) {
+    if (!entry.agent || entry.state) continue;
+    if (entry.trajectory != nullptr) {
+      return absl::DataLossError("checkpoint: agent sample " + std::to_string(id) +
+                                 " has a trajectory but no tokens");
+    }
+    restart_episode(entry);
+    ++restarted;
+  }
   loop.loop.totals().prefill_tokens = grpo.prefill_tokens;
   loop.loop.totals().decode_tokens = grpo.decode_tokens;
   loop.step = state->cursor.step;
   spdlog::info(
       "{} resumes at step {}: {} in-flight samples restored with {} KV tokens "
-      "(no re-prefill), {} finished samples awaiting training",
-      loop.stage, loop.step, inflight, kv_tokens, finished);
+      "(no re-prefill), {} finished samples awaiting training, {} agent episodes started again",
+      loop.stage, loop.step, inflight, kv_tokens, finished, restarted);
   return context.metrics.Write({{"event", "resume"},
                                 {"stage", loop.stage},
                                 {"step", loop.step},
                                 {"version", context.policy_version},
                                 {"inflight_restored", inflight},
                                 {"kv_tokens_restored", kv_tokens},
-                                {"finished_restored", finished}});
+                                {"finished_restored", finished},
+                                {"episodes_restarted", restarted}});
 }
 
 absl::Status SftBoundary(TrainContext& context, AdamW& optimizer, const SftCursor& cursor,

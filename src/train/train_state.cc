@@ -19,13 +19,16 @@ namespace {
 constexpr int kFormatVersion = 1;
 
 nlohmann::json RecordJson(const SampleRecord& r) {
-  return {{"id", r.id},
-          {"dataset", r.dataset},
-          {"problem_index", r.problem_index},
-          {"subgroup_id", r.subgroup_id},
-          {"effort", r.effort},
-          {"config_version", r.config_version},
-          {"teacher", r.teacher}};
+  nlohmann::json j = {{"id", r.id},
+                      {"dataset", r.dataset},
+                      {"problem_index", r.problem_index},
+                      {"subgroup_id", r.subgroup_id},
+                      {"effort", r.effort},
+                      {"config_version", r.config_version},
+                      {"teacher", r.teacher}};
+  if (r.agent) j["agent"] = true;
+  if (!r.trajectory.is_null()) j["trajectory"] = r.trajectory;
+  return j;
 }
 
 nlohmann::json StateJson(const TrainState& state) {
@@ -94,6 +97,14 @@ absl::Status ParseGrpo(const nlohmann::json& j, Fields& f, GrpoCursor& grpo) {
     if (r.is_object() && r.contains("config_version"))
       f.Get(r, "config_version", rec.config_version);
     if (r.is_object() && r.contains("teacher")) f.Get(r, "teacher", rec.teacher);
+    if (r.is_object() && r.contains("agent")) f.Get(r, "agent", rec.agent);
+    if (r.is_object() && r.contains("trajectory")) {
+      rec.trajectory = r["trajectory"];  // checked against the proto on restore
+      if (!rec.agent || !rec.trajectory.is_object()) {
+        return absl::DataLossError("state.json: sample " + std::to_string(rec.id) +
+                                   ": a trajectory must be an object, on an agent sample");
+      }
+    }
     grpo.records.push_back(rec);
   }
   return f.status();
@@ -170,6 +181,10 @@ absl::StatusOr<nlohmann::json> WriteTrainState(const TrainState& state,
   }
   const size_t inflight = state.grpo ? state.grpo->inflight.size() : 0;
   const size_t finished = state.grpo ? state.grpo->finished.size() : 0;
+  size_t episodes = 0;  // running: neither exported nor finished
+  if (state.grpo) {
+    for (const SampleRecord& r : state.grpo->records) episodes += r.agent && r.trajectory.is_null();
+  }
   return nlohmann::json{{"stage", state.cursor.stage},
                         {"stage_index", state.cursor.stage_index},
                         {"stage_step", state.cursor.step},
@@ -177,7 +192,8 @@ absl::StatusOr<nlohmann::json> WriteTrainState(const TrainState& state,
                         {"config_version", state.cursor.config_version},
                         {"format_version", kFormatVersion},
                         {"inflight_samples", inflight},
-                        {"finished_samples", finished}};
+                        {"finished_samples", finished},
+                        {"running_episodes", episodes}};
 }
 
 absl::StatusOr<TrainState> ReadTrainState(const std::string& dir) {

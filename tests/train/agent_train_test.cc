@@ -14,6 +14,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -34,11 +36,25 @@ using Json = nlohmann::json;
 // `loom train` on the agent test config as a child process.
 class TrainProcess : public testing::LoomProcess {
  public:
-  TrainProcess(const std::string& run_dir, const std::string& model_dir, int steps)
-      : LoomProcess({"train", "--config", LOOM_SOURCE_DIR "/configs/test/agent.yaml", "--run-dir",
-                     run_dir, "--set", "model.path=" + model_dir, "--set",
-                     "train.grpo.steps=" + std::to_string(steps)},
-                    run_dir + ".out") {}
+  TrainProcess(const std::string& run_dir, const std::string& model_dir, int steps,
+               bool resume = false)
+      : LoomProcess(Args(run_dir, model_dir, steps, resume), run_dir + ".out") {}
+
+ private:
+  static std::vector<std::string> Args(const std::string& run_dir, const std::string& model_dir,
+                                       int steps, bool resume) {
+    std::vector<std::string> args = {"train",
+                                     "--config",
+                                     LOOM_SOURCE_DIR "/configs/test/agent.yaml",
+                                     "--run-dir",
+                                     run_dir,
+                                     "--set",
+                                     "model.path=" + model_dir,
+                                     "--set",
+                                     "train.grpo.steps=" + std::to_string(steps)};
+    if (resume) args.insert(args.end(), {"--resume", "auto"});
+    return args;
+  }
 };
 
 std::vector<Json> ReadJsonl(const std::string& path) {
@@ -127,7 +143,7 @@ TEST_F(AgentTrainTest, GrpoStepsRunMultiTurnEpisodesOnRealWorkers) {
     if (!r.contains("loss")) continue;
     ++steps;
     EXPECT_EQ(r["episodes"], 4) << r.dump();
-    EXPECT_EQ(r["episodes_failed"], 0) << r.dump();
+    EXPECT_EQ(r["episodes_masked"], 0) << r.dump();
     EXPECT_GE(r["episode_steps_mean"].get<double>(), 2.0) << r.dump();
     EXPECT_TRUE(r["reward_by_dataset"].contains("agent_arithmetic")) << r.dump();
   }
@@ -202,53 +218,148 @@ TEST_F(AgentTrainTest, GrpoStepsRunMultiTurnEpisodesOnRealWorkers) {
   }
 }
 
-TEST_F(AgentTrainTest, WorkerKilledMidRunFailsOnlyItsEpisodes) {
-  TempDir dir;
-  const std::string run_dir = dir / "run";
-  TrainProcess train(run_dir, dir / "model", 3);
-  // Once episodes flow, kill -9 a worker while its load report shows an
-  // episode in its sandboxes.
+// Once episodes flow, the index of one of `train`'s workers (in `workers`)
+// whose load report shows an episode running in one of its sandboxes; -1
+// when none did before the deadline.
+int WorkerWithAnEpisode(const TrainProcess& train, const std::string& run_dir,
+                        std::vector<WorkerProcess>& workers) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
   while (ReadJsonl(run_dir + "/trajectories.jsonl").size() < 2 &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  std::vector<WorkerProcess> workers = WorkerChildren(train.pid());
-  ASSERT_EQ(workers.size(), 2u);
+  workers = WorkerChildren(train.pid());
+  if (workers.size() != 2) return -1;
   rpc::PoolOptions options;
   for (const WorkerProcess& w : workers) options.targets.push_back(w.target);
   rpc::WorkerPool pool(options);
-  bool killed = false;
-  while (!killed && std::chrono::steady_clock::now() < deadline) {
+  while (std::chrono::steady_clock::now() < deadline) {
     std::vector<rpc::WorkerLoad> loads = pool.Loads();
-    for (size_t i = 0; i < loads.size() && !killed; ++i) {
-      if (loads[i].live > 0) killed = ::kill(workers[i].pid, SIGKILL) == 0;
+    for (size_t i = 0; i < loads.size(); ++i) {
+      if (loads[i].episodes > 0) return static_cast<int>(i);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ASSERT_TRUE(killed);
+  return -1;
+}
+
+TEST_F(AgentTrainTest, WorkerKilledMidRunMasksOnlyItsEpisodes) {
+  TempDir dir;
+  const std::string run_dir = dir / "run";
+  TrainProcess train(run_dir, dir / "model", 3);
+  // kill -9 a worker while an episode runs on it. (A session that is opening
+  // would be placed again on the other worker, one that is closing has its
+  // verdict already: neither loses an episode.)
+  std::vector<WorkerProcess> workers;
+  const int victim = WorkerWithAnEpisode(train, run_dir, workers);
+  ASSERT_GE(victim, 0);
+  ASSERT_EQ(::kill(workers[victim].pid, SIGKILL), 0);
 
   ASSERT_EQ(train.Wait(), 0) << testing::ReadAll(run_dir + ".out");
   auto metrics = metrics::ReadMetrics(run_dir + "/metrics.jsonl");
   ASSERT_TRUE(metrics.ok()) << metrics.status();
-  int steps = 0, failed = 0;
+  int steps = 0, masked = 0;
   for (const Json& r : *metrics) {
     if (!r.contains("loss")) continue;
     ++steps;
-    failed += r["episodes_failed"].get<int>();
+    masked += r["episodes_masked"].get<int>();
+    int by_cause = 0;
+    for (const auto& [cause, count] : r["episodes_masked_by_cause"].items()) {
+      EXPECT_TRUE(cause == "worker_lost" || cause == "no_sandbox") << cause;
+      by_cause += count.get<int>();
+    }
+    EXPECT_EQ(by_cause, r["episodes_masked"].get<int>());
   }
   EXPECT_EQ(steps, 3);
-  int lost = 0;
+  std::set<uint64_t> lost;
   for (const Json& record : ReadJsonl(run_dir + "/trajectories.jsonl")) {
     const Json& t = record["trajectory"];
     if (!t["penalty"].get<bool>()) continue;
     const std::string reason = t["failure_reason"];
     EXPECT_TRUE(reason.rfind("worker_lost", 0) == 0 || reason.rfind("no_sandbox", 0) == 0)
         << reason;
-    ++lost;
+    lost.insert(record["sample"].get<uint64_t>());
   }
-  EXPECT_GE(lost, 1);
-  EXPECT_GE(failed, 1);  // trained on with sandbox.failure_reward
+  EXPECT_GE(lost.size(), 1u);
+  EXPECT_GE(masked, 1);
+  EXPECT_LE(masked, static_cast<int>(lost.size()));
+  // The lost episodes were not trained on; the others were.
+  int trained = 0;
+  for (const Json& line : ReadJsonl(run_dir + "/samples.jsonl")) {
+    EXPECT_EQ(lost.count(line["id"].get<uint64_t>()), 0u) << line.dump();
+    ASSERT_TRUE(line.contains("episode")) << line.dump();
+    ++trained;
+  }
+  EXPECT_GE(trained, 3 * 4 - masked);
+}
+
+// SIGTERM while episodes run: the trainer checkpoints and exits 0. The
+// checkpoint keeps every finished agent sample's trajectory and names the
+// running episodes, which the resumed run starts again and trains on.
+TEST_F(AgentTrainTest, SigtermMidEpisodeCheckpointsAndTheResumeStartsItAgain) {
+  TempDir dir;
+  const std::string run_dir = dir / "run";
+  constexpr int kSteps = 4;
+  {
+    TrainProcess train(run_dir, dir / "model", kSteps);
+    std::vector<WorkerProcess> workers;
+    ASSERT_GE(WorkerWithAnEpisode(train, run_dir, workers), 0);
+    train.Signal(SIGTERM);
+    ASSERT_EQ(train.Wait(), 0) << testing::ReadAll(run_dir + ".out");
+  }
+  std::string latest = testing::ReadAll(run_dir + "/checkpoints/latest");
+  while (!latest.empty() && std::isspace(static_cast<unsigned char>(latest.back()))) {
+    latest.pop_back();
+  }
+  const std::string checkpoint = run_dir + "/checkpoints/" + latest;
+  const Json state = Json::parse(testing::ReadAll(checkpoint + "/state.json"));
+  std::map<uint64_t, Json> finished;  // id -> trajectory
+  int running = 0;
+  for (const Json& r : state["grpo"]["records"]) {
+    ASSERT_TRUE(r.value("agent", false)) << r.dump();
+    if (r.contains("trajectory")) {
+      finished[r["id"].get<uint64_t>()] = r["trajectory"];
+    } else {
+      ++running;
+    }
+  }
+  EXPECT_GE(running, 1) << "no episode was running at the checkpoint";
+  const Json manifest = Json::parse(testing::ReadAll(checkpoint + "/manifest.json"));
+  EXPECT_EQ(manifest["meta"]["running_episodes"], running) << manifest["meta"].dump();
+  EXPECT_EQ(manifest["meta"]["inflight_samples"], 0) << "agent samples are not exported";
+
+  TrainProcess resumed(run_dir, dir / "model", kSteps, /*resume=*/true);
+  ASSERT_EQ(resumed.Wait(), 0) << testing::ReadAll(run_dir + ".out");
+  auto metrics = metrics::ReadMetrics(run_dir + "/metrics.jsonl");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  std::vector<int> steps;
+  bool resume_seen = false;
+  for (const Json& r : *metrics) {
+    if (r.contains("loss")) steps.push_back(r["step"].get<int>());
+    if (r.value("event", "") == "resume") {
+      resume_seen = true;
+      EXPECT_EQ(r["episodes_restarted"].get<int>(), running);
+      EXPECT_EQ(r["finished_restored"].get<size_t>(), finished.size());
+    }
+  }
+  EXPECT_TRUE(resume_seen);
+  EXPECT_EQ(steps, std::vector<int>({1, 2, 3, 4})) << "every step once across the two runs";
+  // A finished sample trained after the resume carries its episode's record.
+  std::set<uint64_t> trained;
+  int restored_trained = 0;
+  for (const Json& line : ReadJsonl(run_dir + "/samples.jsonl")) {
+    const uint64_t id = line["id"].get<uint64_t>();
+    EXPECT_TRUE(trained.insert(id).second) << "sample " << id << " trained twice";
+    auto it = finished.find(id);
+    if (it == finished.end()) continue;
+    ++restored_trained;
+    ASSERT_TRUE(line.contains("episode")) << line.dump();
+    EXPECT_EQ(line["episode"]["steps"], it->second.value("steps", 0)) << id;
+    EXPECT_EQ(line["episode"]["format_errors"], it->second.value("format_errors", 0)) << id;
+    EXPECT_EQ(line["episode"]["failure_reason"], it->second.value("failure_reason", "")) << id;
+  }
+  EXPECT_EQ(restored_trained, static_cast<int>(finished.size()))
+      << "every finished sample of the checkpoint is trained after the resume";
 }
 
 }  // namespace

@@ -11,8 +11,10 @@
 
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "loom/model/transformer.h"
+#include "loom/v1/sandbox.pb.h"
 
 namespace loom::train {
 namespace {
@@ -183,6 +185,35 @@ TEST(SampleTableTest, TakeMovesFinishedSamplesOutInSubgroupOrder) {
   table.Fail(7, absl::InvalidArgumentError("too long"));
   EXPECT_EQ(table.TakeFailures().size(), 1u);
   EXPECT_TRUE(table.TakeFailures().empty()) << "failures are reported once";
+}
+
+TEST(MaskTest, InfrastructureFailuresLeaveTheBatchCountedByCause) {
+  // id, failure_reason, penalty (infrastructure); id 7 is not an agent sample.
+  const std::vector<std::tuple<uint64_t, std::string, bool>> episodes = {
+      {1, "", false},
+      {2, "worker_lost: Socket closed", true},
+      {3, "time_limit", false},
+      {4, "no_sandbox: after 5 placement attempts: refused", true},
+      {5, "worker_lost: Connection reset", true},
+      {6, "step_limit", false}};
+  std::vector<TrainingSample> samples;
+  for (const auto& [id, reason, penalty] : episodes) {
+    auto trajectory = std::make_shared<v1::Trajectory>();
+    trajectory->set_failure_reason(reason);
+    trajectory->set_penalty(penalty);
+    TrainingSample sample;
+    sample.state.id = id;
+    sample.info.agent = true;
+    sample.info.trajectory = trajectory;
+    samples.push_back(std::move(sample));
+  }
+  samples.emplace_back().state.id = 7;
+  std::map<std::string, int64_t> by_cause = {{"worker_lost", 1}};  // from an earlier batch
+  MaskInfrastructureFailures(samples, by_cause);
+  std::vector<uint64_t> kept;
+  for (const TrainingSample& s : samples) kept.push_back(s.state.id);
+  EXPECT_EQ(kept, (std::vector<uint64_t>{1, 3, 6, 7})) << "the agent's own failures stay";
+  EXPECT_EQ(by_cause, (std::map<std::string, int64_t>{{"worker_lost", 3}, {"no_sandbox", 1}}));
 }
 
 }  // namespace

@@ -108,6 +108,41 @@ TEST(TrainStateTest, InflightSamplesResumeOnTheirKvWithoutPrefill) {
   }
 }
 
+TEST(TrainStateTest, AgentRecordsKeepTheirTrajectories) {
+  auto m = SmallModel();
+  auto engine = EngineWithSamples(*m);
+  ASSERT_TRUE(engine->Step().ok());
+  TrainState state = StateWithInflight(*engine);
+  state.grpo->records[0].agent = true;  // finished: its episode's record
+  state.grpo->records[0].trajectory = {{"steps", 3}, {"failure_reason", "step_limit"}};
+  state.grpo->records[1].agent = true;  // its episode was running
+  TempDir dir;
+  const std::string ckpt_dir = WriteCheckpoint(state, *m, dir);
+  auto read = ReadTrainState(ckpt_dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  const std::vector<SampleRecord>& records = read->grpo->records;
+  EXPECT_TRUE(records[0].agent);
+  EXPECT_EQ(records[0].trajectory, state.grpo->records[0].trajectory);
+  EXPECT_TRUE(records[1].agent);
+  EXPECT_TRUE(records[1].trajectory.is_null());
+  EXPECT_FALSE(records[2].agent);
+
+  // A trajectory that is not an object, or on a sample that is no agent's.
+  const std::string state_path = ckpt_dir + "/state.json";
+  const std::string good = *ReadFile(state_path);
+  for (const auto& [index, trajectory] :
+       std::vector<std::pair<int, nlohmann::json>>{{0, 5}, {2, {{"steps", 1}}}}) {
+    nlohmann::json j = nlohmann::json::parse(good);
+    j["grpo"]["records"][index]["trajectory"] = trajectory;
+    ASSERT_TRUE(WriteFileAtomic(state_path, j.dump()).ok());
+    auto bad = ReadTrainState(ckpt_dir);
+    ASSERT_FALSE(bad.ok()) << trajectory;
+    EXPECT_TRUE(absl::IsDataLoss(bad.status())) << bad.status();
+    EXPECT_NE(bad.status().message().find("sample " + std::to_string(index + 1)), std::string::npos)
+        << bad.status();
+  }
+}
+
 TEST(TrainStateTest, MalformedStateFilesAreClearErrors) {
   auto m = SmallModel();
   auto engine = EngineWithSamples(*m);

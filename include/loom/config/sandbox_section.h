@@ -22,7 +22,6 @@ struct SandboxSection {
   int max_time_s = 300;              // scaffold time limit per episode
   int tool_timeout_s = 30;           // wall clock per tool call
   int max_turn_tokens = 0;           // generated tokens per assistant turn; 0 = no cap
-  double failure_reward = 0;         // reward of an episode failed by infrastructure
 
   template <class V>
   void Visit(V& v) {
@@ -50,10 +49,9 @@ struct SandboxSection {
             Doc("Deadline of one episode's session; past it the episode fails with a penalty.")
                 .Unit("s")
                 .Min(1));
-    v.Field("max_steps", max_steps,
-            Doc("Assistant turns per episode before it ends unsolved.")
-                .Unit("turns")
-                .Range(1, 1000));
+    v.Field(
+        "max_steps", max_steps,
+        Doc("Assistant turns per episode before it ends unsolved.").Unit("turns").Range(1, 1000));
     v.Field("max_time_s", max_time_s,
             Doc("Scaffold time limit per episode, tool calls included.").Unit("s").Min(1));
     v.Field("tool_timeout_s", tool_timeout_s,
@@ -66,10 +64,6 @@ struct SandboxSection {
                 "all turns) limits it.")
                 .Unit("tokens")
                 .Min(0));
-    v.Field("failure_reward", failure_reward,
-            Doc("Task reward of an episode that failed for infrastructure reasons (worker or "
-                "sandbox lost, no worker would take it); the run goes on and counts them in "
-                "`episodes_failed`."));
   }
 
   void Validate(ErrorSink& errors) const {

@@ -19,7 +19,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -46,7 +48,20 @@ struct Batch {
   int64_t step = 0;                  // 0-based optimizer step within the stage
   dispatch::DispatchStats dispatch;  // concurrency since the previous step
   RolloutTotals rollout;             // rollout work since the previous step
+  // Agent samples whose episodes failed for infrastructure reasons, taken
+  // out of `samples` since the previous step, by cause.
+  std::map<std::string, int64_t> masked_by_cause;
 };
+
+// Takes agent samples whose episodes failed for reasons outside the policy
+// (the worker was lost, no worker took the episode, the trainer stopped
+// answering: Trajectory.penalty) out of `samples`, counting them in `by_cause`
+// under their failure reason's leading word ("worker_lost"). They carry no
+// reward the policy earned, so they are kept out of the loss and out of their
+// subgroup's baseline. Failures the agent causes (time or step limits,
+// format errors, killed commands) stay: their verdicts are the policy's.
+void MaskInfrastructureFailures(std::vector<TrainingSample>& samples,
+                                std::map<std::string, int64_t>& by_cause);
 
 class BatchTrainer {
  public:
@@ -65,7 +80,8 @@ struct LoopHooks {
   // After optimizer step `steps_done` (1-based) and the engine's resume, with
   // its metrics line (the trainer's, plus prefill_tokens, decode_tokens and
   // batch_config_versions: the live config versions its samples were
-  // dispatched under; more than one when a change fell inside the batch).
+  // dispatched under; more than one when a change fell inside the batch;
+  // with agent samples, episodes_masked and episodes_masked_by_cause).
   std::function<absl::Status(int64_t steps_done, const nlohmann::json& record)> after_step;
 };
 
@@ -124,6 +140,7 @@ class AsyncLoop {
   SampleTable table_;
   RolloutTotals totals_;
   InflightObservations inflight_;
+  std::map<std::string, int64_t> masked_;  // since the previous step
   AgentStage* agents_ = nullptr;
 };
 

@@ -23,8 +23,8 @@
 namespace loom::train {
 
 // The task reward of a finished sample: the verifier's on its completion, or
-// its agent episode's verdict (sandbox.failure_reward when the episode failed
-// for infrastructure reasons).
+// its agent episode's verdict. Episodes that failed for infrastructure
+// reasons never get here (MaskInfrastructureFailures).
 Judgement JudgeTrainingSample(const TrainContext& context, const TrainingSample& sample);
 
 class GrpoTrainer : public BatchTrainer {

@@ -44,7 +44,7 @@ struct SampleEntry {
   // Set once the sample finished: its tokens, log-probs and versions.
   std::optional<rollout::SampleState> state;
   // Agent samples, once the episode ended: its record. The reward is its
-  // verdict, or sandbox.failure_reward when it failed for infrastructure reasons.
+  // verdict; an episode that failed for infrastructure reasons is not trained on.
   std::shared_ptr<const v1::Trajectory> trajectory;
 };
 

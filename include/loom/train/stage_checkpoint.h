@@ -9,8 +9,11 @@
 // added in, which the engine's admission and batch order follow — so the run
 // continues exactly as if nothing happened, and a resumed run makes the same
 // decisions (given a KV pool that is not under pressure at the boundary).
+// A sandbox episode still running is not exported: its sandbox lives on a
+// worker, so a resumed run starts it again (same sample id and seed).
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "loom/train/adamw.h"
@@ -34,8 +37,11 @@ struct AsyncStageState {
 absl::Status AsyncBoundary(TrainContext& context, AsyncStageState loop, bool after_step);
 
 // Restores an async stage from the checkpoint being resumed, if it stopped
-// in this stage (otherwise does nothing).
-absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop);
+// in this stage (otherwise does nothing). Agent samples whose episodes were
+// running go to `restart_episode`, which starts them again from their prompts;
+// finished ones keep their trajectories.
+absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop,
+                          const std::function<void(const SampleEntry&)>& restart_episode);
 
 // Checkpoint boundary of the SFT stage after `step` optimizer steps
 // (`after_step`: one just finished); `cursor` is the sampler's data cursor.

@@ -59,6 +59,10 @@ struct SampleRecord {
   int effort = 0;
   int64_t config_version = 0;  // the live config version it was dispatched under
   int teacher = -1;            // opd: its teacher's slot in opd.teachers; -1 = none
+  bool agent = false;          // a sandbox episode's sample
+  // Its episode's v1::Trajectory in the protobuf JSON mapping, once the
+  // episode ended; null while it runs (a resumed run starts it again).
+  nlohmann::json trajectory;
 };
 
 // An async stage's loop (grpo, opd) between two engine steps.
