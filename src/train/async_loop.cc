@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "absl/strings/str_cat.h"
 #include "loom/config/check.h"
 #include "loom/metrics/progress.h"
 #include "loom/v1/sandbox.pb.h"
@@ -50,11 +51,13 @@ void AsyncLoop::DropFailures() {
                    problem.dataset, problem.Describe(), std::string(status.message()));
     }
     dispatcher_->OnSampleFailed(id);
+    ++finished_;
     table_.Erase(id);
   }
 }
 
 void AsyncLoop::Finished(uint64_t id, rollout::SampleState state) {
+  ++finished_;
   if (dispatcher_->OnSampleFinished(id) == dispatch::Disposition::kKeep) {
     table_.Finish(id, std::move(state));
   } else {
@@ -100,6 +103,7 @@ absl::Status AsyncLoop::Run(dispatch::RolloutPort& port, BatchTrainer& trainer, 
       if (absl::Status s = hooks.boundary(/*after_step=*/false); !s.ok()) return s;
     }
     const int admitted = dispatcher_->Refill(port);
+    const int64_t finished_before = finished_;
     DropFailures();
     const double inflight = static_cast<double>(engine_->num_samples());
     ++inflight_.count;
@@ -112,11 +116,17 @@ absl::Status AsyncLoop::Run(dispatch::RolloutPort& port, BatchTrainer& trainer, 
 
     auto ready = dispatcher_->TakeBatch(policy_version);
     if (!ready) {
+      // Samples that finished in this iteration may have made room for the
+      // next refill: only an iteration with no change at all is a stall.
       const int64_t episodes = agents_ != nullptr ? agents_->rollout()->inflight() : 0;
-      if (engine_->num_samples() == 0 && admitted == 0 && episodes == 0) {
-        return absl::InternalError(
-            "run loop stalled: nothing in flight, nothing to dispatch, "
-            "no batch ready (check async.* and effort.* settings)");
+      if (engine_->num_samples() == 0 && admitted == 0 && episodes == 0 &&
+          finished_ == finished_before) {
+        return absl::InternalError(absl::StrCat(
+            "run loop stalled: nothing in flight, nothing to dispatch, no batch ready (the "
+            "dispatcher counts ",
+            dispatcher_->inflight(), " samples in flight and ", dispatcher_->ready_samples(),
+            " ready, the sample table holds ", table_.entries().size(),
+            "; check async.* and effort.* settings)"));
       }
       continue;
     }

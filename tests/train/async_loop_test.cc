@@ -50,7 +50,8 @@ class Port : public dispatch::RolloutPort {
         rollout::SampleRequest request;
         request.id = ticket.sample_id;
         request.prompt.assign(too_long ? 80 : 4, static_cast<int64_t>(group.prompt_id % 60) + 1);
-        request.stop.max_new_tokens = 1 + static_cast<int64_t>(ticket.sample_id % 9);
+        request.stop.max_new_tokens =
+            same_length > 0 ? same_length : 1 + static_cast<int64_t>(ticket.sample_id % 9);
         if (absl::Status s = loop_.engine().Add(request); !s.ok()) {
           loop_.table().Fail(ticket.sample_id, s);
           ++failed;
@@ -62,6 +63,7 @@ class Port : public dispatch::RolloutPort {
   }
   std::set<uint64_t> started;
   int failed = 0;
+  int64_t same_length = 0;  // > 0: every sample generates this many tokens
 
  private:
   AsyncLoop& loop_;
@@ -142,6 +144,25 @@ TEST(AsyncLoopTest, HandsTheTrainerWholeSubgroupsInStepOrder) {
   // Untrained samples are still in the table, the rest left it.
   for (uint64_t id : trainer.trained) EXPECT_EQ((*loop)->table().Find(id), nullptr);
   EXPECT_GT((*loop)->inflight().count, 0);
+}
+
+// A batch larger than what may be in flight: each wave of samples finishes
+// in one engine step (the same lengths), leaving a part of a batch ready and
+// nothing in flight. That is room to dispatch the next wave, not a stall.
+TEST(AsyncLoopTest, ABatchLargerThanTheInflightCapFillsOverWaves) {
+  auto model = TinyModel();
+  AsyncLoop::Options options = LoopOptions();
+  options.dispatch.max_inflight = 3;  // one prompt group
+  options.dispatch.batch_samples = 6;
+  auto loop = AsyncLoop::Create(*model, options);
+  ASSERT_TRUE(loop.ok()) << loop.status();
+  Port port(**loop, /*poison=*/0);
+  port.same_length = 4;
+  int64_t version = 0, step = 0;
+  RecordingTrainer trainer(version, 1);
+  const absl::Status run = (*loop)->Run(port, trainer, step, 3, version, LoopHooks());
+  ASSERT_TRUE(run.ok()) << run;
+  EXPECT_EQ(trainer.sizes, (std::vector<int>{6, 6, 6}));
 }
 
 TEST(AsyncLoopTest, SamplesThatCannotStartNeverReachTheTrainer) {

@@ -141,6 +141,7 @@ class AsyncLoop {
   RolloutTotals totals_;
   InflightObservations inflight_;
   std::map<std::string, int64_t> masked_;  // since the previous step
+  int64_t finished_ = 0;                   // samples finished (or failed) so far
   AgentStage* agents_ = nullptr;
 };
 
