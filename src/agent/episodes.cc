@@ -114,6 +114,7 @@ AgentEpisodes::~AgentEpisodes() {
     stopping_ = true;
   }
   reply_cv_.notify_all();
+  pool_.CancelEpisodes();  // clients inside a tool call return now, not when it ends
   for (auto& [id, thread] : threads_) thread.join();
 }
 

@@ -112,6 +112,10 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerPool::OpenSession(
   absl::Status last = absl::UnavailableError("no attempt made");
   double backoff = options_.backoff_initial_s;
   for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cancelled_) return absl::CancelledError("the trainer is stopping");
+    }
     Worker* worker = Pick();
     auto session = WorkerSession::Open(worker->channel, options_.auth_token, open,
                                        In(options_.episode_timeout_s));
@@ -129,18 +133,38 @@ v1::Trajectory WorkerPool::RunEpisode(const v1::RunEpisode& episode, const Polic
   v1::OpenSession open;
   *open.mutable_environment() = episode.task().environment();
   open.set_label(episode.task().id());
+  const std::string kCancelled = "cancelled: the trainer is stopping";
   auto session = OpenSession(open);
   if (!session.ok()) {
     return PenaltyTrajectory(episode, absl::StrCat("no_sandbox: ", session.status().message()));
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_) return PenaltyTrajectory(episode, kCancelled);
+    running_.insert(session->get());
+  }
   v1::RunEpisode without_env = episode;  // the environment already went with `open`
   without_env.mutable_task()->clear_environment();
   absl::StatusOr<v1::Trajectory> trajectory = (*session)->RunEpisode(without_env, policy);
+  bool cancelled = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_.erase(session->get());
+    cancelled = cancelled_;
+  }
   if (!trajectory.ok()) {
-    return PenaltyTrajectory(episode, absl::StrCat("worker_lost: ", trajectory.status().message()));
+    return PenaltyTrajectory(
+        episode,
+        cancelled ? kCancelled : absl::StrCat("worker_lost: ", trajectory.status().message()));
   }
   (*session)->Close().IgnoreError();
   return *std::move(trajectory);
+}
+
+void WorkerPool::CancelEpisodes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  for (WorkerSession* session : running_) session->Cancel();
 }
 
 std::vector<WorkerLoad> WorkerPool::Loads() {

@@ -36,7 +36,8 @@ absl::StatusOr<TrainState> CaptureAsync(const TrainContext& context, AsyncStageS
   loop.engine().ParkAll();
   for (const auto& [id, entry] : loop.table().entries()) {
     SampleRecord record{id,           entry.dataset,        entry.problem_index, entry.subgroup_id,
-                        entry.effort, entry.config_version, entry.teacher,       entry.agent};
+                        entry.effort, entry.config_version, entry.teacher,       entry.agent,
+                        nullptr};
     if (entry.trajectory != nullptr) record.trajectory = TrajectoryJson(*entry.trajectory);
     grpo.records.push_back(std::move(record));
     if (entry.state) {

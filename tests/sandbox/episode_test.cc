@@ -7,7 +7,9 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "loom/rpc/sandbox_clients.h"
 #include "loom/rpc/worker_pool.h"
@@ -190,6 +192,40 @@ TEST(EpisodeTest, WorkerKilledMidEpisodeFailsOnlyThatEpisode) {
   });
   EXPECT_TRUE(next.penalty());
   EXPECT_EQ(next.failure_reason().rfind("no_sandbox", 0), 0u) << next.failure_reason();
+}
+
+// A stopping trainer cancels its episodes: one inside a minute-long tool
+// call returns at once, and a later one does not start.
+TEST(EpisodeTest, CancelledEpisodesReturnWithoutWaitingForTheirToolCalls) {
+  auto workers = StartWorkers(1, 2);
+  ASSERT_TRUE(workers);
+  rpc::WorkerPool pool(Pool(*workers));
+  v1::RunEpisode episode;
+  *episode.mutable_task() = tasks::ArithmeticTask(5);
+  episode.mutable_options()->set_tool_timeout_s(120);
+  std::atomic<bool> asked{false};
+  v1::Trajectory t;
+  std::thread client([&] {
+    t = pool.RunEpisode(episode, [&](const v1::GenerateRequest&) {
+      asked = true;
+      return absl::StatusOr<v1::GenerateReply>(ToolTurn("bash", {{"command", "sleep 60"}}));
+    });
+  });
+  while (!asked) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the sleep is running
+  const auto start = std::chrono::steady_clock::now();
+  pool.CancelEpisodes();
+  client.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 10.0) << "the client waited for the tool call";
+  EXPECT_TRUE(t.penalty());
+  EXPECT_EQ(t.failure_reason().rfind("cancelled", 0), 0u) << t.failure_reason();
+  v1::Trajectory next = pool.RunEpisode(episode, [](const v1::GenerateRequest&) {
+    return absl::StatusOr<v1::GenerateReply>(ToolTurn("submit", {{"answer", "1"}}));
+  });
+  EXPECT_TRUE(next.penalty());
+  EXPECT_EQ(next.steps(), 0);
 }
 
 TEST(EpisodeTest, AWorkerKilledAndRestartedOnItsPortServesAgain) {

@@ -14,9 +14,9 @@
 //
 // Threads: Start, Poll, Answer, Cut and inflight are for the run loop only.
 // Client threads touch only the inbox and their reply slot, under mu_. The
-// destructor wakes every waiting client (its episode ends as `policy_lost`)
-// and joins the threads; a client inside a tool call returns when the call
-// does (bounded by the tool timeout).
+// destructor wakes every waiting client (its episode ends as `policy_lost`),
+// cancels the pool's running episodes (a client inside a tool call returns
+// at once) and joins the threads.
 
 #include <condition_variable>
 #include <cstdint>

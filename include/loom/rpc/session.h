@@ -37,6 +37,9 @@ class WorkerSession {
   absl::StatusOr<v1::Trajectory> RunEpisode(const v1::RunEpisode& episode, const Policy& policy);
   // Ends the stream and returns the worker's final status.
   absl::Status Close();
+  // Breaks the stream from any thread: a call waiting on the worker returns
+  // CANCELLED at once.
+  void Cancel() { context_.TryCancel(); }
 
  private:
   WorkerSession() = default;

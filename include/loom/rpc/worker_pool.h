@@ -14,6 +14,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,11 @@ class WorkerPool {
   // Runs one episode; infrastructure failures give a penalty trajectory.
   v1::Trajectory RunEpisode(const v1::RunEpisode& episode, const Policy& policy);
 
+  // From any thread: breaks every running episode's stream and fails later
+  // ones at once (`cancelled`), so a stopping trainer need not wait for a
+  // tool call to end. The worker ends the sessions as clients that left.
+  void CancelEpisodes();
+
   // Fresh load reports of every worker (for logs and tests).
   std::vector<WorkerLoad> Loads();
 
@@ -67,6 +73,8 @@ class WorkerPool {
   const PoolOptions options_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::mutex mu_;
+  std::set<WorkerSession*> running_ ABSL_GUARDED_BY(mu_);  // episodes in progress
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace loom::rpc
