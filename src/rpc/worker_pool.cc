@@ -135,6 +135,7 @@ v1::Trajectory WorkerPool::RunEpisode(const v1::RunEpisode& episode, const Polic
   open.set_label(episode.task().id());
   const std::string kCancelled = "cancelled: the trainer is stopping";
   auto session = OpenSession(open);
+  if (absl::IsCancelled(session.status())) return PenaltyTrajectory(episode, kCancelled);
   if (!session.ok()) {
     return PenaltyTrajectory(episode, absl::StrCat("no_sandbox: ", session.status().message()));
   }

@@ -225,6 +225,7 @@ TEST(EpisodeTest, CancelledEpisodesReturnWithoutWaitingForTheirToolCalls) {
     return absl::StatusOr<v1::GenerateReply>(ToolTurn("submit", {{"answer", "1"}}));
   });
   EXPECT_TRUE(next.penalty());
+  EXPECT_EQ(next.failure_reason().rfind("cancelled", 0), 0u) << next.failure_reason();
   EXPECT_EQ(next.steps(), 0);
 }
 
