@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/threads.h"
 #include "loom/bench/dispatch_bench.h"
 
 namespace loom::cli {
@@ -19,7 +20,7 @@ struct Options {
 };
 
 int RunBench(Options& options) {
-  if (options.threads > 0) at::set_num_threads(options.threads);
+  if (options.threads > 0) SetComputeThreads(options.threads);
   if (options.quick) options.bench_options.train_steps = 4;
   options.bench_options.quick = options.quick;
   auto result = bench::RunDispatchBench(options.bench_options);

@@ -13,12 +13,13 @@
 
 #include "absl/status/statusor.h"
 #include "cli/command.h"
+#include "cli/threads.h"
 
 namespace loom::cli {
 
 template <class Run>
 int RunJsonBench(const std::string& name, int threads, Run run) {
-  if (threads > 0) at::set_num_threads(threads);
+  if (threads > 0) SetComputeThreads(threads);
   const absl::StatusOr<nlohmann::json> result = run();
   if (!result.ok()) {
     std::cerr << "bench " << name << ": " << result.status().message() << "\n";

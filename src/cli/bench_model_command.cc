@@ -12,10 +12,11 @@
 #include <thread>
 
 #include <ATen/Parallel.h>
-#include <nlohmann/json.hpp>
 #include <torch/optim/adamw.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/threads.h"
 #include "loom/model/transformer.h"
 
 namespace loom::cli {
@@ -153,9 +154,9 @@ struct BenchOptions {
 };
 
 int RunBench(const BenchOptions& o) {
-  const int threads = o.threads > 0 ? o.threads
-                                    : static_cast<int>(std::thread::hardware_concurrency());
-  at::set_num_threads(threads);
+  const int threads =
+      o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
+  SetComputeThreads(threads);
   model::ModelConfig config = model::SpeedBenchmarkConfig();
   auto m = model::Transformer::RandomInit(config, 0, {});
   json r = {{"model", {{"arch", "llama"}, {"parameters", m->NumParameters()}}},

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "cli/threads.h"
 #include "loom/chat/encoder.h"
 #include "loom/config/run_config.h"
 #include "loom/tasks/dataset.h"
@@ -113,7 +114,7 @@ int RunEval(const EvalFlags& flags) {
     std::cerr << "loom eval: " << options.status().message() << "\n";
     return kExitUsage;
   }
-  if (flags.threads > 0) at::set_num_threads(flags.threads);
+  if (flags.threads > 0) SetComputeThreads(flags.threads);
   auto fail = [](const absl::Status& status) {
     std::cerr << "loom eval: " << status.message() << "\n";
     return kExitFailure;

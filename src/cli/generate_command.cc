@@ -11,6 +11,7 @@
 #include <ATen/Parallel.h>
 
 #include "cli/command.h"
+#include "cli/threads.h"
 #include "loom/chat/encoder.h"
 #include "loom/chat/parser.h"
 #include "loom/config/files.h"
@@ -63,8 +64,8 @@ int64_t SampleToken(const at::Tensor& logits, double temperature, double top_p,
 }
 
 absl::Status RunGenerate(const GenerateOptions& o) {
-  at::set_num_threads(o.threads > 0 ? o.threads
-                                    : static_cast<int>(std::thread::hardware_concurrency()));
+  SetComputeThreads(o.threads > 0 ? o.threads
+                                  : static_cast<int>(std::thread::hardware_concurrency()));
   auto tok = tokenizer::Tokenizer::FromFile(o.model + "/tokenizer.json");
   if (!tok.ok()) return tok.status();
   auto messages = ReadConversation(o);

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/threads.h"
 #include "loom/model/init.h"
 #include "loom/model/transformer.h"
 
@@ -88,8 +89,8 @@ absl::Status ForEachInputLine(
 absl::Status RunLogprobs(const LogprobsOptions& options) {
   auto dtype = model::ParseDtype(options.dtype);
   if (!dtype.ok()) return dtype.status();
-  at::set_num_threads(options.threads > 0 ? options.threads
-                                          : static_cast<int>(std::thread::hardware_concurrency()));
+  SetComputeThreads(options.threads > 0 ? options.threads
+                                        : static_cast<int>(std::thread::hardware_concurrency()));
   model::LoadOptions load;
   load.dtype = *dtype;
   auto loaded = model::Transformer::Load(options.model, load);
@@ -178,8 +179,8 @@ absl::Status RunKl(const KlOptions& options) {
   if (!(options.temperature > 0)) {
     return absl::InvalidArgumentError("--temperature must be > 0");
   }
-  at::set_num_threads(options.threads > 0 ? options.threads
-                                          : static_cast<int>(std::thread::hardware_concurrency()));
+  SetComputeThreads(options.threads > 0 ? options.threads
+                                        : static_cast<int>(std::thread::hardware_concurrency()));
   at::NoGradGuard no_grad;
   auto student = model::Transformer::Load(options.student, {*dtype, at::kCPU, false});
   if (!student.ok()) return student.status();
