@@ -8,6 +8,11 @@ namespace loom::config {
 
 std::string FormatDouble(double value) {
   char buffer[64];
+  // Whole numbers as written: 900 -> "900.0", not the shorter "9e+02".
+  if (std::isfinite(value) && value == std::floor(value) && std::fabs(value) < 1e15) {
+    std::snprintf(buffer, sizeof buffer, "%.1f", value);
+    return buffer;
+  }
   for (int precision = 1; precision <= 17; ++precision) {
     std::snprintf(buffer, sizeof buffer, "%.*g", precision, value);
     if (std::strtod(buffer, nullptr) == value) break;

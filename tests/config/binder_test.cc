@@ -241,6 +241,9 @@ TEST(BinderTest, DumpRoundTripsExactly) {
 TEST(BinderTest, FormatDoubleIsShortestExact) {
   EXPECT_EQ(FormatDouble(0.1), "0.1");
   EXPECT_EQ(FormatDouble(3.0), "3.0");
+  EXPECT_EQ(FormatDouble(900.0), "900.0");
+  EXPECT_EQ(FormatDouble(-120.0), "-120.0");
+  EXPECT_EQ(FormatDouble(1e20), "1e+20");
   EXPECT_EQ(FormatDouble(1e-7), "1e-07");
   const double third = 1.0 / 3.0;
   EXPECT_EQ(std::stod(FormatDouble(third)), third);
