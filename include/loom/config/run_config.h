@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "loom/config/async_section.h"
 #include "loom/config/ckpt_section.h"
+#include "loom/config/dist_section.h"
 #include "loom/config/grpo_section.h"
 #include "loom/config/model_section.h"
 #include "loom/config/opd_section.h"
@@ -34,6 +35,7 @@ struct RunConfig {
   SandboxSection sandbox;
   TrainSection train;
   CkptSection ckpt;
+  DistSection dist;
 
   template <class V>
   void Visit(V& v) {
@@ -49,6 +51,7 @@ struct RunConfig {
               Doc("Sandbox workers for agent episodes: addresses or local workers, limits."));
     v.Section("train", train, Doc("The stages to run and their optimizers."));
     v.Section("ckpt", ckpt, Doc("Checkpoint interval, retention and the preemption deadline."));
+    v.Section("dist", dist, Doc("Multi-rank runs: how long ranks wait for each other, buckets."));
   }
 
   // Rules across sections: every dataset's teacher is one of opd.teachers,

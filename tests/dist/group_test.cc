@@ -1,0 +1,186 @@
+// Group: two ranks in two threads of this process, joined through a real
+// c10d TCPStore and Gloo on 127.0.0.1. Collectives are checked against sums
+// computed here directly; a peer that leaves or hangs is an UNAVAILABLE
+// error, not a hang.
+
+#include "loom/dist/group.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <future>
+#include <thread>
+
+#include "loom/dist/launch.h"
+
+namespace loom::dist {
+namespace {
+
+using std::chrono::milliseconds;
+
+RankInfo Rank(int rank, int port) {
+  RankInfo info;
+  info.rank = rank;
+  info.world_size = 2;
+  info.master_port = port;
+  info.source = "torchrun";
+  return info;
+}
+
+// Runs `body(rank, group)` on two connected ranks, one thread each.
+void OnTwoRanks(const std::function<void(int, Group&)>& body,
+                milliseconds timeout = milliseconds(20000)) {
+  auto port = FreeLoopbackPort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  auto run = [&](int rank) {
+    auto group = Group::Connect(Rank(rank, *port), {timeout, at::kCPU});
+    ASSERT_TRUE(group.ok()) << group.status();
+    EXPECT_STREQ((*group)->backend(), "gloo");
+    body(rank, **group);
+  };
+  std::thread other(run, 1);
+  run(0);
+  other.join();
+}
+
+TEST(GroupTest, ReductionsOfNumbers) {
+  OnTwoRanks([](int rank, Group& group) {
+    auto sum = group.Sum({1.0 + rank, 10.0 * rank});
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    EXPECT_EQ(*sum, (std::vector<double>{3.0, 10.0}));
+    auto max = group.Max({static_cast<double>(rank), -static_cast<double>(rank)});
+    ASSERT_TRUE(max.ok());
+    EXPECT_EQ(*max, (std::vector<double>{1.0, 0.0}));
+    auto rows = group.Gather({rank + 0.5, rank * 2.0});
+    ASSERT_TRUE(rows.ok());
+    EXPECT_EQ(*rows, (std::vector<std::vector<double>>{{0.5, 0.0}, {1.5, 2.0}}));
+    auto any = group.Any(rank == 1);
+    ASSERT_TRUE(any.ok());
+    EXPECT_TRUE(*any);
+    auto none = group.Any(false);
+    ASSERT_TRUE(none.ok());
+    EXPECT_FALSE(*none);
+    EXPECT_TRUE(group.Barrier().ok());
+  });
+}
+
+// Gradients of a few parameters of two dtypes, some missing on one rank,
+// summed in buckets small enough that several are needed.
+TEST(GroupTest, GradientsAreSummedInBucketsWithMissingOnesAsZeros) {
+  // Distinct values per rank and parameter (no global RNG: the ranks are threads).
+  auto grads_of = [](int rank) {
+    auto values = [rank](int64_t n, double offset) {
+      return at::arange(n, at::kDouble) * (rank + 1.5) + offset;
+    };
+    return std::vector<at::Tensor>{values(35, 0.25).reshape({7, 5}).to(at::kFloat),
+                                   values(300, -3).to(at::kFloat), values(12, 1).reshape({3, 4}),
+                                   values(4, 7).reshape({2, 2}).to(at::kFloat)};
+  };
+  OnTwoRanks([&](int rank, Group& group) {
+    std::vector<at::Tensor> params;
+    const std::vector<at::Tensor> mine = grads_of(rank);
+    for (size_t k = 0; k < mine.size(); ++k) {
+      at::Tensor p = at::zeros_like(mine[k]).requires_grad_(true);
+      // The last parameter has no gradient on rank 1 (an expert it never routed to).
+      if (!(rank == 1 && k == 3)) p.mutable_grad() = mine[k].clone();
+      params.push_back(p);
+    }
+    ASSERT_TRUE(AllReduceGradients(group, params, /*bucket_bytes=*/256).ok());
+    const std::vector<at::Tensor> a = grads_of(0), b = grads_of(1);
+    for (size_t k = 0; k < params.size(); ++k) {
+      const at::Tensor expected = k == 3 ? a[k] : a[k] + b[k];
+      EXPECT_TRUE(at::allclose(params[k].grad(), expected, 1e-6, 1e-6)) << "parameter " << k;
+    }
+  });
+}
+
+TEST(GroupTest, BroadcastGivesEveryRankRankZerosParameters) {
+  OnTwoRanks([](int rank, Group& group) {
+    const at::Tensor reference = at::arange(12, at::kFloat).reshape({4, 3}) * 0.37 - 1;
+    std::vector<at::Tensor> params{rank == 0 ? reference.clone() : at::zeros({4, 3}),
+                                   at::full({5}, static_cast<float>(rank)).to(at::kBFloat16)};
+    ASSERT_TRUE(BroadcastParameters(group, params).ok());
+    EXPECT_TRUE(at::equal(params[0], reference));
+    EXPECT_TRUE(at::equal(params[1], at::zeros({5}, at::kBFloat16)));
+    EXPECT_EQ(ParametersChecksum(params), ParametersChecksum({reference, params[1]}));
+  });
+}
+
+TEST(GroupTest, ChecksumTellsWeightsApart) {
+  const at::Tensor a = at::ones({3}), b = at::ones({3});
+  EXPECT_EQ(ParametersChecksum({a, b}), ParametersChecksum({a.clone(), b.clone()}));
+  EXPECT_NE(ParametersChecksum({a, b}), ParametersChecksum({a, b * 1.0001}));
+  // Swapping two parameters changes it too.
+  EXPECT_NE(ParametersChecksum({a, b * 2}), ParametersChecksum({b * 2, a}));
+}
+
+// A rank that leaves: its peer's next collective fails at once, not after
+// the timeout.
+TEST(GroupTest, APeerThatLeftFailsTheNextCollective) {
+  auto port = FreeLoopbackPort();
+  ASSERT_TRUE(port.ok());
+  const milliseconds timeout(60000);
+  std::promise<void> left;
+  std::thread other([&] {
+    auto group = Group::Connect(Rank(1, *port), {timeout, at::kCPU});
+    ASSERT_TRUE(group.ok()) << group.status();
+    ASSERT_TRUE((*group)->Barrier().ok());
+    group->reset();  // the rank exits
+    left.set_value();
+  });
+  auto group = Group::Connect(Rank(0, *port), {timeout, at::kCPU});
+  ASSERT_TRUE(group.ok()) << group.status();
+  ASSERT_TRUE((*group)->Barrier().ok());
+  left.get_future().wait();
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s = (*group)->Sum({1.0}).status();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(std::string(s.message()).find("rank 0 of 2: all-reduce failed"), std::string::npos)
+      << s;
+  EXPECT_LT(seconds, 10.0);
+  other.join();
+}
+
+// A rank that stays but never joins the collective: the timeout ends it.
+TEST(GroupTest, AHungPeerTimesOut) {
+  auto port = FreeLoopbackPort();
+  ASSERT_TRUE(port.ok());
+  const milliseconds timeout(1500);
+  std::promise<void> done;
+  std::thread other([&] {
+    auto group = Group::Connect(Rank(1, *port), {timeout, at::kCPU});
+    ASSERT_TRUE(group.ok()) << group.status();
+    done.get_future().wait();  // holds its connections, calls nothing
+  });
+  auto group = Group::Connect(Rank(0, *port), {timeout, at::kCPU});
+  ASSERT_TRUE(group.ok()) << group.status();
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<at::Tensor> t{at::ones({4})};
+  absl::Status s = (*group)->AllReduceSum(t);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  done.set_value();
+  other.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(std::string(s.message()).find("1.5 s"), std::string::npos) << s;
+  EXPECT_GE(seconds, 1.0);
+  EXPECT_LT(seconds, 10.0);
+}
+
+// Rank 1 alone: nobody hosts the rendezvous.
+TEST(GroupTest, NoRankZeroIsUnavailableAfterTheTimeout) {
+  auto port = FreeLoopbackPort();
+  ASSERT_TRUE(port.ok());
+  auto group = Group::Connect(Rank(1, *port), {milliseconds(1000), at::kCPU});
+  ASSERT_FALSE(group.ok());
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kUnavailable) << group.status();
+  EXPECT_NE(std::string(group.status().message()).find("cannot join the process group"),
+            std::string::npos)
+      << group.status();
+}
+
+}  // namespace
+}  // namespace loom::dist
