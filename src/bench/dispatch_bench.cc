@@ -110,7 +110,9 @@ class LikelihoodTrainer : public BatchTrainer {
     if (!scored.ok()) return scored.status();
     (-(scored->logprobs * shifted.target_weight).sum() / shifted.target_weight.sum().clamp_min(1))
         .backward();
-    optimizer_.Step(batch.step, policy_version_);
+    if (auto applied = optimizer_.Step(batch.step, policy_version_); !applied.ok()) {
+      return applied.status();
+    }
     return nlohmann::json{{"samples", batch.samples.size()}, {"train_seconds", Seconds() - start}};
   }
 

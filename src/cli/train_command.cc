@@ -8,8 +8,10 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/threads.h"
 #include "loom/config/logging.h"
 #include "loom/config/run_config.h"
+#include "loom/dist/rank.h"
 #include "loom/train/preemption.h"
 #include "loom/train/run_dir.h"
 #include "loom/train/runner.h"
@@ -36,7 +38,13 @@ int RunTrain(const TrainOptions& options, const Context& context) {
     std::cerr << logging.message() << "\n";
     return kExitUsage;
   }
-  auto run_dir = train::RunDir::Create(*config, options.run_dir);
+  auto rank = dist::RankFromEnvironment();
+  if (!rank.ok()) {
+    spdlog::error("{}", std::string(rank.status().message()));
+    return kExitUsage;
+  }
+  if (rank->distributed()) SetConsoleRank(rank->rank);
+  auto run_dir = train::RunDir::Create(*config, options.run_dir, rank->rank);
   if (!run_dir.ok()) {
     spdlog::error("{}", std::string(run_dir.status().message()));
     return kExitFailure;
@@ -45,12 +53,12 @@ int RunTrain(const TrainOptions& options, const Context& context) {
     spdlog::error("{}", std::string(s.message()));
     return kExitFailure;
   }
-  if (config->run.threads > 0) at::set_num_threads(config->run.threads);
+  if (config->run.threads > 0) SetComputeThreads(config->run.threads);
   spdlog::info("run '{}' in {} ({} intra-op threads)", config->run.name, run_dir->path(),
                at::get_num_threads());
   train::InstallPreemptionHandlers();
   train::StartPreemptDeadline(config->ckpt.preempt_deadline_s);
-  if (absl::Status s = train::RunTraining(*config, *run_dir, options.resume); !s.ok()) {
+  if (absl::Status s = train::RunTraining(*config, *run_dir, options.resume, *rank); !s.ok()) {
     if (train::IsPreempted(s)) {
       spdlog::info("{}; continue with --resume auto", std::string(s.message()));
       return kExitOk;

@@ -9,14 +9,20 @@ namespace loom {
 absl::Status SetupLogging(const std::string& level) {
   auto parsed = spdlog::level::from_str(level);
   if (parsed == spdlog::level::off && level != "off") {
-    return absl::InvalidArgumentError("--log-level: expected trace, debug, info, warn, error or off, got '" +
-                                      level + "'");
+    return absl::InvalidArgumentError(
+        "--log-level: expected trace, debug, info, warn, error or off, got '" + level + "'");
   }
   auto logger = spdlog::stderr_color_mt("loom");
   logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%^%l%$] %v");
   logger->set_level(parsed);
   spdlog::set_default_logger(logger);
   return absl::OkStatus();
+}
+
+void SetConsoleRank(int rank) {
+  auto& console = spdlog::default_logger()->sinks().front();
+  console->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [rank " + std::to_string(rank) + "] [%^%l%$] %v");
+  if (rank != 0) console->set_level(spdlog::level::warn);
 }
 
 absl::Status AddLogFile(const std::string& path) {

@@ -32,6 +32,7 @@ ProgressLine::ProgressLine(std::FILE* out, Options options, Clock clock)
 
 bool ProgressLine::Update(const std::string& text, int64_t done, int64_t total,
                           const std::string& suffix) {
+  if (out_ == nullptr) return false;
   const double now = clock_();
   const double interval = options_.is_terminal ? options_.min_interval_s : options_.log_interval_s;
   const bool last = total > 0 && done >= total;
@@ -52,6 +53,7 @@ bool ProgressLine::Update(const std::string& text, int64_t done, int64_t total,
 }
 
 void ProgressLine::Finish() {
+  if (out_ == nullptr) return;
   if (options_.is_terminal && drawn_) std::fputc('\n', out_);
   drawn_ = false;
   std::fflush(out_);

@@ -187,7 +187,7 @@ absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
   auto loop = AsyncLoop::Create(context.model, options);
   if (!loop.ok()) return loop.status();
 
-  StageOptimizer optimizer(context.model, *spec.optimizer);
+  StageOptimizer optimizer(context.model, *spec.optimizer, context.group, context.bucket_bytes());
   auto trainer = spec.make_trainer(optimizer);
   if (!trainer.ok()) return trainer.status();
   auto agents = AgentStage::Create(context, (*loop)->engine());

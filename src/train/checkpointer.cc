@@ -54,8 +54,9 @@ std::vector<std::string> Candidates(const std::string& root) {
 
 absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(const config::RunConfig& config,
                                                                  const RunDir& run_dir,
-                                                                 const std::string& resume_spec) {
-  std::unique_ptr<Checkpointer> checkpointer(new Checkpointer(config, run_dir));
+                                                                 const std::string& resume_spec,
+                                                                 dist::Group* group) {
+  std::unique_ptr<Checkpointer> checkpointer(new Checkpointer(config, run_dir, group));
   if (!resume_spec.empty()) {
     if (absl::Status s = checkpointer->ResolveAndRead(resume_spec); !s.ok()) return s;
   }
@@ -107,11 +108,11 @@ std::optional<TrainState> Checkpointer::TakeResume(const std::string& stage) {
   return out;
 }
 
-bool Checkpointer::IntervalDue(int64_t policy_version) const {
+bool Checkpointer::IntervalDue(int64_t policy_version, bool clock) const {
   if (policy_version == last_saved_version_) return false;
   const auto& ckpt = config_.ckpt;
   if (ckpt.every_steps > 0 && policy_version % ckpt.every_steps == 0) return true;
-  if (ckpt.every_minutes <= 0) return false;
+  if (!clock || ckpt.every_minutes <= 0) return false;
   const auto elapsed = std::chrono::steady_clock::now() - last_save_;
   return std::chrono::duration<double>(elapsed).count() >= ckpt.every_minutes * 60.0;
 }
@@ -119,17 +120,39 @@ bool Checkpointer::IntervalDue(int64_t policy_version) const {
 absl::Status Checkpointer::Boundary(bool after_step, int64_t policy_version,
                                     const model::Transformer& model, const Capture& capture,
                                     const Release& release) {
-  const bool preempted = PreemptionRequested();
-  if (!preempted && !(after_step && IntervalDue(policy_version))) return absl::OkStatus();
+  bool preempted = PreemptionRequested();
+  bool due = preempted || (after_step && IntervalDue(policy_version));
+  if (group_ != nullptr) {
+    // One decision for every rank: a signal to any rank preempts all, and
+    // the minutes interval follows rank 0's clock (max over ranks of both).
+    auto decided = group_->Max({preempted ? 1.0 : 0.0, due && group_->rank() == 0 ? 1.0 : 0.0});
+    if (!decided.ok()) return decided.status();
+    preempted = (*decided)[0] > 0;
+    due = preempted ||
+          (after_step && ((*decided)[1] > 0 || IntervalDue(policy_version, /*clock=*/false)));
+  }
+  if (!due) return absl::OkStatus();
   if (preempted) {
-    spdlog::info("signal {} received: stopping at this token boundary to checkpoint",
-                 PreemptionSignal());
+    spdlog::info("{}: stopping at this token boundary to checkpoint",
+                 PreemptionRequested()
+                     ? "signal " + std::to_string(PreemptionSignal()) + " received"
+                     : std::string("another rank was signalled"));
   }
   auto state = capture();
   if (!state.ok()) return state.status();
-  auto dir = Save(*state, model);
-  if (!dir.ok()) return dir.status();
-  if (preempted) return PreemptedStatus(*dir);
+  std::string dir = run_dir_.checkpoints_path();  // where rank 0 writes it
+  if (group_ == nullptr || group_->rank() == 0) {
+    auto saved = Save(*state, model);
+    if (!saved.ok()) return saved.status();
+    dir = *saved;
+  } else {
+    last_saved_version_ = policy_version;
+  }
+  if (group_ != nullptr) {
+    // No rank goes on (or exits) before the checkpoint is committed.
+    if (absl::Status s = group_->Barrier(); !s.ok()) return s;
+  }
+  if (preempted) return PreemptedStatus(dir);
   return release(*std::move(state));
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <unordered_map>
 
 #include <spdlog/spdlog.h>
 
@@ -18,6 +19,7 @@ struct EvalPrompt {
   size_t cell;           // into EvalResult::cells
   size_t problem_index;  // within the cell, for pass@K
   std::vector<int64_t> tokens;
+  uint64_t order = 0;  // position among all ranks' prompts: its samples' ids (and seeds)
 };
 
 // The held-out prompts of every dataset × effort of `options`, and a cell each.
@@ -43,7 +45,7 @@ absl::StatusOr<std::vector<EvalPrompt>> EncodeEvalPrompts(const EvalInputs& inpu
         auto prompt = EncodeProblemPrompt(problems[j], inputs.config.effort.PromptEffort(effort),
                                           inputs.tokenizer);
         if (!prompt.ok()) return prompt.status();
-        prompts.push_back({&problems[j], cells.size() - 1, j, *std::move(prompt)});
+        prompts.push_back({&problems[j], cells.size() - 1, j, *std::move(prompt), prompts.size()});
       }
     }
   }
@@ -88,6 +90,37 @@ void SummarizeTopEffort(EvalResult& result, const std::vector<EvalTally>& totals
   result.mean_length = response / samples;
 }
 
+// This rank's share of `prompts`: problems are dealt round-robin.
+void KeepShard(std::vector<EvalPrompt>& prompts, const dist::Group& group) {
+  const auto size = static_cast<size_t>(group.size()), rank = static_cast<size_t>(group.rank());
+  prompts.erase(std::remove_if(prompts.begin(), prompts.end(),
+                               [&](const EvalPrompt& p) { return p.problem_index % size != rank; }),
+                prompts.end());
+}
+
+// Adds up every rank's tallies (each holds its share of the problems).
+absl::Status SumTallies(std::vector<EvalTally>& totals, dist::Group& group) {
+  std::vector<double> flat;
+  for (const EvalTally& t : totals) {
+    flat.insert(flat.end(), {t.reward, t.reasoning, t.response, t.parsed,
+                             static_cast<double>(t.samples), static_cast<double>(t.skipped)});
+    for (bool solved : t.solved) flat.push_back(solved ? 1.0 : 0.0);
+  }
+  auto summed = group.Sum(flat);
+  if (!summed.ok()) return summed.status();
+  auto next = summed->begin();
+  for (EvalTally& t : totals) {
+    t.reward = *next++;
+    t.reasoning = *next++;
+    t.response = *next++;
+    t.parsed = *next++;
+    t.samples = static_cast<int64_t>(*next++);
+    t.skipped = static_cast<int64_t>(*next++);
+    for (size_t j = 0; j < t.solved.size(); ++j) t.solved[j] = *next++ > 0;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void EvalTally::Add(size_t problem, const std::vector<int64_t>& completion,
@@ -125,7 +158,10 @@ int64_t EvalPoolTokens(const rollout::EngineOptions& run_engine, int64_t prompts
 }
 
 absl::StatusOr<EvalResult> Evaluate(const TrainContext& context) {
-  return Evaluate(context, context.model, {});
+  EvalOptions options;
+  options.group = context.group;
+  return Evaluate({context.config, context.tokenizer, context.datasets, context.special_tokens},
+                  context.model, options);
 }
 
 absl::StatusOr<EvalResult> Evaluate(const TrainContext& context, const model::Transformer& model,
@@ -143,16 +179,17 @@ absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Trans
   std::vector<EvalTally> totals;
   auto prompts = EncodeEvalPrompts(inputs, options, result.cells, totals);
   if (!prompts.ok()) return prompts.status();
+  if (options.group != nullptr) KeepShard(*prompts, *options.group);
   auto engine = CreateEvalEngine(config, model, *prompts);
   if (!engine.ok()) return engine.status();
   result.pool_tokens = (*engine)->pool().num_blocks() * (*engine)->pool().block_size();
 
   const int samples = std::max(1, options.samples);
-  std::vector<const EvalPrompt*> by_id;  // sample id -> its prompt
+  std::unordered_map<uint64_t, const EvalPrompt*> by_id;  // sample id -> its prompt
   for (const EvalPrompt& prompt : *prompts) {
     for (int k = 0; k < samples; ++k) {
       rollout::SampleRequest request;
-      request.id = by_id.size();
+      request.id = prompt.order * static_cast<uint64_t>(samples) + static_cast<uint64_t>(k);
       request.prompt = prompt.tokens;
       request.sampling.temperature = samples == 1 ? 0 : options.temperature;
       request.stop.max_new_tokens = config.rollout.max_new_tokens;
@@ -167,7 +204,7 @@ absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Trans
         totals[prompt.cell].AddUnstarted(k == 0);
         continue;
       }
-      by_id.push_back(&prompt);
+      by_id[request.id] = &prompt;
     }
   }
 
@@ -175,13 +212,16 @@ absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Trans
     auto step = (*engine)->Step();
     if (!step.ok()) return step.status();
     for (const rollout::SampleState& sample : (*engine)->TakeFinished()) {
-      const EvalPrompt& prompt = *by_id[sample.id];
+      const EvalPrompt& prompt = *by_id.at(sample.id);
       std::vector<int64_t> completion(sample.tokens.begin() + sample.prompt_length,
                                       sample.tokens.end());
       totals[prompt.cell].Add(prompt.problem_index, completion,
                               JudgeCompletion(*prompt.problem, completion, inputs.tokenizer),
                               inputs.special_tokens.think_end);
     }
+  }
+  if (options.group != nullptr) {
+    if (absl::Status s = SumTallies(totals, *options.group); !s.ok()) return s;
   }
   for (size_t c = 0; c < result.cells.size(); ++c) totals[c].Fill(result.cells[c]);
   SummarizeTopEffort(result, totals);

@@ -235,9 +235,10 @@ absl::StatusOr<nlohmann::json> GrpoTrainer::Train(const Batch& batch) {
   const Selection selection = Select(batch.samples, judged, version);
   auto totals = Backward(batch.samples, selection, version);
   if (!totals.ok()) return totals.status();
-  const StageOptimizer::Applied applied = optimizer_.Step(batch.step, context_.policy_version);
+  auto applied = optimizer_.Step(batch.step, context_.policy_version);
+  if (!applied.ok()) return applied.status();
   const double train_seconds = metrics::ProgressLine::SteadySeconds() - start;
-  return Record(batch, judged, selection, *totals, applied, train_seconds);
+  return Record(batch, judged, selection, *totals, *applied, train_seconds);
 }
 
 nlohmann::json GrpoTrainer::Record(const Batch& batch, const Judged& judged,

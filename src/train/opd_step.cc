@@ -298,9 +298,10 @@ absl::StatusOr<nlohmann::json> OpdTrainer::Train(const Batch& batch) {
       return s;
     }
   }
-  const StageOptimizer::Applied applied = optimizer_.Step(batch.step, context_.policy_version);
+  auto applied = optimizer_.Step(batch.step, context_.policy_version);
+  if (!applied.ok()) return applied.status();
   const double train_seconds = Seconds() - start;
-  nlohmann::json record = Record(batch, step, applied, train_seconds);
+  nlohmann::json record = Record(batch, step, *applied, train_seconds);
   const algo::TeacherPoolStats& after = teachers_.stats();
   const double n = static_cast<double>(samples.size());
   record["teacher_loads"] = after.loads - before.loads;

@@ -1,5 +1,6 @@
 #include "loom/train/runner.h"
 
+#include <chrono>
 #include <ctime>
 #include <filesystem>
 #include <sstream>
@@ -7,6 +8,7 @@
 #include <c10/util/Exception.h>
 #include <spdlog/spdlog.h>
 
+#include "loom/dist/group.h"
 #include "loom/model/init.h"
 #include "loom/model/transformer.h"
 #include "loom/train/checkpointer.h"
@@ -14,6 +16,7 @@
 #include "loom/train/control.h"
 #include "loom/train/live_config.h"
 #include "loom/train/opd_stage.h"
+#include "loom/train/sft_stage.h"
 #include "loom/train/stages.h"
 
 namespace loom::train {
@@ -52,27 +55,92 @@ absl::Status AttachTensorBoard(const config::RunConfig& config, const RunDir& ru
   return absl::OkStatus();
 }
 
-absl::StatusOr<at::Device> PickDevice(const std::string& name) {
+// The model's device; with several ranks, LOCAL_RANK picks the GPU.
+absl::StatusOr<at::Device> PickDevice(const std::string& name, const dist::RankInfo& rank) {
   const bool cuda = at::hasCUDA();
   if (name == "cuda" && !cuda) {
     return absl::FailedPreconditionError("model.device is cuda but LibTorch sees no CUDA device");
   }
-  return (name == "cuda" || (name == "auto" && cuda)) ? at::Device(at::kCUDA)
-                                                      : at::Device(at::kCPU);
+  if (name == "cpu" || (name == "auto" && !cuda)) return at::Device(at::kCPU);
+  if (!rank.distributed()) return at::Device(at::kCUDA);
+  const int gpus = static_cast<int>(at::getNumGPUs());
+  if (rank.local_rank >= gpus) {
+    return absl::FailedPreconditionError("LOCAL_RANK " + std::to_string(rank.local_rank) +
+                                         " but this node has " + std::to_string(gpus) + " GPUs");
+  }
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rank.local_rank));
+}
+
+// Joins the other ranks of a multi-rank run (null for one rank).
+absl::StatusOr<std::unique_ptr<dist::Group>> JoinRanks(const config::RunConfig& config,
+                                                       const dist::RankInfo& rank,
+                                                       at::Device device) {
+  if (!rank.distributed()) return nullptr;
+  dist::Group::Options options;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.dist.timeout_s * 1000));
+  options.device = device;
+  spdlog::info("rank {} of {} ({}): joining {}:{}", rank.rank, rank.world_size, rank.source,
+               rank.master_addr, rank.master_port);
+  auto group = dist::Group::Connect(rank, options);
+  if (group.ok())
+    spdlog::info("rank {} of {}: joined ({})", rank.rank, rank.world_size, (*group)->backend());
+  return group;
+}
+
+// Every rank must resume from the same checkpoint (or none).
+absl::Status CheckSameResume(dist::Group& group, const std::optional<RunCursor>& cursor) {
+  auto versions = group.Gather({cursor ? static_cast<double>(cursor->policy_version) : -1.0});
+  if (!versions.ok()) return versions.status();
+  for (int r = 0; r < group.size(); ++r) {
+    if ((*versions)[r][0] != (*versions)[0][0]) {
+      return absl::FailedPreconditionError(
+          "ranks resume from different checkpoints: rank 0 at policy version " +
+          std::to_string(static_cast<int64_t>((*versions)[0][0])) + ", rank " + std::to_string(r) +
+          " at " + std::to_string(static_cast<int64_t>((*versions)[r][0])) +
+          " (-1: none); give every rank the same --resume");
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
-                       const std::string& resume) {
-  auto checkpointer = Checkpointer::Open(config, run_dir, resume);
-  if (!checkpointer.ok()) return checkpointer.status();
-  const auto& cursor = (*checkpointer)->resume_cursor();
-  if (absl::Status s = EnsureModel(config.model, config.run.seed); !s.ok()) return s;
+                       const std::string& resume, const dist::RankInfo& rank) {
+  if (rank.distributed()) {
+    for (const std::string& stage : config.train.stages) {
+      if (stage != kSftStage) {
+        return absl::UnimplementedError("train.stages: stage " + stage +
+                                        " does not run on several ranks yet, only sft does "
+                                        "(docs/scale.md); run it with one rank");
+      }
+    }
+  }
   auto dtype = model::ParseDtype(config.model.dtype);
   if (!dtype.ok()) return dtype.status();
-  auto device = PickDevice(config.model.device);
+  auto device = PickDevice(config.model.device, rank);
   if (!device.ok()) return device.status();
+  auto group = JoinRanks(config, rank, *device);
+  if (!group.ok()) return group.status();
+  auto checkpointer = Checkpointer::Open(config, run_dir, resume, group->get());
+  if (!checkpointer.ok()) return checkpointer.status();
+  const auto& cursor = (*checkpointer)->resume_cursor();
+  if (*group != nullptr) {
+    if (absl::Status s = CheckSameResume(**group, cursor); !s.ok()) return s;
+    // Rank 0 creates a missing model; the others wait, then create their own
+    // only where they do not share its filesystem (same seed, same weights).
+    if (rank.rank == 0) {
+      if (absl::Status s = EnsureModel(config.model, config.run.seed); !s.ok()) return s;
+    }
+    if (absl::Status s = (*group)->Barrier(); !s.ok()) return s;
+  }
+  if (absl::Status s = EnsureModel(config.model, config.run.seed); !s.ok()) return s;
   auto model = model::Transformer::Load((*checkpointer)->ModelDir(), {*dtype, *device, true});
   if (!model.ok()) return model.status();
+  if (*group != nullptr) {
+    // Every rank starts from rank 0's weights, whatever its files hold.
+    if (absl::Status s = dist::BroadcastParameters(**group, (*model)->Parameters()); !s.ok()) {
+      return s;
+    }
+  }
   auto tokenizer = tokenizer::Tokenizer::FromFile(config.model.path + "/tokenizer.json");
   if (!tokenizer.ok()) return tokenizer.status();
   // The live config: the file's, or the version the checkpoint recorded.
@@ -97,7 +165,9 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
   }
   auto metrics = metrics::MetricsWriter::Open(run_dir.metrics_path());
   if (!metrics.ok()) return metrics.status();
-  if (absl::Status s = AttachTensorBoard(config, run_dir, *metrics); !s.ok()) return s;
+  if (rank.rank == 0) {
+    if (absl::Status s = AttachTensorBoard(config, run_dir, *metrics); !s.ok()) return s;
+  }
   spdlog::info("model {} ({:.2f}M parameters, {}), stages: {}", config.model.path,
                static_cast<double>((*model)->NumParameters()) / 1e6, config.model.dtype,
                config.train.stages.size());
@@ -106,9 +176,15 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
                        *metrics, *special_tokens, 0,       checkpointer->get()};
   context.live = live.get();
   context.teachers = teachers->get();
+  context.group = group->get();
   ControlInbox control(context);
-  if (absl::Status s = control.Start(); !s.ok()) return s;
-  context.control = &control;
+  if (rank.distributed()) {
+    spdlog::info("live changes (loom ctl) are not taken in multi-rank runs");
+    metrics->SetCommon("config_version", live->version());
+  } else {
+    if (absl::Status s = control.Start(); !s.ok()) return s;
+    context.control = &control;
+  }
   size_t first_stage = 0;
   if (cursor) {
     context.policy_version = cursor->policy_version;
@@ -126,6 +202,7 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
     run_eta.StageStarted(context.policy_version,
                          context.policy_version + kind->steps(config) - done_in_stage);
     if (absl::Status s = kind->run(context); !s.ok()) return s;
+    if (rank.rank != 0) continue;  // rank 0 saves the weights every rank holds
     const std::string out = run_dir.stage_path(stage);
     if (absl::Status s = (*model)->Save(out); !s.ok()) return s;
     fs::copy_file(config.model.path + "/tokenizer.json", out + "/tokenizer.json",
@@ -138,9 +215,9 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
 }  // namespace
 
 absl::Status RunTraining(const config::RunConfig& config, const RunDir& run_dir,
-                         const std::string& resume) {
+                         const std::string& resume, const dist::RankInfo& rank) {
   try {
-    return RunStages(config, run_dir, resume);
+    return RunStages(config, run_dir, resume, rank);
   } catch (const c10::Error& e) {
     return absl::InternalError(std::string("LibTorch: ") + e.what_without_backtrace());
   }

@@ -83,17 +83,26 @@ class SftSampler {
   std::vector<uint64_t> next_index_;
 };
 
-// One SFT optimizer step on `examples`: next-token loss on the references,
-// micro-batched, a token-level mean over the whole batch. Returns its
-// metrics line.
+// One SFT optimizer step on `examples` (the whole batch, the same on every
+// rank): next-token loss on the references, micro-batched, a token-level
+// mean over the whole batch. Each rank takes the backward pass of its
+// contiguous share of the examples; the optimizer sums the gradients.
+// Returns its metrics line.
 absl::StatusOr<nlohmann::json> SftStep(TrainContext& context, StageOptimizer& optimizer,
                                        const std::vector<SftExample>& examples, int64_t step) {
   const double start = Seconds();
+  const size_t n = examples.size(), rank = static_cast<size_t>(context.rank()),
+               ranks = static_cast<size_t>(context.world_size());
+  const size_t first = n * rank / ranks, end = n * (rank + 1) / ranks;
   std::vector<int64_t> lengths;
-  int64_t loss_tokens = 0, tokens = 0;
-  for (const auto& e : examples) {
-    lengths.push_back(static_cast<int64_t>(e.tokens.size()));
-    tokens += lengths.back();
+  int64_t loss_tokens = 0, tokens = 0, rank_tokens = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const SftExample& e = examples[i];
+    if (i >= first && i < end) {
+      lengths.push_back(static_cast<int64_t>(e.tokens.size()));
+      rank_tokens += lengths.back();
+    }
+    tokens += static_cast<int64_t>(e.tokens.size());
     for (size_t t = 1; t < e.loss_mask.size(); ++t) loss_tokens += e.loss_mask[t];
   }
   double loss_sum = 0;
@@ -101,8 +110,8 @@ absl::StatusOr<nlohmann::json> SftStep(TrainContext& context, StageOptimizer& op
     std::vector<const std::vector<int64_t>*> seqs;
     std::vector<const std::vector<uint8_t>*> masks;
     for (size_t i : group) {
-      seqs.push_back(&examples[i].tokens);
-      masks.push_back(&examples[i].loss_mask);
+      seqs.push_back(&examples[first + i].tokens);
+      masks.push_back(&examples[first + i].loss_mask);
     }
     ShiftedBatch shifted = TeacherForcing(seqs, masks);
     auto scored = context.model.Score(shifted.batch);
@@ -114,27 +123,42 @@ absl::StatusOr<nlohmann::json> SftStep(TrainContext& context, StageOptimizer& op
     loss.loss.backward();
     loss_sum += loss.loss.item<double>();
   }
-  const StageOptimizer::Applied applied = optimizer.Step(step, context.policy_version);
+  auto applied = optimizer.Step(step, context.policy_version);
+  if (!applied.ok()) return applied.status();
+  if (context.group != nullptr) {
+    auto summed = context.group->Sum({loss_sum});
+    if (!summed.ok()) return summed.status();
+    loss_sum = (*summed)[0];
+  }
   const double seconds = Seconds() - start;
-  return nlohmann::json{{"stage", kSftStage},
+  nlohmann::json record{{"stage", kSftStage},
                         {"step", step + 1},
                         {"version", context.policy_version},
                         {"loss", loss_sum},
-                        {"lr", applied.lr},
-                        {"grad_norm", applied.grad_norm},
+                        {"lr", applied->lr},
+                        {"grad_norm", applied->grad_norm},
                         {"tokens", tokens},
                         {"loss_tokens", loss_tokens},
                         {"train_tokens_per_s", tokens / std::max(seconds, 1e-9)},
                         {"step_seconds", seconds}};
+  if (context.group != nullptr) {
+    record["ranks"] = context.world_size();
+    record["rank_tokens"] = rank_tokens;
+    record["allreduce_seconds"] = applied->allreduce_seconds;
+    // After the timing: what the ranks compare to show they hold the same weights.
+    record["weights_checksum"] = dist::ParametersChecksum(context.model.Parameters());
+  }
+  return record;
 }
 
 }  // namespace
 
 absl::Status RunSftStage(TrainContext& context) {
   const config::SftStageSection& sft = context.config.train.sft;
-  StageOptimizer optimizer(context.model, sft);
+  StageOptimizer optimizer(context.model, sft, context.group, context.bucket_bytes());
   SftSampler sampler(context);
-  metrics::ProgressLine progress(stdout, {static_cast<bool>(::isatty(1)), 0.2, 30.0});
+  metrics::ProgressLine progress(context.rank() == 0 ? stdout : nullptr,
+                                 {static_cast<bool>(::isatty(1)), 0.2, 30.0});
   int64_t first_step = 0;
   SftCursor cursor;
   auto resumed = RestoreSft(context, optimizer.adamw(), cursor, first_step);

@@ -24,7 +24,8 @@ class ProgressLine {
     double log_interval_s = 30.0;  // plain-line period when not a terminal
   };
 
-  // Writes to `out`; `is_terminal` is usually isatty(fileno(out)).
+  // Writes to `out` (null: nothing, as on ranks other than 0); `is_terminal`
+  // is usually isatty(fileno(out)).
   ProgressLine(std::FILE* out, Options options, Clock clock = SteadySeconds);
 
   // Shows `text` for work that is `done` of `total` units (ETA from the

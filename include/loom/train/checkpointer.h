@@ -18,6 +18,11 @@
 // verifies and reads, each skipped one logged with its reason; a path: that
 // one or a clear error). The model is loaded from ResumeModelDir(); each stage
 // takes its own state with TakeResume(). Only the run loop thread calls this.
+//
+// Several ranks: every rank calls Boundary() at the same points; whether a
+// checkpoint is due is decided once for all (a signal to any rank preempts
+// every rank), every rank captures, rank 0 writes, and all wait until it is
+// committed.
 
 #include <chrono>
 #include <functional>
@@ -28,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "loom/config/run_config.h"
+#include "loom/dist/group.h"
 #include "loom/model/transformer.h"
 #include "loom/train/run_dir.h"
 #include "loom/train/train_state.h"
@@ -39,10 +45,12 @@ class Checkpointer {
   // `resume_spec`: "" (a fresh run), "auto" (the newest good checkpoint under
   // RUN_DIR/checkpoints, or a fresh run when there is none) or a checkpoint
   // directory. DATA_LOSS / FAILED_PRECONDITION naming the checkpoint when
-  // nothing usable is found where one was asked for.
+  // nothing usable is found where one was asked for. `group`: the run's
+  // ranks (borrowed; null for one rank).
   static absl::StatusOr<std::unique_ptr<Checkpointer>> Open(const config::RunConfig& config,
                                                             const RunDir& run_dir,
-                                                            const std::string& resume_spec);
+                                                            const std::string& resume_spec,
+                                                            dist::Group* group = nullptr);
 
   // The checkpoint being resumed ("" for a fresh run) and its cursor.
   const std::string& resume_dir() const { return resume_dir_; }
@@ -66,13 +74,19 @@ class Checkpointer {
   absl::StatusOr<std::string> Save(TrainState state, const model::Transformer& model);
 
  private:
-  Checkpointer(const config::RunConfig& config, const RunDir& run_dir)
-      : config_(config), run_dir_(run_dir), last_save_(std::chrono::steady_clock::now()) {}
-  bool IntervalDue(int64_t policy_version) const;
+  Checkpointer(const config::RunConfig& config, const RunDir& run_dir, dist::Group* group)
+      : config_(config),
+        run_dir_(run_dir),
+        group_(group),
+        last_save_(std::chrono::steady_clock::now()) {}
+  // ckpt.every_steps divides `policy_version`, or (with `clock`)
+  // ckpt.every_minutes passed since the last save.
+  bool IntervalDue(int64_t policy_version, bool clock = true) const;
   absl::Status ResolveAndRead(const std::string& resume_spec);
 
   const config::RunConfig& config_;
   const RunDir& run_dir_;
+  dist::Group* group_;
   std::string resume_dir_;
   std::optional<RunCursor> resume_cursor_;
   std::optional<TrainState> resume_state_;

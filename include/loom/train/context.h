@@ -7,6 +7,7 @@
 
 #include "loom/chat/special_tokens.h"
 #include "loom/config/run_config.h"
+#include "loom/dist/group.h"
 #include "loom/metrics/metrics_writer.h"
 #include "loom/metrics/progress.h"
 #include "loom/model/transformer.h"
@@ -39,6 +40,12 @@ struct TrainContext {
   algo::TeacherPool* teachers = nullptr;  // the opd stage's teachers (opd_stage.h); null without
   ControlInbox* control = nullptr;  // live-change requests (control.h); null in tests without one
   const metrics::RunEta* run_eta = nullptr;  // the progress line's whole-run part; may be null
+  dist::Group* group = nullptr;  // the ranks of a multi-rank run (borrowed); null for one rank
+
+  int rank() const { return group != nullptr ? group->rank() : 0; }
+  int world_size() const { return group != nullptr ? group->size() : 1; }
+  // The gradient all-reduce's bucket size (dist.bucket_mb).
+  int64_t bucket_bytes() const { return config.dist.bucket_mb << 20; }
 };
 
 }  // namespace loom::train

@@ -29,6 +29,9 @@ struct EvalOptions {
   std::vector<int> efforts;   // empty = the training levels (effort.levels)
   int samples = 1;            // K per problem: 1 = greedy
   double temperature = 1.0;   // for K > 1
+  // The ranks of a multi-rank run (borrowed; null: this process alone): each
+  // evaluates every size()-th problem of a cell, and the tallies are summed.
+  dist::Group* group = nullptr;
 };
 
 // One dataset at one effort. Means are per sample; pass@K per problem.

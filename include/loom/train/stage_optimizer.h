@@ -2,11 +2,16 @@
 // StageOptimizer: the one optimizer step every stage takes — clip the
 // gradients' global norm, AdamW at the warm-up + cosine learning rate of the
 // stage's step, zero the gradients, bump the policy version. Owns the
-// stage's AdamW state (borrowing the model's parameters). Run loop thread only.
+// stage's AdamW state (borrowing the model's parameters). In a multi-rank
+// run the gradients are first summed across ranks (each rank's loss is
+// already divided by the global normaliser), so every rank takes the same
+// step and keeps identical weights. Run loop thread only.
 
 #include <cstdint>
 
+#include "absl/status/statusor.h"
 #include "loom/config/train_section.h"
+#include "loom/dist/group.h"
 #include "loom/model/transformer.h"
 #include "loom/train/adamw.h"
 
@@ -14,22 +19,29 @@ namespace loom::train {
 
 class StageOptimizer {
  public:
-  StageOptimizer(const model::Transformer& model, const config::OptimizerFields& fields);
+  // `group`: the run's ranks (borrowed; null for one rank).
+  StageOptimizer(const model::Transformer& model, const config::OptimizerFields& fields,
+                 dist::Group* group = nullptr, int64_t bucket_bytes = int64_t{32} << 20);
 
   // What one step applied, for the metrics line.
   struct Applied {
     double lr = 0;
-    double grad_norm = 0;  // before clipping
+    double grad_norm = 0;          // before clipping
+    double allreduce_seconds = 0;  // summing the gradients across ranks (waits for the slowest)
   };
   // Steps from the gradients accumulated since the last step, as step `step`
-  // (0-based) of the stage; increments `policy_version`.
-  Applied Step(int64_t step, int64_t& policy_version);
+  // (0-based) of the stage; increments `policy_version`. UNAVAILABLE when
+  // the gradient all-reduce fails (a peer rank is gone); nothing is applied.
+  absl::StatusOr<Applied> Step(int64_t step, int64_t& policy_version);
 
   AdamW& adamw() { return adamw_; }
 
  private:
   const config::OptimizerFields& fields_;
   AdamW adamw_;
+  std::vector<at::Tensor> parameters_;  // what the all-reduce sums the gradients of
+  dist::Group* group_;
+  int64_t bucket_bytes_;
 };
 
 }  // namespace loom::train

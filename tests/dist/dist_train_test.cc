@@ -1,0 +1,282 @@
+// Multi-rank SFT through the real binary: `loom launch` and ranks started by
+// hand with torchrun's variables, Gloo on 127.0.0.1 (configs/test/dist-sft.yaml).
+// Two ranks train like one on the same global batch, hold identical weights
+// after every step, stop together when one is killed, hangs or is preempted,
+// and a preempted 2-rank run resumes exactly, on 2 ranks or on 1.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/dist/launch.h"
+#include "testing/loom_process.h"
+#include "testing/temp_dir.h"
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::LoomProcess;
+using testing::ReadAll;
+using testing::RunCommand;
+using testing::RunLoom;
+using testing::TempDir;
+
+const std::string kConfig = std::string(LOOM_SOURCE_DIR) + "/configs/test/dist-sft.yaml";
+
+// The training step lines of a metrics file, in order.
+std::vector<nlohmann::json> StepLines(const std::string& path) {
+  std::vector<nlohmann::json> steps;
+  std::istringstream lines(ReadAll(path));
+  for (std::string line; std::getline(lines, line);) {
+    auto r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (r.is_object() && r.contains("loss") && !r.contains("eval_accuracy")) steps.push_back(r);
+  }
+  return steps;
+}
+
+// Eval lines (rank 0's metrics), in order.
+std::vector<nlohmann::json> EvalLines(const std::string& path) {
+  std::vector<nlohmann::json> evals;
+  std::istringstream lines(ReadAll(path));
+  for (std::string line; std::getline(lines, line);) {
+    auto r = nlohmann::json::parse(line, nullptr, false);
+    if (r.is_object() && r.contains("eval_accuracy")) evals.push_back(r);
+  }
+  return evals;
+}
+
+// Same steps, losses within `tolerance`.
+void ExpectSameLosses(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b,
+                      double tolerance) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]["step"], b[i]["step"]);
+    EXPECT_NEAR(a[i]["loss"].get<double>(), b[i]["loss"].get<double>(), tolerance)
+        << "step " << i + 1;
+  }
+}
+
+class DistTrainTest : public ::testing::Test {
+ protected:
+  // `loom train` on the test config with `args` appended; the model is created once.
+  std::string Train(const std::string& args) const {
+    return "train --config " + kConfig + " --set model.path=" + model_ + " " + args;
+  }
+
+  // Waits until `path` holds `steps` step lines (false after 120 s).
+  static bool WaitForSteps(const std::string& path, size_t steps) {
+    for (int i = 0; i < 1200; ++i) {
+      if (StepLines(path).size() >= steps) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+
+  // Waits for `process` to exit; its status, and the seconds it took.
+  static std::pair<int, double> WaitTimed(LoomProcess& process) {
+    const auto start = std::chrono::steady_clock::now();
+    const int code = process.Wait();
+    return {code, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  }
+
+  // Two ranks started by hand, as torchrun would, on run directory `run`.
+  struct Ranks {
+    std::unique_ptr<LoomProcess> rank0, rank1;
+  };
+  Ranks StartRanks(const std::string& run, const std::string& extra) const {
+    auto port = dist::FreeLoopbackPort();
+    EXPECT_TRUE(port.ok());
+    ::setenv("WORLD_SIZE", "2", 1);
+    ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+    ::setenv("MASTER_PORT", std::to_string(*port).c_str(), 1);
+    Ranks ranks;
+    std::vector<std::string> args = {
+        "train", "--config", kConfig, "--set", "model.path=" + model_, "--run-dir", run};
+    std::istringstream words(extra);
+    for (std::string w; words >> w;) args.push_back(w);
+    ::setenv("RANK", "0", 1);
+    ranks.rank0 = std::make_unique<LoomProcess>(args, run + ".rank0.log");
+    ::setenv("RANK", "1", 1);
+    ranks.rank1 = std::make_unique<LoomProcess>(args, run + ".rank1.log");
+    for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) ::unsetenv(name);
+    return ranks;
+  }
+
+  TempDir dir_;
+  std::string model_ = dir_ / "model";
+};
+
+// The same global batch on 1 and on 2 ranks: the same loss at every step
+// (float sums in another order), the same weights on both ranks after every
+// step, held-out evaluation split between the ranks over the same problems.
+TEST_F(DistTrainTest, TwoRanksTrainLikeOneAndStayIdentical) {
+  for (const char* deterministic : {"true", "false"}) {
+    SCOPED_TRACE(std::string("run.deterministic=") + deterministic);
+    const std::string one = dir_ / (std::string("one-") + deterministic);
+    const std::string two = dir_ / (std::string("two-") + deterministic);
+    const std::string set = std::string(" --set run.deterministic=") + deterministic;
+    auto single = RunLoom(Train("--run-dir " + one + set));
+    ASSERT_EQ(single.exit_code, 0) << single.err;
+    auto launched = RunLoom("launch --nproc 2 -- " + Train("--run-dir " + two + set));
+    ASSERT_EQ(launched.exit_code, 0) << launched.err << ReadAll(two + "/log.rank1.txt");
+
+    const auto reference = StepLines(one + "/metrics.jsonl");
+    const auto rank0 = StepLines(two + "/metrics.jsonl");
+    const auto rank1 = StepLines(two + "/metrics.rank1.jsonl");
+    ASSERT_EQ(reference.size(), 12u);
+    ExpectSameLosses(reference, rank0, 1e-5);
+    ExpectSameLosses(rank0, rank1, 0);  // the reduced loss: the same bits on both ranks
+    for (size_t i = 0; i < rank0.size(); ++i) {
+      EXPECT_EQ(rank0[i]["ranks"], 2);
+      EXPECT_EQ(rank0[i]["tokens"], reference[i]["tokens"]);
+      // Each rank trained on its half, and the halves make up the batch.
+      EXPECT_EQ(rank0[i]["rank_tokens"].get<int64_t>() + rank1[i]["rank_tokens"].get<int64_t>(),
+                reference[i]["tokens"].get<int64_t>());
+      EXPECT_EQ(rank0[i]["weights_checksum"].get<double>(),
+                rank1[i]["weights_checksum"].get<double>())
+          << "step " << i + 1;
+      EXPECT_NEAR(rank0[i]["grad_norm"].get<double>(), reference[i]["grad_norm"].get<double>(),
+                  1e-4 * reference[i]["grad_norm"].get<double>());
+    }
+    // Evaluation: every problem once, split between the ranks and summed.
+    const auto evals_one = EvalLines(one + "/metrics.jsonl");
+    const auto evals_two = EvalLines(two + "/metrics.jsonl");
+    ASSERT_EQ(evals_one.size(), 2u);
+    ASSERT_EQ(evals_two.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_NEAR(evals_two[i]["eval_parse_rate"].get<double>(),
+                  evals_one[i]["eval_parse_rate"].get<double>(), 1.0 / 16 + 1e-9);
+      EXPECT_NEAR(evals_two[i]["eval_mean_length"].get<double>(),
+                  evals_one[i]["eval_mean_length"].get<double>(), 1.0);
+    }
+    EXPECT_NE(ReadAll(two + "/log.txt").find("over 16 problems"), std::string::npos);
+    // Rank 0 writes the run's files; rank 1 its own log and metrics.
+    EXPECT_TRUE(fs::exists(two + "/stages/sft/model.safetensors"));
+    EXPECT_TRUE(fs::exists(two + "/log.rank1.txt"));
+    EXPECT_EQ(ReadAll(two + "/log.rank1.txt").find("stage sft done"), std::string::npos);
+  }
+}
+
+// A rank killed mid-run: the other's next all-reduce fails when the
+// connection closes, long before dist.timeout_s (120 s), with an error that
+// says so; the launcher exits with the killed rank's status.
+TEST_F(DistTrainTest, AKilledRankStopsTheOtherAtOnce) {
+  const std::string run = dir_ / "killed";
+  Ranks ranks = StartRanks(run, "--set train.sft.steps=100000");
+  ASSERT_TRUE(WaitForSteps(run + "/metrics.rank1.jsonl", 2)) << ReadAll(run + ".rank1.log");
+  ranks.rank1->Signal(SIGKILL);
+  auto [code, seconds] = WaitTimed(*ranks.rank0);
+  EXPECT_EQ(code, 1);
+  EXPECT_LT(seconds, 20.0);
+  const std::string log = ReadAll(run + ".rank0.log");
+  EXPECT_NE(log.find("rank 0 of 2: all-reduce failed (a peer rank exited"), std::string::npos)
+      << log;
+}
+
+// A rank that stops answering (SIGSTOP) holds its connections open: the
+// other gives up after dist.timeout_s.
+TEST_F(DistTrainTest, AHungRankTimesOutTheOther) {
+  const std::string run = dir_ / "hung";
+  Ranks ranks = StartRanks(run, "--set train.sft.steps=100000 --set dist.timeout_s=3");
+  ASSERT_TRUE(WaitForSteps(run + "/metrics.rank1.jsonl", 2)) << ReadAll(run + ".rank1.log");
+  ranks.rank1->Signal(SIGSTOP);
+  auto [code, seconds] = WaitTimed(*ranks.rank0);
+  ranks.rank1->Signal(SIGKILL);
+  EXPECT_EQ(code, 1);
+  EXPECT_GE(seconds, 2.0);
+  EXPECT_LT(seconds, 30.0);
+  const std::string log = ReadAll(run + ".rank0.log");
+  EXPECT_NE(log.find("within 3 s"), std::string::npos) << log;
+}
+
+// SIGTERM to one rank preempts both at the same step; rank 0 writes the
+// checkpoint. Resumed on 2 ranks the run repeats the uninterrupted one
+// exactly; resumed on 1 rank it repeats it up to float summation order.
+TEST_F(DistTrainTest, PreemptingOneRankStopsBothAndResumesExactly) {
+  const std::string steps = "--set train.sft.steps=40";
+  const std::string reference = dir_ / "reference";
+  auto uninterrupted =
+      RunLoom("launch --nproc 2 -- " + Train("--run-dir " + reference + " " + steps));
+  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.err;
+
+  const std::string run = dir_ / "preempted";
+  {
+    Ranks ranks = StartRanks(run, steps);
+    ASSERT_TRUE(WaitForSteps(run + "/metrics.jsonl", 5));
+    ranks.rank1->Signal(SIGTERM);
+    EXPECT_EQ(ranks.rank1->Wait(), 0) << ReadAll(run + ".rank1.log");
+    EXPECT_EQ(ranks.rank0->Wait(), 0) << ReadAll(run + ".rank0.log");
+  }
+  EXPECT_NE(ReadAll(run + ".rank0.log").find("another rank was signalled"), std::string::npos);
+  const size_t done = StepLines(run + "/metrics.jsonl").size();
+  ASSERT_LT(done, 40u) << "the run finished before the signal";
+  EXPECT_EQ(StepLines(run + "/metrics.rank1.jsonl").size(), done);
+  ASSERT_TRUE(fs::exists(run + "/checkpoints/latest"));
+  fs::copy(run, run + "-on-1", fs::copy_options::recursive);
+
+  auto resumed =
+      RunLoom("launch --nproc 2 -- " + Train("--run-dir " + run + " " + steps + " --resume auto"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const auto expected = StepLines(reference + "/metrics.jsonl");
+  ExpectSameLosses(expected, StepLines(run + "/metrics.jsonl"), 1e-7);
+  const auto ref_rank1 = StepLines(reference + "/metrics.rank1.jsonl");
+  const auto got_rank1 = StepLines(run + "/metrics.rank1.jsonl");
+  ASSERT_EQ(ref_rank1.size(), got_rank1.size());
+  EXPECT_EQ(ref_rank1.back()["weights_checksum"], got_rank1.back()["weights_checksum"]);
+
+  auto on_one = RunLoom(Train("--run-dir " + run + "-on-1 " + steps + " --resume auto"));
+  ASSERT_EQ(on_one.exit_code, 0) << on_one.err;
+  ExpectSameLosses(expected, StepLines(run + "-on-1/metrics.jsonl"), 1e-5);
+}
+
+// The launcher forwards SIGTERM to every rank: both checkpoint, all exit 0.
+TEST_F(DistTrainTest, TheLauncherForwardsPreemption) {
+  const std::string run = dir_ / "launched";
+  LoomProcess launcher(
+      {"launch", "--nproc", "2", "--", "train", "--config", kConfig, "--set",
+       "model.path=" + model_, "--run-dir", run, "--set", "train.sft.steps=100000"},
+      run + ".log");
+  ASSERT_TRUE(WaitForSteps(run + "/metrics.jsonl", 3)) << ReadAll(run + ".log");
+  launcher.Signal(SIGTERM);
+  EXPECT_EQ(launcher.Wait(), 0) << ReadAll(run + ".log");
+  const std::string log = ReadAll(run + ".log");
+  EXPECT_NE(log.find("forwarding signal 15 to every rank"), std::string::npos) << log;
+  EXPECT_TRUE(fs::exists(run + "/checkpoints/latest"));
+}
+
+// What cannot run is refused before any work, with the reason.
+TEST_F(DistTrainTest, BadLaunchesAreClearErrors) {
+  // A rank outside the world.
+  auto outside = RunCommand("RANK=2 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 " +
+                            std::string(LOOM_BINARY) + " " + Train("--run-dir " + dir_ / "bad"));
+  EXPECT_EQ(outside.exit_code, 2);
+  EXPECT_NE(outside.err.find("RANK=2 is outside [0, WORLD_SIZE=2)"), std::string::npos)
+      << outside.err;
+  // Stages that are single-rank only.
+  const std::string grpo = dir_ / "grpo";
+  auto stages = RunLoom("launch --nproc 2 -- " +
+                        Train("--run-dir " + grpo + " --set 'train.stages=[sft, grpo]'"));
+  EXPECT_EQ(stages.exit_code, 1);
+  EXPECT_NE(ReadAll(grpo + "/log.txt").find("stage grpo does not run on several ranks"),
+            std::string::npos)
+      << stages.err;
+  EXPECT_FALSE(fs::exists(grpo + "/metrics.jsonl") && !StepLines(grpo + "/metrics.jsonl").empty());
+  // Every rank fails on a bad config: the launcher passes the status on.
+  auto config = RunLoom("launch --nproc 2 -- train --config " + dir_ / "missing.yaml");
+  EXPECT_EQ(config.exit_code, 2);
+  // Nothing to launch.
+  EXPECT_EQ(RunLoom("launch --nproc 2").exit_code, 2);
+  EXPECT_EQ(RunLoom("launch --nproc 0 -- version").exit_code, 2);
+}
+
+}  // namespace
+}  // namespace loom
