@@ -18,6 +18,9 @@ uint64_t Mix64(uint64_t x) {
 absl::Status CheckOptions(const DispatchOptions& o, int group_size) {
   auto error = [](const std::string& text) { return absl::InvalidArgumentError(text); };
   if (o.efforts.empty()) return error("dispatch: no effort levels");
+  if (o.ranks < 1 || o.rank < 0 || o.rank >= o.ranks) {
+    return error("dispatch: rank " + std::to_string(o.rank) + " of " + std::to_string(o.ranks));
+  }
   if (group_size > o.max_inflight) {
     return error("dispatch: a prompt's group (" + std::to_string(group_size) +
                  " samples = sum of effort.samples_per_level) exceeds async.max_inflight (" +
@@ -139,9 +142,14 @@ std::optional<int> Dispatcher::PickDataset() {
 
 PromptGroup Dispatcher::NewGroup(int dataset, int64_t version) {
   PromptGroup group;
+  // The ids one group takes: its prompt, its subgroups, its samples.
+  const uint64_t span = 1 + options_.efforts.size() + static_cast<uint64_t>(group_size_);
+  const auto rank = static_cast<uint64_t>(options_.rank),
+             ranks = static_cast<uint64_t>(options_.ranks);
+  next_id_ += span * rank;  // the lower ranks' groups of this round
   group.prompt_id = next_id_++;
   group.dataset = dataset;
-  group.problem_index = cursors_[dataset]++;
+  group.problem_index = cursors_[dataset]++ * ranks + rank;
   group.version = version;
   for (const auto& level : options_.efforts) {
     Subgroup subgroup;
@@ -156,6 +164,7 @@ PromptGroup Dispatcher::NewGroup(int dataset, int64_t version) {
     }
     group.subgroups.push_back(std::move(subgroup));
   }
+  next_id_ += span * (ranks - 1 - rank);  // the higher ranks'
   return group;
 }
 
@@ -273,7 +282,7 @@ bool Dispatcher::LeftoversStayFresh(int64_t next_version,
   return true;
 }
 
-std::optional<std::vector<ReadySubgroup>> Dispatcher::TakeBatch(int64_t policy_version) {
+std::optional<Dispatcher::BatchPlan> Dispatcher::PlanBatch(int64_t policy_version) const {
   if (ready_.empty()) return std::nullopt;
   if (policy_->TrainsOnlyWhenIdle() ? inflight_ > 0 : ready_samples_ < options_.batch_samples) {
     return std::nullopt;
@@ -293,14 +302,24 @@ std::optional<std::vector<ReadySubgroup>> Dispatcher::TakeBatch(int64_t policy_v
     (needed ? batch : leftovers).push_back(std::move(subgroup));
   }
   if (!LeftoversStayFresh(policy_version + 1, leftovers)) return std::nullopt;
-  for (const auto& subgroup : batch) {
+  return BatchPlan{std::move(batch), std::move(leftovers), taken};
+}
+
+bool Dispatcher::BatchReady(int64_t policy_version) const {
+  return PlanBatch(policy_version).has_value();
+}
+
+std::optional<std::vector<ReadySubgroup>> Dispatcher::TakeBatch(int64_t policy_version) {
+  std::optional<BatchPlan> plan = PlanBatch(policy_version);
+  if (!plan) return std::nullopt;
+  for (const auto& subgroup : plan->batch) {
     LOOM_CHECK(policy_version - subgroup.oldest_version <= options_.max_staleness,
                "subgroup " << subgroup.subgroup_id << " from version " << subgroup.oldest_version
                            << " trained at " << policy_version);
   }
-  ready_ = leftovers;
-  ready_samples_ -= taken;
-  return batch;
+  ready_ = std::move(plan->leftovers);
+  ready_samples_ -= plan->taken;
+  return std::move(plan->batch);
 }
 
 void Dispatcher::RecordRefill() {

@@ -36,8 +36,8 @@ absl::StatusOr<std::unique_ptr<AsyncLoop>> AsyncLoop::Create(const model::Transf
   if (!engine.ok()) return engine.status();
   auto dispatcher = dispatch::Dispatcher::Create(options.dispatch);
   if (!dispatcher.ok()) return dispatcher.status();
-  return std::unique_ptr<AsyncLoop>(
-      new AsyncLoop(*std::move(engine), *std::move(dispatcher), options.offload_parked));
+  return std::unique_ptr<AsyncLoop>(new AsyncLoop(*std::move(engine), *std::move(dispatcher),
+                                                  options.offload_parked, options.group));
 }
 
 void AsyncLoop::DropFailures() {
@@ -95,6 +95,25 @@ absl::Status AsyncLoop::StepEngine() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::optional<std::vector<TrainingSample>>> AsyncLoop::NextBatch(
+    int64_t policy_version) {
+  bool ready = dispatcher_->BatchReady(policy_version);
+  waiting_for_ranks_ = false;
+  if (group_ != nullptr && group_->size() > 1) {
+    auto waiting = group_->Max({ready ? 0.0 : 1.0});  // 1: some rank has no batch yet
+    if (!waiting.ok()) return waiting.status();
+    waiting_for_ranks_ = ready && (*waiting)[0] > 0;
+    ready = (*waiting)[0] == 0;
+  }
+  if (!ready) return std::nullopt;
+  auto taken = dispatcher_->TakeBatch(policy_version);
+  LOOM_CHECK(taken.has_value(), "a batch the dispatcher called ready could not be taken");
+  std::vector<TrainingSample> samples = table_.Take(*taken);
+  MaskInfrastructureFailures(samples, masked_);
+  if (samples.empty()) return std::nullopt;  // all lost to infrastructure (one rank only)
+  return samples;
+}
+
 absl::Status AsyncLoop::Run(dispatch::RolloutPort& port, BatchTrainer& trainer, int64_t& step,
                             int64_t steps, const int64_t& policy_version, const LoopHooks& hooks) {
   double rollout_start = Seconds();
@@ -114,8 +133,11 @@ absl::Status AsyncLoop::Run(dispatch::RolloutPort& port, BatchTrainer& trainer, 
     }
     if (absl::Status s = StepEngine(); !s.ok()) return s;
 
-    auto ready = dispatcher_->TakeBatch(policy_version);
-    if (!ready) {
+    auto ready = NextBatch(policy_version);
+    if (!ready.ok()) return ready.status();
+    if (!*ready) {
+      if (waiting_for_ranks_) continue;
+
       // Samples that finished in this iteration may have made room for the
       // next refill: only an iteration with no change at all is a stall.
       const int64_t episodes = agents_ != nullptr ? agents_->rollout()->inflight() : 0;
@@ -130,9 +152,7 @@ absl::Status AsyncLoop::Run(dispatch::RolloutPort& port, BatchTrainer& trainer, 
       }
       continue;
     }
-    std::vector<TrainingSample> samples = table_.Take(*ready);
-    MaskInfrastructureFailures(samples, masked_);
-    if (samples.empty()) continue;  // all lost to infrastructure: nothing to train on
+    std::vector<TrainingSample> samples = **std::move(ready);
     totals_.seconds += Seconds() - rollout_start;
     engine_->ParkAll();
     if (offload_parked_) engine_->OffloadParked();

@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "absl/strings/str_cat.h"
 #include "loom/agent/rollout.h"
 #include "loom/config/check.h"
 #include "loom/metrics/progress.h"
@@ -104,7 +105,8 @@ class StepReport {
         loop_(loop),
         spec_(spec),
         samples_(samples),
-        progress_(stdout, {static_cast<bool>(::isatty(1)), 0.2, 30.0}) {}
+        progress_(context.rank() == 0 ? stdout : nullptr,
+                  {static_cast<bool>(::isatty(1)), 0.2, 30.0}) {}
   ~StepReport() { progress_.Finish(); }
 
   // samples.jsonl: where each trained sample came from, the config version
@@ -171,6 +173,28 @@ class StepReport {
   metrics::ProgressLine progress_;
 };
 
+// This rank's share of the dispatch settings: every rank dispatches and
+// trains batch_samples / ranks samples per step, with max_inflight / ranks in
+// flight. INVALID_ARGUMENT naming the key when the share is not whole.
+absl::Status ShareAmongRanks(dispatch::DispatchOptions& options, int rank, int ranks) {
+  if (ranks == 1) return absl::OkStatus();
+  for (const auto& [key, value] :
+       {std::pair<const char*, int>{"async.batch_samples", options.batch_samples},
+        {"async.max_inflight", options.max_inflight}}) {
+    if (value % ranks != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(key, " (", value, ") does not divide among ",
+                                                     ranks, " ranks: each rank takes a share"));
+    }
+  }
+  options.batch_samples /= ranks;
+  options.max_inflight /= ranks;
+  options.warmup_drop_samples /= ranks;
+  for (dispatch::DatasetQuota& d : options.datasets) d.max_inflight /= ranks;
+  options.rank = rank;
+  options.ranks = ranks;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
@@ -183,6 +207,11 @@ absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
   options.dispatch = dispatch::DispatchOptions::FromConfig(
       config.async, config.effort, config.tasks, static_cast<uint64_t>(config.run.seed));
   options.dispatch.datasets = context.live->datasets();  // the live mix, not the file's
+  if (absl::Status s = ShareAmongRanks(options.dispatch, context.rank(), context.world_size());
+      !s.ok()) {
+    return s;
+  }
+  options.group = context.group;
   options.offload_parked = config.rollout.offload_parked;
   auto loop = AsyncLoop::Create(context.model, options);
   if (!loop.ok()) return loop.status();

@@ -3,12 +3,16 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <filesystem>
 
+#include "absl/strings/numbers.h"
 #include "loom/ckpt/checkpoint.h"
 #include "loom/config/files.h"
 #include "loom/train/preemption.h"
 
 namespace loom::train {
+
+namespace fs = std::filesystem;
 namespace {
 
 // A checkpoint that verified and read, checked against this run's config.
@@ -59,6 +63,7 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Open(const config::R
   std::unique_ptr<Checkpointer> checkpointer(new Checkpointer(config, run_dir, group));
   if (!resume_spec.empty()) {
     if (absl::Status s = checkpointer->ResolveAndRead(resume_spec); !s.ok()) return s;
+    if (absl::Status s = checkpointer->TakeRankShare(); !s.ok()) return s;
   }
   return checkpointer;
 }
@@ -95,6 +100,53 @@ absl::Status Checkpointer::ResolveAndRead(const std::string& resume_spec) {
   }
   return absl::DataLossError("--resume auto: no usable checkpoint in " +
                              run_dir_.checkpoints_path() + ":" + skipped);
+}
+
+std::string Checkpointer::RankStagingDir(int rank) const {
+  return run_dir_.checkpoints_path() + "/.ranks/rank" + std::to_string(rank);
+}
+
+absl::Status Checkpointer::StageRankShare(const TrainState& state) const {
+  const std::string dir = RankStagingDir(group_->rank());
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec) return absl::UnavailableError("cannot create " + dir + ": " + ec.message());
+  return WriteRankState(state, dir);
+}
+
+absl::Status Checkpointer::TakeRankShare() {
+  if (!resume_state_ || !resume_state_->grpo) return absl::OkStatus();
+  const int world = group_ != nullptr ? group_->size() : 1;
+  if (world > 1 && group_->rank() != 0) return TakeOwnShare();
+  // Rank 0: shares of ranks this run does not have are not resumed.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(resume_dir_ + "/ranks", ec)) {
+    const std::string name = entry.path().filename().string();
+    int r = 0;
+    if (name.rfind("rank", 0) != 0 || !absl::SimpleAtoi(name.substr(4), &r) || r < world) continue;
+    spdlog::warn(
+        "{} was written by more ranks: rank {}'s in-flight and finished samples are not resumed "
+        "(their prompts are not trained; later prompts are)",
+        resume_dir_, r);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checkpointer::TakeOwnShare() {
+  const std::string dir = resume_dir_ + "/ranks/rank" + std::to_string(group_->rank());
+  if (!fs::exists(dir)) {
+    // More ranks than the checkpoint was written with: this one starts its
+    // share of the prompt stream afresh.
+    spdlog::warn("{} has no share for rank {} (written by fewer ranks): its loop starts empty",
+                 resume_dir_, group_->rank());
+    resume_state_->grpo = GrpoCursor{};
+    return absl::OkStatus();
+  }
+  auto share = ReadRankState(dir);
+  if (!share.ok()) return share.status();
+  resume_state_->grpo = *std::move(share);
+  return absl::OkStatus();
 }
 
 std::string Checkpointer::ModelDir() const {
@@ -141,12 +193,21 @@ absl::Status Checkpointer::Boundary(bool after_step, int64_t policy_version,
   auto state = capture();
   if (!state.ok()) return state.status();
   std::string dir = run_dir_.checkpoints_path();  // where rank 0 writes it
+  if (group_ != nullptr && group_->rank() != 0) {
+    // An async stage's loop differs per rank: each other rank stages its
+    // share for rank 0 to seal into the checkpoint.
+    if (state->grpo) {
+      if (absl::Status s = StageRankShare(*state); !s.ok()) return s;
+    }
+    last_saved_version_ = policy_version;
+  }
+  if (group_ != nullptr && state->grpo) {
+    if (absl::Status s = group_->Barrier(); !s.ok()) return s;  // every share staged
+  }
   if (group_ == nullptr || group_->rank() == 0) {
     auto saved = Save(*state, model);
     if (!saved.ok()) return saved.status();
     dir = *saved;
-  } else {
-    last_saved_version_ = policy_version;
   }
   if (group_ != nullptr) {
     // No rank goes on (or exits) before the checkpoint is committed.
@@ -168,6 +229,19 @@ absl::StatusOr<std::string> Checkpointer::Save(TrainState state, const model::Tr
   auto meta =
       WriteTrainState(state, model, config_.model.path + "/tokenizer.json", config_, writer->dir());
   if (!meta.ok()) return meta.status();
+  if (group_ != nullptr && state.grpo) {
+    // The other ranks' loops, staged by them before the barrier.
+    std::error_code ec;
+    fs::create_directories(writer->dir() + "/ranks", ec);
+    for (int r = 1; r < group_->size(); ++r) {
+      fs::rename(RankStagingDir(r), writer->dir() + "/ranks/rank" + std::to_string(r), ec);
+      if (ec) {
+        return absl::DataLossError("checkpoint: rank " + std::to_string(r) + "'s share " +
+                                   RankStagingDir(r) + " cannot be sealed: " + ec.message());
+      }
+    }
+    (*meta)["ranks"] = group_->size();
+  }
   auto dir = writer->Commit(*meta);
   if (!dir.ok()) return dir.status();
   last_save_ = std::chrono::steady_clock::now();

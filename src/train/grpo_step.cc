@@ -232,13 +232,27 @@ absl::StatusOr<nlohmann::json> GrpoTrainer::Train(const Batch& batch) {
   const int64_t version = context_.policy_version;
   LOOM_CHECK(!batch.samples.empty(), "empty GRPO batch");
   const Judged judged = JudgeBatch(batch.samples, version);
-  const Selection selection = Select(batch.samples, judged, version);
+  Selection selection = Select(batch.samples, judged, version);
+  if (context_.group != nullptr) {
+    // One token-level mean over every rank's samples.
+    auto weighted = context_.group->Sum({selection.weighted_tokens});
+    if (!weighted.ok()) return weighted.status();
+    selection.weighted_tokens = (*weighted)[0];
+  }
   auto totals = Backward(batch.samples, selection, version);
   if (!totals.ok()) return totals.status();
   auto applied = optimizer_.Step(batch.step, context_.policy_version);
   if (!applied.ok()) return applied.status();
   const double train_seconds = metrics::ProgressLine::SteadySeconds() - start;
-  return Record(batch, judged, selection, *totals, *applied, train_seconds);
+  nlohmann::json record = Record(batch, judged, selection, *totals, *applied, train_seconds);
+  if (context_.group != nullptr) {
+    if (absl::Status s = AddGlobalFigures(batch, judged, selection, *totals, record); !s.ok()) {
+      return s;
+    }
+    record["allreduce_seconds"] = applied->allreduce_seconds;
+    record["weights_checksum"] = dist::ParametersChecksum(context_.model.Parameters());
+  }
+  return record;
 }
 
 nlohmann::json GrpoTrainer::Record(const Batch& batch, const Judged& judged,
@@ -290,6 +304,48 @@ nlohmann::json GrpoTrainer::Record(const Batch& batch, const Judged& judged,
         static_cast<double>(judged.episode_steps) / static_cast<double>(judged.episodes);
   }
   return record;
+}
+
+absl::Status GrpoTrainer::AddGlobalFigures(const Batch& batch, const Judged& judged,
+                                           const Selection& selection, const LossTotals& totals,
+                                           nlohmann::json& record) const {
+  double reward = 0, task = 0, length = 0, response = 0;
+  for (size_t i = 0; i < judged.total.size(); ++i) {
+    reward += judged.total[i];
+    task += judged.task[i];
+    length += judged.length[i];
+    response += static_cast<double>(judged.response_tokens[i]);
+  }
+  const auto n = static_cast<double>(batch.samples.size());
+  auto sums = context_.group->Sum(
+      {n, reward, task, length, response, judged.reasoning_sum, static_cast<double>(judged.parsed),
+       n - static_cast<double>(selection.scored.size()), static_cast<double>(selection.informative),
+       static_cast<double>(selection.subgroups), totals.loss, totals.clip_weighted,
+       totals.ratio_weighted, totals.kl_weighted, totals.masked_weighted, totals.loss_tokens,
+       static_cast<double>(judged.lag_sum)});
+  if (!sums.ok()) return sums.status();
+  const std::vector<double>& g = *sums;
+  const double samples = std::max(g[0], 1.0);
+  record["ranks"] = context_.world_size();
+  record["rank_samples"] = batch.samples.size();
+  record["samples"] = static_cast<int64_t>(g[0]);
+  record["reward_mean"] = g[1] / samples;
+  record["reward_task_mean"] = g[2] / samples;
+  record["reward_length_mean"] = g[3] / samples;
+  record["response_length_mean"] = g[4] / samples;
+  record["reasoning_length_mean"] = g[5] / samples;
+  record["parse_rate"] = g[6] / samples;
+  record["skipped_samples"] = static_cast<int64_t>(g[7]);
+  record["informative_subgroup_fraction"] = g[8] / std::max(g[9], 1.0);
+  record["loss"] = g[10];  // each rank's part is already over the global normaliser
+  if (selection.weighted_tokens > 0) {
+    record["clip_fraction"] = g[11] / selection.weighted_tokens;
+    record["ratio_mean"] = g[12] / selection.weighted_tokens;
+    if (reference_ != nullptr) record["kl"] = g[13] / selection.weighted_tokens;
+  }
+  record["masked_token_fraction"] = g[15] > 0 ? g[14] / g[15] : 0.0;
+  record["staleness_mean"] = g[16] / samples;
+  return absl::OkStatus();
 }
 
 }  // namespace loom::train

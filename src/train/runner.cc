@@ -14,6 +14,7 @@
 #include "loom/train/checkpointer.h"
 #include "loom/train/context.h"
 #include "loom/train/control.h"
+#include "loom/train/grpo_stage.h"
 #include "loom/train/live_config.h"
 #include "loom/train/opd_stage.h"
 #include "loom/train/sft_stage.h"
@@ -107,10 +108,17 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
                        const std::string& resume, const dist::RankInfo& rank) {
   if (rank.distributed()) {
     for (const std::string& stage : config.train.stages) {
-      if (stage != kSftStage) {
+      if (stage != kSftStage && stage != kGrpoStage) {
         return absl::UnimplementedError("train.stages: stage " + stage +
-                                        " does not run on several ranks yet, only sft does "
+                                        " does not run on several ranks yet, sft and grpo do "
                                         "(docs/scale.md); run it with one rank");
+      }
+    }
+    for (const auto& dataset : config.tasks.datasets) {
+      if (dataset.environment == "sandbox" && config.HasStage(kGrpoStage)) {
+        return absl::UnimplementedError("tasks.datasets: '" + dataset.name +
+                                        "' runs agent episodes, which do not run on several "
+                                        "ranks yet (docs/scale.md); run it with one rank");
       }
     }
   }

@@ -88,7 +88,11 @@ absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop,
   GrpoCursor& grpo = *state->grpo;
   SampleTable& table = loop.loop.table();
   if (absl::Status s = loop.optimizer.LoadStateDict(state->optimizer); !s.ok()) return s;
-  if (absl::Status s = loop.loop.dispatcher().ImportState(grpo.dispatcher); !s.ok()) return s;
+  // A rank the checkpoint had no share for (written by fewer ranks) starts
+  // its dispatcher afresh.
+  if (!grpo.dispatcher.is_null()) {
+    if (absl::Status s = loop.loop.dispatcher().ImportState(grpo.dispatcher); !s.ok()) return s;
+  }
   for (const SampleRecord& r : grpo.records) {
     if (r.dataset < 0 || r.dataset >= static_cast<int>(context.datasets.size())) {
       return absl::DataLossError("checkpoint sample " + std::to_string(r.id) + ": dataset " +

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "loom/config/check.h"
 #include "loom/config/files.h"
 #include "train/train_state_internal.h"
 
@@ -207,6 +208,23 @@ absl::StatusOr<TrainState> ReadTrainState(const std::string& dir) {
   state->optimizer = *std::move(optimizer);
   if (absl::Status s = ReadSamples(dir, *state); !s.ok()) return s;
   return state;
+}
+
+absl::Status WriteRankState(const TrainState& state, const std::string& dir) {
+  LOOM_CHECK(state.grpo.has_value(), "a rank's checkpoint share without a loop");
+  if (absl::Status s = WriteSamples(state, dir); !s.ok()) return s;
+  return WriteFileAtomic(dir + "/state.json", StateJson(state).dump(1));
+}
+
+absl::StatusOr<GrpoCursor> ReadRankState(const std::string& dir) {
+  const std::string path = dir + "/state.json";
+  auto text = ReadFile(path);
+  if (!text.ok()) return absl::DataLossError(path + ": " + std::string(text.status().message()));
+  auto state = ParseState(*text, path);
+  if (!state.ok()) return state.status();
+  if (absl::Status s = ReadSamples(dir, *state); !s.ok()) return s;
+  if (!state->grpo) return absl::DataLossError(path + ": no loop state (`grpo`)");
+  return *std::move(state->grpo);
 }
 
 absl::Status RestoreTorchRng(const std::string& dir) {

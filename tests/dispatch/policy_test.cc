@@ -219,3 +219,64 @@ TEST(PolicyTest, OptionsFromConfig) {
 
 }  // namespace
 }  // namespace loom::dispatch
+
+namespace loom::dispatch {
+namespace {
+
+// Several ranks: rank r admits every R-th group of the one-rank stream, with
+// the same prompt, subgroup and sample ids and the same problem indices.
+TEST(PolicyTest, RanksDealTheOneRankStreamRoundRobin) {
+  constexpr int kRanks = 3, kGroups = 9;
+  DispatchOptions single = Options("sync");
+  single.max_inflight = single.batch_samples = 4 * kGroups;
+  FakeEngine whole = Engine();
+  Make(single)->Refill(whole);
+  ASSERT_EQ(whole.admitted().size(), static_cast<size_t>(kGroups));
+  for (int rank = 0; rank < kRanks; ++rank) {
+    DispatchOptions share = single;
+    share.max_inflight = share.batch_samples = 4 * kGroups / kRanks;
+    share.rank = rank;
+    share.ranks = kRanks;
+    FakeEngine engine = Engine();
+    Make(share)->Refill(engine);
+    ASSERT_EQ(engine.admitted().size(), static_cast<size_t>(kGroups / kRanks));
+    for (size_t k = 0; k < engine.admitted().size(); ++k) {
+      const PromptGroup& mine = engine.admitted()[k];
+      const PromptGroup& expected = whole.admitted()[k * kRanks + static_cast<size_t>(rank)];
+      EXPECT_EQ(mine.prompt_id, expected.prompt_id);
+      EXPECT_EQ(mine.problem_index, expected.problem_index);
+      EXPECT_EQ(SamplesOf(engine, k), SamplesOf(whole, k * kRanks + static_cast<size_t>(rank)));
+      for (size_t s = 0; s < mine.subgroups.size(); ++s) {
+        EXPECT_EQ(mine.subgroups[s].id, expected.subgroups[s].id);
+      }
+    }
+  }
+  DispatchOptions bad = single;
+  bad.rank = 2;
+  bad.ranks = 2;
+  EXPECT_EQ(Dispatcher::Create(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// BatchReady says what TakeBatch would do, and changes nothing.
+TEST(PolicyTest, BatchReadyPredictsTakeBatch) {
+  auto dispatcher = Make(Options("sample"));
+  FakeEngine engine([](uint64_t id) { return static_cast<int>(id % 3) + 1; });
+  int batches = 0, waits = 0;
+  for (int round = 0; round < 40; ++round) {
+    dispatcher->Refill(engine);
+    for (uint64_t id : engine.Step()) dispatcher->OnSampleFinished(id);
+    const bool ready = dispatcher->BatchReady(engine.PolicyVersion());
+    EXPECT_EQ(dispatcher->BatchReady(engine.PolicyVersion()), ready);
+    const int64_t samples = dispatcher->ready_samples();
+    auto batch = dispatcher->TakeBatch(engine.PolicyVersion());
+    EXPECT_EQ(batch.has_value(), ready) << "round " << round;
+    if (!ready) EXPECT_EQ(dispatcher->ready_samples(), samples);
+    if (batch) engine.BumpVersion();
+    (batch ? batches : waits)++;
+  }
+  EXPECT_GT(batches, 3);
+  EXPECT_GT(waits, 3);
+}
+
+}  // namespace
+}  // namespace loom::dispatch

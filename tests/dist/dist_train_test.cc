@@ -253,6 +253,94 @@ TEST_F(DistTrainTest, TheLauncherForwardsPreemption) {
   EXPECT_TRUE(fs::exists(run + "/checkpoints/latest"));
 }
 
+// GRPO on 2 ranks (each its share of the prompt groups, the batch trained
+// when both have theirs): from the same SFT weights, in sync dispatch with
+// run.deterministic, the same samples, rewards and losses as 1 rank. In
+// sample dispatch a 2-rank run preempted mid-GRPO resumes exactly — each
+// rank's in-flight samples come back from its share of the checkpoint —
+// and the checkpoint also resumes on 1 rank, without rank 1's samples.
+TEST_F(DistTrainTest, GrpoOnTwoRanksTrainsLikeOneAndResumesExactly) {
+  const std::string config = std::string(LOOM_SOURCE_DIR) + "/configs/test/dist-grpo.yaml";
+  const std::string sft = dir_ / "sft";
+  auto trained = RunLoom("train --config " + config + " --set model.path=" + model_ +
+                         " --run-dir " + sft + " --set 'train.stages=[sft]'");
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  // GRPO alone from the SFT weights (as words, for the launcher started below).
+  std::vector<std::string> grpo = {
+      "train", "--config",           config, "--set", "model.path=" + sft + "/stages/sft",
+      "--set", "train.stages=[grpo]"};
+  auto command = [](const std::vector<std::string>& words, const std::string& extra) {
+    std::string line;
+    for (const std::string& w : words) line += "'" + w + "' ";
+    return line + extra;
+  };
+
+  const std::string one = dir_ / "grpo-one", two = dir_ / "grpo-two";
+  auto single = RunLoom(command(grpo, "--run-dir " + one));
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  auto launched = RunLoom("launch --nproc 2 -- " + command(grpo, "--run-dir " + two));
+  ASSERT_EQ(launched.exit_code, 0) << launched.err << ReadAll(two + "/log.rank1.txt");
+  const auto reference = StepLines(one + "/metrics.jsonl");
+  const auto rank0 = StepLines(two + "/metrics.jsonl");
+  const auto rank1 = StepLines(two + "/metrics.rank1.jsonl");
+  ASSERT_EQ(reference.size(), 5u);
+  ExpectSameLosses(reference, rank0, 1e-6);
+  bool informative = false;
+  for (size_t i = 0; i < reference.size() && i < rank0.size() && i < rank1.size(); ++i) {
+    EXPECT_EQ(rank0[i]["samples"], 16);
+    EXPECT_EQ(rank0[i]["rank_samples"], 8);
+    EXPECT_EQ(rank0[i]["reward_mean"], reference[i]["reward_mean"]) << "step " << i + 1;
+    EXPECT_EQ(rank0[i]["response_length_mean"], reference[i]["response_length_mean"]);
+    EXPECT_EQ(rank0[i]["weights_checksum"], rank1[i]["weights_checksum"]) << "step " << i + 1;
+    const double reward = reference[i]["reward_mean"].get<double>();
+    informative = informative || (reward > 0 && reward < 1);
+  }
+  EXPECT_TRUE(informative) << "no step had rewards to learn from: the test shows nothing";
+
+  // Sample dispatch: preempted after a few steps, then resumed.
+  for (const char* set :
+       {"async.dispatch=sample", "async.max_inflight=32", "train.grpo.steps=12"}) {
+    grpo.insert(grpo.end(), {"--set", set});
+  }
+  const std::string uninterrupted = dir_ / "async-reference";
+  auto reference_run =
+      RunLoom("launch --nproc 2 -- " + command(grpo, "--run-dir " + uninterrupted));
+  ASSERT_EQ(reference_run.exit_code, 0) << reference_run.err;
+  const std::string run = dir_ / "async-preempted";
+  {
+    std::vector<std::string> args = {"launch", "--nproc", "2", "--"};
+    args.insert(args.end(), grpo.begin(), grpo.end());
+    args.insert(args.end(), {"--run-dir", run});
+    LoomProcess launcher(args, run + ".log");
+    ASSERT_TRUE(WaitForSteps(run + "/metrics.jsonl", 4)) << ReadAll(run + ".log");
+    launcher.Signal(SIGTERM);
+    ASSERT_EQ(launcher.Wait(), 0) << ReadAll(run + ".log");
+  }
+  ASSERT_LT(StepLines(run + "/metrics.jsonl").size(), 12u) << "finished before the signal";
+  std::string latest = ReadAll(run + "/checkpoints/latest");
+  while (!latest.empty() && latest.back() == '\n') latest.pop_back();
+  EXPECT_TRUE(fs::exists(run + "/checkpoints/" + latest + "/ranks/rank1/state.json")) << latest;
+  fs::copy(run, run + "-on-1", fs::copy_options::recursive);
+  auto resumed =
+      RunLoom("launch --nproc 2 -- " + command(grpo, "--run-dir " + run + " --resume auto"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const auto expected = StepLines(uninterrupted + "/metrics.jsonl");
+  const auto got = StepLines(run + "/metrics.jsonl");
+  ExpectSameLosses(expected, got, 1e-7);
+  for (size_t i = 0; i < expected.size() && i < got.size(); ++i) {
+    EXPECT_EQ(expected[i]["reward_mean"], got[i]["reward_mean"]) << "step " << i + 1;
+    EXPECT_EQ(expected[i]["decode_tokens"], got[i]["decode_tokens"]) << "step " << i + 1;
+  }
+  EXPECT_NE(ReadAll(run + "/log.rank1.txt").find("in-flight samples restored"), std::string::npos);
+
+  auto on_one = RunLoom(command(grpo, "--run-dir " + run + "-on-1 --resume auto"));
+  ASSERT_EQ(on_one.exit_code, 0) << on_one.err;
+  EXPECT_EQ(StepLines(run + "-on-1/metrics.jsonl").back()["step"], 12);
+  EXPECT_NE(ReadAll(run + "-on-1/log.txt")
+                .find("rank 1's in-flight and finished samples are not resumed"),
+            std::string::npos);
+}
+
 // What cannot run is refused before any work, with the reason.
 TEST_F(DistTrainTest, BadLaunchesAreClearErrors) {
   // A rank outside the world.
@@ -263,13 +351,31 @@ TEST_F(DistTrainTest, BadLaunchesAreClearErrors) {
       << outside.err;
   // Stages that are single-rank only.
   const std::string grpo = dir_ / "grpo";
-  auto stages = RunLoom("launch --nproc 2 -- " +
-                        Train("--run-dir " + grpo + " --set 'train.stages=[sft, grpo]'"));
+  auto stages = RunLoom("launch --nproc 2 -- train --config " + std::string(LOOM_SOURCE_DIR) +
+                        "/configs/opd.yaml --run-dir " + grpo + " --set model.path=" + model_);
   EXPECT_EQ(stages.exit_code, 1);
-  EXPECT_NE(ReadAll(grpo + "/log.txt").find("stage grpo does not run on several ranks"),
+  EXPECT_NE(ReadAll(grpo + "/log.txt").find("stage opd does not run on several ranks"),
             std::string::npos)
       << stages.err;
   EXPECT_FALSE(fs::exists(grpo + "/metrics.jsonl") && !StepLines(grpo + "/metrics.jsonl").empty());
+  // Agent episodes (sandbox datasets) are single-rank too.
+  const std::string agent = dir_ / "agent";
+  auto episodes =
+      RunLoom("launch --nproc 2 -- train --config " + std::string(LOOM_SOURCE_DIR) +
+              "/configs/test/agent.yaml --run-dir " + agent + " --set model.path=" + model_);
+  EXPECT_EQ(episodes.exit_code, 1);
+  EXPECT_NE(ReadAll(agent + "/log.txt").find("runs agent episodes, which do not run on several"),
+            std::string::npos)
+      << episodes.err;
+  // A global batch that does not split evenly between the ranks.
+  const std::string odd = dir_ / "odd";
+  auto uneven = RunLoom("launch --nproc 2 -- train --config " + std::string(LOOM_SOURCE_DIR) +
+                        "/configs/test/dist-grpo.yaml --set model.path=" + model_ + " --run-dir " +
+                        odd + " --set train.sft.steps=1 --set async.max_inflight=15");
+  EXPECT_EQ(uneven.exit_code, 1);
+  EXPECT_NE(ReadAll(odd + "/log.txt").find("async.max_inflight (15) does not divide among 2 ranks"),
+            std::string::npos)
+      << uneven.err;
   // Every rank fails on a bad config: the launcher passes the status on.
   auto config = RunLoom("launch --nproc 2 -- train --config " + dir_ / "missing.yaml");
   EXPECT_EQ(config.exit_code, 2);

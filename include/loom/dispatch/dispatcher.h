@@ -49,6 +49,12 @@ struct DispatchOptions {
   std::vector<EffortSpec> efforts;     // the levels, each with M_b
   std::vector<DatasetQuota> datasets;  // the mix
   uint64_t seed = 0;                   // dataset choice
+  // Several trainer ranks: this one takes every `ranks`-th prompt group of
+  // the one-rank stream (group g goes to rank g mod ranks), with the ids, and
+  // so the sampling seeds, one rank would give it; problem indices of a
+  // dataset are dealt the same way. batch_samples and max_inflight are
+  // this rank's share.
+  int rank = 0, ranks = 1;
 
   // From the run config (`async`, `effort`, `tasks.datasets`).
   static DispatchOptions FromConfig(const config::AsyncSection& async,
@@ -93,6 +99,8 @@ class Dispatcher {
   // The subgroups of the next training step at `policy_version`, or nothing
   // when the step must wait. Taken subgroups leave the ready set.
   std::optional<std::vector<ReadySubgroup>> TakeBatch(int64_t policy_version);
+  // Whether TakeBatch(policy_version) would return a batch now (changes nothing).
+  bool BatchReady(int64_t policy_version) const;
 
   int64_t inflight() const { return inflight_; }
   int64_t inflight(int dataset) const { return dataset_inflight_[dataset]; }
@@ -135,6 +143,13 @@ class Dispatcher {
   void Admit(const PromptGroup& group, RolloutPort& engine);
   void MarkSubgroupReady(PromptState& prompt, uint64_t subgroup_id);
   bool LeftoversStayFresh(int64_t next_version, const std::vector<ReadySubgroup>& leftovers) const;
+  // The batch TakeBatch would take, the subgroups it would leave and the
+  // samples it takes; none when no batch is ready.
+  struct BatchPlan {
+    std::vector<ReadySubgroup> batch, leftovers;
+    int64_t taken = 0;
+  };
+  std::optional<BatchPlan> PlanBatch(int64_t policy_version) const;
   void RecordRefill();
 
   DispatchOptions options_;

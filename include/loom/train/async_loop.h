@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "loom/dispatch/dispatcher.h"
+#include "loom/dist/group.h"
 #include "loom/rollout/engine.h"
 #include "loom/train/sample_table.h"
 
@@ -98,6 +100,11 @@ class AsyncLoop {
     rollout::EngineOptions engine;
     dispatch::DispatchOptions dispatch;
     bool offload_parked = false;  // move parked samples' KV to the host while training
+    // Several ranks (borrowed; null: one): each runs this loop on its share
+    // of the prompts (DispatchOptions::rank), and a step is taken only when
+    // every rank has a batch ready — a rank whose batch is ready keeps
+    // generating until the others have theirs.
+    dist::Group* group = nullptr;
   };
   static absl::StatusOr<std::unique_ptr<AsyncLoop>> Create(const model::Transformer& model,
                                                            const Options& options);
@@ -120,10 +127,17 @@ class AsyncLoop {
 
  private:
   AsyncLoop(std::unique_ptr<rollout::RolloutEngine> engine,
-            std::unique_ptr<dispatch::Dispatcher> dispatcher, bool offload_parked)
+            std::unique_ptr<dispatch::Dispatcher> dispatcher, bool offload_parked,
+            dist::Group* group)
       : engine_(std::move(engine)),
         dispatcher_(std::move(dispatcher)),
-        offload_parked_(offload_parked) {}
+        offload_parked_(offload_parked),
+        group_(group) {}
+
+  // A batch of complete subgroups to train on now, or none (with several
+  // ranks: unless every rank has one ready), infrastructure failures taken
+  // out. Sets waiting_for_ranks_ when this rank's batch waits for others.
+  absl::StatusOr<std::optional<std::vector<TrainingSample>>> NextBatch(int64_t policy_version);
 
   // Drops the prompt groups of samples that could not start, with a warning.
   void DropFailures();
@@ -137,6 +151,8 @@ class AsyncLoop {
   std::unique_ptr<rollout::RolloutEngine> engine_;
   std::unique_ptr<dispatch::Dispatcher> dispatcher_;
   bool offload_parked_;
+  dist::Group* group_;
+  bool waiting_for_ranks_ = false;  // a batch is ready here, not yet on every rank
   SampleTable table_;
   RolloutTotals totals_;
   InflightObservations inflight_;

@@ -22,7 +22,9 @@
 // Several ranks: every rank calls Boundary() at the same points; whether a
 // checkpoint is due is decided once for all (a signal to any rank preempts
 // every rank), every rank captures, rank 0 writes, and all wait until it is
-// committed.
+// committed. In an async stage each other rank first stages its own loop
+// (samples, dispatcher) and rank 0 seals those shares into the checkpoint
+// under ranks/rank<r>/ (train_state.h), so one manifest covers them all.
 
 #include <chrono>
 #include <functional>
@@ -82,6 +84,12 @@ class Checkpointer {
   // ckpt.every_steps divides `policy_version`, or (with `clock`)
   // ckpt.every_minutes passed since the last save.
   bool IntervalDue(int64_t policy_version, bool clock = true) const;
+  // Several ranks, async stages: where rank `rank` stages its loop's share
+  // of a checkpoint, its writing there, and (resuming) its reading back.
+  std::string RankStagingDir(int rank) const;
+  absl::Status StageRankShare(const TrainState& state) const;
+  absl::Status TakeRankShare();
+  absl::Status TakeOwnShare();  // rank > 0: its own share replaces rank 0's loop
   absl::Status ResolveAndRead(const std::string& resume_spec);
 
   const config::RunConfig& config_;

@@ -69,6 +69,12 @@ class GrpoTrainer : public BatchTrainer {
                                                         double temperature,
                                                         const Selection& selection,
                                                         int64_t version) const;
+  // Several ranks: the step line's batch-wide figures (samples, rewards,
+  // lengths, loss, ratios) over every rank's samples; the by-dataset and
+  // by-effort breakdowns stay this rank's.
+  absl::Status AddGlobalFigures(const Batch& batch, const Judged& judged,
+                                const Selection& selection, const LossTotals& totals,
+                                nlohmann::json& record) const;
   // The step's metrics line.
   nlohmann::json Record(const Batch& batch, const Judged& judged, const Selection& selection,
                         const LossTotals& totals, const StageOptimizer::Applied& applied,

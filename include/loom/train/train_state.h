@@ -95,6 +95,14 @@ absl::StatusOr<nlohmann::json> WriteTrainState(const TrainState& state,
 // Reads everything but the model (load dir/model with Transformer::Load).
 absl::StatusOr<TrainState> ReadTrainState(const std::string& dir);
 
+// A multi-rank checkpoint of an async stage holds, beside rank 0's whole
+// state, each other rank's loop under ranks/rank<r>/: its in-flight and
+// finished samples and its dispatcher (state.json and samples), no model or
+// optimizer (rank 0's are every rank's). WriteRankState writes that into
+// `dir`; ReadRankState reads it back (DATA_LOSS naming the file).
+absl::Status WriteRankState(const TrainState& state, const std::string& dir);
+absl::StatusOr<GrpoCursor> ReadRankState(const std::string& dir);
+
 // Restores the LibTorch default CPU generator from dir/rng.safetensors.
 absl::Status RestoreTorchRng(const std::string& dir);
 
