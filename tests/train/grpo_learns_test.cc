@@ -87,6 +87,28 @@ TEST_F(GrpoLearnsTest, GreedyAnswerFlipsToTheRewardedOne) {
   EXPECT_GE(after_grpo, 0.8);
 }
 
+// Data-parallel: 2 ranks × 1 thread (`loom launch`), asynchronous sample
+// dispatch, the same global batch: the greedy answer flips as with 1 rank.
+TEST_F(GrpoLearnsTest, TwoRanksFlipItAsWellAsOne) {
+  const std::string run_dir = dir_ / "two";
+  auto result = RunLoom("launch --nproc 2 -- train --config " + (dir_ / "config.yaml") +
+                        " --run-dir " + run_dir + " --set model.path=" + run_dir +
+                        "/model --set run.threads=1");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  auto records = metrics::ReadMetrics(run_dir + "/metrics.jsonl");
+  ASSERT_TRUE(records.ok()) << records.status();
+  const auto [after_sft, after_grpo] = StageAccuracy(*records);
+  EXPECT_LE(after_sft, 0.1);
+  EXPECT_GE(after_grpo, 0.8);
+  for (const auto& r : *records) {
+    // Each rank trains at least its half of the batch (whole subgroups).
+    if (r.value("stage", "") == "grpo" && r.contains("reward_mean")) {
+      EXPECT_GE(r["rank_samples"].get<int64_t>(), 16);
+      EXPECT_GE(r["samples"].get<int64_t>(), r["rank_samples"].get<int64_t>() + 16);
+    }
+  }
+}
+
 TEST_F(GrpoLearnsTest, AtLearningRateZeroNothingMoves) {
   const auto [after_sft, after_grpo] = StageAccuracy(Run("control", " --set train.grpo.lr=0"));
   EXPECT_LE(after_sft, 0.1);
