@@ -2,12 +2,10 @@
 // against 1 rank × 1 thread on the same SFT work (loom/bench/dist_bench.h).
 // JSON on the last line.
 
-#include <unistd.h>
-
-#include <climits>
 #include <memory>
 
 #include "cli/bench_json.h"
+#include "cli/self_binary.h"
 #include "loom/bench/dist_bench.h"
 
 namespace loom::cli {
@@ -32,9 +30,7 @@ void SetupBenchDist(CLI::App& app, Context& context) {
   cmd->add_option("--dir", options->dir, "Scratch directory for the two runs")
       ->capture_default_str();
   cmd->callback([options, &context] {
-    char self[PATH_MAX];
-    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    options->binary = n > 0 ? std::string(self, static_cast<size_t>(n)) : "loom";
+    options->binary = SelfBinary();
     context.exit_code = RunJsonBench("dist", 0, [&] { return bench::RunDistBench(*options); });
   });
 }

@@ -2,28 +2,22 @@
 // runs N local ranks of a loom command, torchrun-style (loom/dist/launch.h).
 // Exit status: 0 when every rank exited 0, else the first failing rank's.
 
-#include <unistd.h>
-
-#include <spdlog/spdlog.h>
-
-#include <climits>
 #include <iostream>
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/self_binary.h"
 #include "loom/dist/launch.h"
 
 namespace loom::cli {
 namespace {
 
 int RunLaunch(dist::LaunchOptions options) {
-  char self[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) {
+  options.binary = SelfBinary();
+  if (options.binary.empty()) {
     std::cerr << "loom launch: cannot find its own binary (/proc/self/exe)\n";
     return kExitFailure;
   }
-  options.binary.assign(self, static_cast<size_t>(n));
   auto code = dist::LaunchLocal(options);
   if (!code.ok()) {
     std::cerr << "loom launch: " << code.status().message() << "\n";

@@ -140,7 +140,18 @@ std::optional<int> Dispatcher::PickDataset() {
   return std::nullopt;
 }
 
-PromptGroup Dispatcher::NewGroup(int dataset, int64_t version) {
+std::optional<std::pair<int, uint64_t>> Dispatcher::PickInRound() {
+  std::optional<std::pair<int, uint64_t>> mine;
+  for (int j = 0; j < options_.ranks; ++j) {
+    const std::optional<int> dataset = PickDataset();
+    if (!dataset) return std::nullopt;
+    const uint64_t index = cursors_[*dataset]++;
+    if (j == options_.rank) mine = {*dataset, index};
+  }
+  return mine;
+}
+
+PromptGroup Dispatcher::NewGroup(int dataset, uint64_t problem_index, int64_t version) {
   PromptGroup group;
   // The ids one group takes: its prompt, its subgroups, its samples.
   const uint64_t span = 1 + options_.efforts.size() + static_cast<uint64_t>(group_size_);
@@ -149,7 +160,7 @@ PromptGroup Dispatcher::NewGroup(int dataset, int64_t version) {
   next_id_ += span * rank;  // the lower ranks' groups of this round
   group.prompt_id = next_id_++;
   group.dataset = dataset;
-  group.problem_index = cursors_[dataset]++ * ranks + rank;
+  group.problem_index = problem_index;
   group.version = version;
   for (const auto& level : options_.efforts) {
     Subgroup subgroup;
@@ -208,9 +219,9 @@ int Dispatcher::Refill(RolloutPort& engine) {
   int admitted = 0;
   while (budget_ >= group_size_ && inflight_ + group_size_ <= options_.max_inflight &&
          StalenessAllowsDispatch()) {
-    const std::optional<int> dataset = PickDataset();
-    if (!dataset) break;  // every dataset is at its cap
-    Admit(NewGroup(*dataset, engine.PolicyVersion()), engine);
+    const std::optional<std::pair<int, uint64_t>> pick = PickInRound();
+    if (!pick) break;  // every dataset is at its cap
+    Admit(NewGroup(pick->first, pick->second, engine.PolicyVersion()), engine);
     ++admitted;
   }
   RecordRefill();

@@ -268,6 +268,12 @@ absl::StatusOr<nlohmann::json> OpdTrainer::Train(const Batch& batch) {
     weighted +=
         static_cast<double>(FreshLossTokens(sample.state, step.version, config.async.mask_lag));
   }
+  if (context_.group != nullptr) {
+    // Several ranks: one token-level mean over every rank's samples.
+    auto total = context_.group->Sum({weighted});
+    if (!total.ok()) return total.status();
+    weighted = (*total)[0];
+  }
   step.normalizer = std::max(weighted, 1.0);
   // Verifier rewards: always reported; subgroup advantages when they are trained on.
   std::vector<float> rewards;
@@ -313,6 +319,28 @@ absl::StatusOr<nlohmann::json> OpdTrainer::Train(const Batch& batch) {
   record["response_length_mean"] = static_cast<double>(response_tokens) / n;
   record["staleness_mean"] = static_cast<double>(lag_sum) / n;
   record["staleness_max"] = lag_max;
+  if (context_.group != nullptr) {
+    // The batch-wide figures over every rank's samples; the breakdowns by
+    // dataset and teacher, and the teacher pool's, stay this rank's.
+    double reward = 0;
+    for (float r : rewards) reward += r;
+    auto sums = context_.group->Sum({n, step.loss, step.kl_weighted, step.weighted_tokens,
+                                     step.loss_tokens, reward, static_cast<double>(response_tokens),
+                                     static_cast<double>(lag_sum)});
+    if (!sums.ok()) return sums.status();
+    const std::vector<double>& g = *sums;
+    record["ranks"] = context_.world_size();
+    record["rank_samples"] = samples.size();
+    record["samples"] = static_cast<int64_t>(g[0]);
+    record["loss"] = g[1];
+    record["kl"] = g[3] > 0 ? g[2] / g[3] : 0.0;
+    record["masked_token_fraction"] = g[4] > 0 ? 1.0 - g[3] / g[4] : 0.0;
+    record["reward_mean"] = g[5] / g[0];
+    record["response_length_mean"] = g[6] / g[0];
+    record["staleness_mean"] = g[7] / g[0];
+    record["allreduce_seconds"] = applied->allreduce_seconds;
+    record["weights_checksum"] = dist::ParametersChecksum(context_.model.Parameters());
+  }
   return record;
 }
 

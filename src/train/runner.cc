@@ -107,11 +107,15 @@ absl::Status CheckSameResume(dist::Group& group, const std::optional<RunCursor>&
 absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
                        const std::string& resume, const dist::RankInfo& rank) {
   if (rank.distributed()) {
-    for (const std::string& stage : config.train.stages) {
-      if (stage != kSftStage && stage != kGrpoStage) {
-        return absl::UnimplementedError("train.stages: stage " + stage +
-                                        " does not run on several ranks yet, sft and grpo do "
-                                        "(docs/scale.md); run it with one rank");
+    // A teacher made from a companion config is trained by a child run,
+    // which one rank cannot do while the others wait in a collective.
+    for (const config::TeacherSection& teacher : config.opd.teachers) {
+      if (config.HasStage(kOpdStage) && !teacher.config.empty() &&
+          !fs::exists(teacher.path + "/config.json")) {
+        return absl::FailedPreconditionError(
+            "opd.teachers: '" + teacher.name + "' has no model at " + teacher.path +
+            " yet; make it before a multi-rank run: loom train --config " + teacher.config +
+            " --resume auto");
       }
     }
     for (const auto& dataset : config.tasks.datasets) {

@@ -197,16 +197,27 @@ absl::StatusOr<nlohmann::json> WriteTrainState(const TrainState& state,
                         {"running_episodes", episodes}};
 }
 
-absl::StatusOr<TrainState> ReadTrainState(const std::string& dir) {
+namespace {
+
+// dir/state.json and the samples beside it.
+absl::StatusOr<TrainState> ReadStateAndSamples(const std::string& dir) {
   const std::string path = dir + "/state.json";
   auto text = ReadFile(path);
   if (!text.ok()) return absl::DataLossError(path + ": " + std::string(text.status().message()));
   auto state = ParseState(*text, path);
   if (!state.ok()) return state.status();
+  if (absl::Status s = ReadSamples(dir, *state); !s.ok()) return s;
+  return state;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainState> ReadTrainState(const std::string& dir) {
+  auto state = ReadStateAndSamples(dir);
+  if (!state.ok()) return state.status();
   auto optimizer = model::ReadSafetensors(dir + "/optimizer.safetensors");
   if (!optimizer.ok()) return absl::DataLossError(std::string(optimizer.status().message()));
   state->optimizer = *std::move(optimizer);
-  if (absl::Status s = ReadSamples(dir, *state); !s.ok()) return s;
   return state;
 }
 
@@ -217,13 +228,9 @@ absl::Status WriteRankState(const TrainState& state, const std::string& dir) {
 }
 
 absl::StatusOr<GrpoCursor> ReadRankState(const std::string& dir) {
-  const std::string path = dir + "/state.json";
-  auto text = ReadFile(path);
-  if (!text.ok()) return absl::DataLossError(path + ": " + std::string(text.status().message()));
-  auto state = ParseState(*text, path);
+  auto state = ReadStateAndSamples(dir);
   if (!state.ok()) return state.status();
-  if (absl::Status s = ReadSamples(dir, *state); !s.ok()) return s;
-  if (!state->grpo) return absl::DataLossError(path + ": no loop state (`grpo`)");
+  if (!state->grpo) return absl::DataLossError(dir + "/state.json: no loop state (`grpo`)");
   return *std::move(state->grpo);
 }
 

@@ -229,9 +229,13 @@ TEST(PolicyTest, RanksDealTheOneRankStreamRoundRobin) {
   constexpr int kRanks = 3, kGroups = 9;
   DispatchOptions single = Options("sync");
   single.max_inflight = single.batch_samples = 4 * kGroups;
+  single.datasets = {{"arith", 1.0, 0}, {"sort", 2.0, 0}};
   FakeEngine whole = Engine();
   Make(single)->Refill(whole);
   ASSERT_EQ(whole.admitted().size(), static_cast<size_t>(kGroups));
+  std::set<int> datasets;
+  for (const PromptGroup& group : whole.admitted()) datasets.insert(group.dataset);
+  ASSERT_EQ(datasets.size(), 2u) << "the stream must mix both datasets";
   for (int rank = 0; rank < kRanks; ++rank) {
     DispatchOptions share = single;
     share.max_inflight = share.batch_samples = 4 * kGroups / kRanks;
@@ -244,6 +248,7 @@ TEST(PolicyTest, RanksDealTheOneRankStreamRoundRobin) {
       const PromptGroup& mine = engine.admitted()[k];
       const PromptGroup& expected = whole.admitted()[k * kRanks + static_cast<size_t>(rank)];
       EXPECT_EQ(mine.prompt_id, expected.prompt_id);
+      EXPECT_EQ(mine.dataset, expected.dataset);
       EXPECT_EQ(mine.problem_index, expected.problem_index);
       EXPECT_EQ(SamplesOf(engine, k), SamplesOf(whole, k * kRanks + static_cast<size_t>(rank)));
       for (size_t s = 0; s < mine.subgroups.size(); ++s) {

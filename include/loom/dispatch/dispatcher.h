@@ -50,10 +50,11 @@ struct DispatchOptions {
   std::vector<DatasetQuota> datasets;  // the mix
   uint64_t seed = 0;                   // dataset choice
   // Several trainer ranks: this one takes every `ranks`-th prompt group of
-  // the one-rank stream (group g goes to rank g mod ranks), with the ids, and
-  // so the sampling seeds, one rank would give it; problem indices of a
-  // dataset are dealt the same way. batch_samples and max_inflight are
-  // this rank's share.
+  // the one-rank stream (group g goes to rank g mod ranks) with the dataset,
+  // problem and ids — so the sampling seeds — one rank would give it: each
+  // rank draws every group's dataset and keeps its own (exact while no
+  // dataset's max_inflight cap is reached). batch_samples and max_inflight
+  // are this rank's share.
   int rank = 0, ranks = 1;
 
   // From the run config (`async`, `effort`, `tasks.datasets`).
@@ -139,7 +140,12 @@ class Dispatcher {
   PolicyView View() const;
   bool StalenessAllowsDispatch() const;
   std::optional<int> PickDataset();
-  PromptGroup NewGroup(int dataset, int64_t version);
+  // The dataset and problem index of this rank's next group: the next round
+  // of `ranks` groups of the one-rank stream is drawn (a dataset pick each,
+  // advancing that dataset's cursor) and this rank keeps group `rank` of it.
+  // None when every dataset is at its cap.
+  std::optional<std::pair<int, uint64_t>> PickInRound();
+  PromptGroup NewGroup(int dataset, uint64_t problem_index, int64_t version);
   void Admit(const PromptGroup& group, RolloutPort& engine);
   void MarkSubgroupReady(PromptState& prompt, uint64_t subgroup_id);
   bool LeftoversStayFresh(int64_t next_version, const std::vector<ReadySubgroup>& leftovers) const;
