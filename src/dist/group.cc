@@ -237,12 +237,14 @@ absl::Status BroadcastParameters(Group& group, const std::vector<at::Tensor>& pa
 
 double ParametersChecksum(const std::vector<at::Tensor>& parameters) {
   at::NoGradGuard no_grad;
-  double sum = 0;
+  if (parameters.empty()) return 0;
+  // Summed where the parameters live; one copy to the host at the end.
+  at::Tensor sum = at::zeros({}, parameters[0].options().dtype(at::kDouble));
   for (size_t k = 0; k < parameters.size(); ++k) {
     const at::Tensor p = parameters[k].detach().to(at::kDouble);
-    sum += static_cast<double>(k + 1) * p.abs().sum().item<double>() + p.sum().item<double>();
+    sum += static_cast<double>(k + 1) * p.abs().sum() + p.sum();
   }
-  return sum;
+  return sum.item<double>();
 }
 
 }  // namespace loom::dist

@@ -100,10 +100,10 @@ absl::StatusOr<std::optional<std::vector<TrainingSample>>> AsyncLoop::NextBatch(
   bool ready = dispatcher_->BatchReady(policy_version);
   waiting_for_ranks_ = false;
   if (group_ != nullptr && group_->size() > 1) {
-    auto waiting = group_->Max({ready ? 0.0 : 1.0});  // 1: some rank has no batch yet
+    auto waiting = group_->Any(!ready);  // some rank has no batch yet
     if (!waiting.ok()) return waiting.status();
-    waiting_for_ranks_ = ready && (*waiting)[0] > 0;
-    ready = (*waiting)[0] == 0;
+    waiting_for_ranks_ = ready && *waiting;
+    ready = !*waiting;
   }
   if (!ready) return std::nullopt;
   auto taken = dispatcher_->TakeBatch(policy_version);

@@ -249,9 +249,8 @@ absl::StatusOr<nlohmann::json> GrpoTrainer::Train(const Batch& batch) {
     if (absl::Status s = AddGlobalFigures(batch, judged, selection, *totals, record); !s.ok()) {
       return s;
     }
-    record["allreduce_seconds"] = applied->allreduce_seconds;
-    record["weights_checksum"] = dist::ParametersChecksum(context_.model.Parameters());
   }
+  optimizer_.AddRankFigures(*applied, record);
   return record;
 }
 
@@ -326,7 +325,6 @@ absl::Status GrpoTrainer::AddGlobalFigures(const Batch& batch, const Judged& jud
   if (!sums.ok()) return sums.status();
   const std::vector<double>& g = *sums;
   const double samples = std::max(g[0], 1.0);
-  record["ranks"] = context_.world_size();
   record["rank_samples"] = batch.samples.size();
   record["samples"] = static_cast<int64_t>(g[0]);
   record["reward_mean"] = g[1] / samples;

@@ -329,7 +329,6 @@ absl::StatusOr<nlohmann::json> OpdTrainer::Train(const Batch& batch) {
                                      static_cast<double>(lag_sum)});
     if (!sums.ok()) return sums.status();
     const std::vector<double>& g = *sums;
-    record["ranks"] = context_.world_size();
     record["rank_samples"] = samples.size();
     record["samples"] = static_cast<int64_t>(g[0]);
     record["loss"] = g[1];
@@ -338,9 +337,8 @@ absl::StatusOr<nlohmann::json> OpdTrainer::Train(const Batch& batch) {
     record["reward_mean"] = g[5] / g[0];
     record["response_length_mean"] = g[6] / g[0];
     record["staleness_mean"] = g[7] / g[0];
-    record["allreduce_seconds"] = applied->allreduce_seconds;
-    record["weights_checksum"] = dist::ParametersChecksum(context_.model.Parameters());
   }
+  optimizer_.AddRankFigures(*applied, record);
   return record;
 }
 

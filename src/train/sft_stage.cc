@@ -141,13 +141,8 @@ absl::StatusOr<nlohmann::json> SftStep(TrainContext& context, StageOptimizer& op
                         {"loss_tokens", loss_tokens},
                         {"train_tokens_per_s", tokens / std::max(seconds, 1e-9)},
                         {"step_seconds", seconds}};
-  if (context.group != nullptr) {
-    record["ranks"] = context.world_size();
-    record["rank_tokens"] = rank_tokens;
-    record["allreduce_seconds"] = applied->allreduce_seconds;
-    // After the timing: what the ranks compare to show they hold the same weights.
-    record["weights_checksum"] = dist::ParametersChecksum(context.model.Parameters());
-  }
+  if (context.group != nullptr) record["rank_tokens"] = rank_tokens;
+  optimizer.AddRankFigures(*applied, record);  // after the timing
   return record;
 }
 

@@ -34,4 +34,11 @@ absl::StatusOr<StageOptimizer::Applied> StageOptimizer::Step(int64_t step,
   return applied;
 }
 
+void StageOptimizer::AddRankFigures(const Applied& applied, nlohmann::json& record) const {
+  if (group_ == nullptr || group_->size() == 1) return;
+  record["ranks"] = group_->size();
+  record["allreduce_seconds"] = applied.allreduce_seconds;
+  record["weights_checksum"] = dist::ParametersChecksum(parameters_);
+}
+
 }  // namespace loom::train

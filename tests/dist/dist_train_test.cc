@@ -88,6 +88,21 @@ class DistTrainTest : public ::testing::Test {
     return {code, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
   }
 
+  // `loom <train>` on 1 rank into `one` and on 2 ranks (`loom launch`) into
+  // `two`: the step lines of the 1-rank run and of each rank.
+  struct OneAndTwo {
+    std::vector<nlohmann::json> reference, rank0, rank1;
+  };
+  static OneAndTwo TrainOnOneAndTwo(const std::string& train, const std::string& one,
+                                    const std::string& two) {
+    auto single = RunLoom(train + " --run-dir " + one);
+    EXPECT_EQ(single.exit_code, 0) << single.err << ReadAll(one + "/log.txt");
+    auto launched = RunLoom("launch --nproc 2 -- " + train + " --run-dir " + two);
+    EXPECT_EQ(launched.exit_code, 0) << launched.err << ReadAll(two + "/log.rank1.txt");
+    return {StepLines(one + "/metrics.jsonl"), StepLines(two + "/metrics.jsonl"),
+            StepLines(two + "/metrics.rank1.jsonl")};
+  }
+
   // Two ranks started by hand, as torchrun would, on run directory `run`.
   struct Ranks {
     std::unique_ptr<LoomProcess> rank0, rank1;
@@ -124,14 +139,7 @@ TEST_F(DistTrainTest, TwoRanksTrainLikeOneAndStayIdentical) {
     const std::string one = dir_ / (std::string("one-") + deterministic);
     const std::string two = dir_ / (std::string("two-") + deterministic);
     const std::string set = std::string(" --set run.deterministic=") + deterministic;
-    auto single = RunLoom(Train("--run-dir " + one + set));
-    ASSERT_EQ(single.exit_code, 0) << single.err;
-    auto launched = RunLoom("launch --nproc 2 -- " + Train("--run-dir " + two + set));
-    ASSERT_EQ(launched.exit_code, 0) << launched.err << ReadAll(two + "/log.rank1.txt");
-
-    const auto reference = StepLines(one + "/metrics.jsonl");
-    const auto rank0 = StepLines(two + "/metrics.jsonl");
-    const auto rank1 = StepLines(two + "/metrics.rank1.jsonl");
+    const auto [reference, rank0, rank1] = TrainOnOneAndTwo(Train(set), one, two);
     ASSERT_EQ(reference.size(), 12u);
     ExpectSameLosses(reference, rank0, 1e-5);
     ExpectSameLosses(rank0, rank1, 0);  // the reduced loss: the same bits on both ranks
@@ -276,13 +284,7 @@ TEST_F(DistTrainTest, GrpoOnTwoRanksTrainsLikeOneAndResumesExactly) {
   };
 
   const std::string one = dir_ / "grpo-one", two = dir_ / "grpo-two";
-  auto single = RunLoom(command(grpo, "--run-dir " + one));
-  ASSERT_EQ(single.exit_code, 0) << single.err;
-  auto launched = RunLoom("launch --nproc 2 -- " + command(grpo, "--run-dir " + two));
-  ASSERT_EQ(launched.exit_code, 0) << launched.err << ReadAll(two + "/log.rank1.txt");
-  const auto reference = StepLines(one + "/metrics.jsonl");
-  const auto rank0 = StepLines(two + "/metrics.jsonl");
-  const auto rank1 = StepLines(two + "/metrics.rank1.jsonl");
+  const auto [reference, rank0, rank1] = TrainOnOneAndTwo(command(grpo, ""), one, two);
   ASSERT_EQ(reference.size(), 5u);
   ExpectSameLosses(reference, rank0, 1e-6);
   bool informative = false;
@@ -369,14 +371,8 @@ train:
   opd: {steps: 4, lr: 1.0e-3}
 )");
   const std::string one = dir_ / "opd-one", two = dir_ / "opd-two";
-  const std::string args = "train --config " + config + " --set model.path=" + model_;
-  auto single = RunLoom(args + " --run-dir " + one);
-  ASSERT_EQ(single.exit_code, 0) << single.err << ReadAll(one + "/log.txt");
-  auto launched = RunLoom("launch --nproc 2 -- " + args + " --run-dir " + two);
-  ASSERT_EQ(launched.exit_code, 0) << launched.err << ReadAll(two + "/log.rank1.txt");
-  const auto reference = StepLines(one + "/metrics.jsonl");
-  const auto rank0 = StepLines(two + "/metrics.jsonl");
-  const auto rank1 = StepLines(two + "/metrics.rank1.jsonl");
+  const auto [reference, rank0, rank1] =
+      TrainOnOneAndTwo("train --config " + config + " --set model.path=" + model_, one, two);
   ASSERT_EQ(reference.size(), 4u);
   ExpectSameLosses(reference, rank0, 1e-6);
   for (size_t i = 0; i < reference.size() && i < rank0.size() && i < rank1.size(); ++i) {

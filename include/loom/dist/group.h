@@ -35,7 +35,6 @@ class Group {
 
   int rank() const { return info_.rank; }
   int size() const { return info_.world_size; }
-  const RankInfo& info() const { return info_; }
   const char* backend() const { return backend_; }
 
   // Sums `tensors` across ranks, in place. Each must be dense and contiguous,

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/status/statusor.h"
 #include "loom/config/train_section.h"
 #include "loom/dist/group.h"
@@ -33,6 +35,11 @@ class StageOptimizer {
   // (0-based) of the stage; increments `policy_version`. UNAVAILABLE when
   // the gradient all-reduce fails (a peer rank is gone); nothing is applied.
   absl::StatusOr<Applied> Step(int64_t step, int64_t& policy_version);
+
+  // Several ranks: what every trainer's step line adds after the step —
+  // `ranks`, `allreduce_seconds` and `weights_checksum` (equal on every rank
+  // while they hold the same weights). Nothing with one rank.
+  void AddRankFigures(const Applied& applied, nlohmann::json& record) const;
 
   AdamW& adamw() { return adamw_; }
 
