@@ -143,6 +143,10 @@ void SetupWorker(CLI::App& app, Context& context) {
                   "Cap on every timeout a client sets (setup, tool calls, episode tools)")
       ->check(CLI::Range(1.0, 1e6))
       ->capture_default_str();
+  cmd->add_option("--max-lease-s", o.sessions.max_lease_s,
+                  "Cap on how long an episode waits for a client that went away to attach again")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   cmd->add_flag("--allow-unauthenticated", o.allow_unauthenticated,
                 "Listen beyond loopback without --auth-token-file (anyone reaching the port "
                 "runs commands)");

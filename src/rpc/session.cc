@@ -7,13 +7,20 @@
 
 namespace loom::rpc {
 
-absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Open(
+std::unique_ptr<WorkerSession> WorkerSession::Start(
     const std::shared_ptr<grpc::Channel>& channel, const std::string& auth_token,
-    const v1::OpenSession& open, std::chrono::system_clock::time_point deadline) {
+    std::chrono::system_clock::time_point deadline) {
   std::unique_ptr<WorkerSession> session(new WorkerSession());
   session->stub_ = v1::SandboxWorker::NewStub(channel);
   PrepareContext(session->context_, auth_token, deadline);
   session->stream_ = session->stub_->Session(&session->context_);
+  return session;
+}
+
+absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Open(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& auth_token,
+    const v1::OpenSession& open, std::chrono::system_clock::time_point deadline) {
+  std::unique_ptr<WorkerSession> session = Start(channel, auth_token, deadline);
   v1::ClientMessage first;
   *first.mutable_open() = open;
   if (absl::Status s = session->Write(first); !s.ok()) return s;
@@ -24,6 +31,24 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Open(
     return absl::InternalError("worker answered `open` with something else");
   }
   session->opened_ = reply.opened();
+  return session;
+}
+
+absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Attach(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& auth_token,
+    const std::string& session_id, std::chrono::system_clock::time_point deadline) {
+  std::unique_ptr<WorkerSession> session = Start(channel, auth_token, deadline);
+  v1::ClientMessage first;
+  first.mutable_attach()->set_session_id(session_id);
+  if (absl::Status s = session->Write(first); !s.ok()) return s;
+  v1::WorkerMessage reply;
+  if (absl::Status s = session->Read(&reply); !s.ok()) return s;
+  if (!reply.has_attached()) {
+    session->context_.TryCancel();
+    return absl::InternalError("worker answered `attach` with something else");
+  }
+  session->opened_.set_session_id(reply.attached().session_id());
+  session->opened_.set_worker(reply.attached().worker());
   return session;
 }
 
@@ -74,6 +99,10 @@ absl::StatusOr<v1::Trajectory> WorkerSession::RunEpisode(const v1::RunEpisode& e
   v1::ClientMessage message;
   *message.mutable_run_episode() = episode;
   if (absl::Status s = Write(message); !s.ok()) return s;
+  return Continue(policy);
+}
+
+absl::StatusOr<v1::Trajectory> WorkerSession::Continue(const Policy& policy) {
   while (true) {
     v1::WorkerMessage reply;
     if (absl::Status s = Read(&reply); !s.ok()) return s;

@@ -119,6 +119,7 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerPool::OpenSession(
     Worker* worker = Pick();
     auto session = WorkerSession::Open(worker->channel, options_.auth_token, open,
                                        In(options_.episode_timeout_s));
+    if (session.ok()) (*session)->set_target(worker->target);
     if (session.ok() || !Retryable(session.status())) return session;
     last = session.status();
     MarkDown(*worker, backoff);
@@ -129,37 +130,67 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerPool::OpenSession(
                                                 " placement attempts: ", last.message()));
 }
 
-v1::Trajectory WorkerPool::RunEpisode(const v1::RunEpisode& episode, const Policy& policy) {
+absl::StatusOr<v1::Trajectory> WorkerPool::Drive(
+    WorkerSession& session,
+    const std::function<absl::StatusOr<v1::Trajectory>(WorkerSession&)>& run) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_) return absl::CancelledError("the trainer is stopping");
+    running_.insert(&session);
+  }
+  absl::StatusOr<v1::Trajectory> trajectory = run(session);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_.erase(&session);
+    if (cancelled_ && !trajectory.ok()) return absl::CancelledError("the trainer is stopping");
+  }
+  if (trajectory.ok()) session.Close().IgnoreError();
+  return trajectory;
+}
+
+v1::Trajectory WorkerPool::RunEpisode(const v1::RunEpisode& episode, const Policy& policy,
+                                      const OnOpened& on_opened) {
   v1::OpenSession open;
   *open.mutable_environment() = episode.task().environment();
   open.set_label(episode.task().id());
+  open.set_lease_s(options_.lease_s);
   const std::string kCancelled = "cancelled: the trainer is stopping";
   auto session = OpenSession(open);
   if (absl::IsCancelled(session.status())) return PenaltyTrajectory(episode, kCancelled);
   if (!session.ok()) {
     return PenaltyTrajectory(episode, absl::StrCat("no_sandbox: ", session.status().message()));
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (cancelled_) return PenaltyTrajectory(episode, kCancelled);
-    running_.insert(session->get());
-  }
+  if (on_opened) on_opened((*session)->target(), (*session)->opened());
   v1::RunEpisode without_env = episode;  // the environment already went with `open`
   without_env.mutable_task()->clear_environment();
-  absl::StatusOr<v1::Trajectory> trajectory = (*session)->RunEpisode(without_env, policy);
-  bool cancelled = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    running_.erase(session->get());
-    cancelled = cancelled_;
-  }
+  absl::StatusOr<v1::Trajectory> trajectory =
+      Drive(**session, [&](WorkerSession& s) { return s.RunEpisode(without_env, policy); });
+  if (absl::IsCancelled(trajectory.status())) return PenaltyTrajectory(episode, kCancelled);
   if (!trajectory.ok()) {
-    return PenaltyTrajectory(
-        episode,
-        cancelled ? kCancelled : absl::StrCat("worker_lost: ", trajectory.status().message()));
+    return PenaltyTrajectory(episode, absl::StrCat("worker_lost: ", trajectory.status().message()));
   }
-  (*session)->Close().IgnoreError();
   return *std::move(trajectory);
+}
+
+absl::StatusOr<v1::Trajectory> WorkerPool::ResumeEpisode(const std::string& target,
+                                                         const std::string& session_id,
+                                                         const Policy& policy) {
+  auto worker = std::find_if(workers_.begin(), workers_.end(),
+                             [&](const auto& w) { return w->target == target; });
+  if (worker == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", target, " is not among this run's workers"));
+  }
+  auto session = WorkerSession::Attach((*worker)->channel, options_.auth_token, session_id,
+                                       In(options_.episode_timeout_s));
+  if (!session.ok()) return session.status();
+  (*session)->set_target(target);
+  absl::StatusOr<v1::Trajectory> trajectory =
+      Drive(**session, [&](WorkerSession& s) { return s.Continue(policy); });
+  if (trajectory.ok() || absl::IsCancelled(trajectory.status())) return trajectory;
+  v1::Trajectory lost;
+  lost.set_failure_reason(absl::StrCat("worker_lost: ", trajectory.status().message()));
+  lost.set_penalty(true);
+  return lost;
 }
 
 void WorkerPool::CancelEpisodes() {
@@ -175,8 +206,16 @@ std::vector<WorkerLoad> WorkerPool::Loads() {
     PrepareContext(context, options_.auth_token, In(options_.status_timeout_s));
     v1::StatusReply reply;
     grpc::Status status = worker->stub->Status(&context, v1::StatusRequest(), &reply);
-    loads.push_back({worker->target, reply.live_sandboxes(), reply.episodes_running(),
-                     reply.capacity(), reply.p50_ms(), status.ok()});
+    WorkerLoad load;
+    load.target = worker->target;
+    load.live = reply.live_sandboxes();
+    load.episodes = reply.episodes_running();
+    load.detached = reply.detached();
+    load.leases_lapsed = reply.leases_lapsed();
+    load.capacity = reply.capacity();
+    load.p50_ms = reply.p50_ms();
+    load.reachable = status.ok();
+    loads.push_back(load);
   }
   return loads;
 }

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "loom/sandbox/scaffold.h"
@@ -33,6 +34,83 @@ bool SameSecret(absl::string_view given, absl::string_view expected) {
   return diff == 0;
 }
 
+// "s<n>-<16 hex digits>": a session id no other client can guess, since
+// whoever names a leased session takes its episode over.
+std::string NewSessionId(int64_t n) {
+  std::random_device entropy;
+  const uint64_t salt = (static_cast<uint64_t>(entropy()) << 32) | entropy();
+  return absl::StrCat("s", n, "-", absl::Hex(salt, absl::kZeroPad16));
+}
+
+// An episode's side of its client: the stream it began on or, in a leased
+// session, the latest stream that attached to it.
+class EpisodeClient {
+ public:
+  EpisodeClient(Leases& leases, ClientLink link, std::string id, double lease_s)
+      : leases_(leases), link_(link), id_(std::move(id)), lease_s_(lease_s) {
+    if (lease_s_ > 0) leases_.Register(id_, link.context);
+  }
+  ~EpisodeClient() {
+    Release(grpc::Status::OK);
+    if (lease_s_ > 0) leases_.Unregister(id_);
+  }
+
+  // Sends `message` and, with `reply`, reads the client's answer. When the
+  // stream breaks, a leased session waits for a client to attach and sends
+  // again on its stream. Without `reply`, a leased session waits for the
+  // client to close its side, so a message it never read is sent again.
+  // False when no client is left.
+  bool Exchange(const v1::WorkerMessage& message, v1::ClientMessage* reply) {
+    while (!gone_) {
+      if (lease_s_ > 0) SwitchTo(leases_.TakeAttached(id_));
+      link_.watch->Waiting();
+      bool ok = link_.stream->Write(message);
+      if (ok && reply != nullptr) {
+        ok = link_.stream->Read(reply);
+      } else if (ok && lease_s_ > 0) {
+        v1::ClientMessage ignored;
+        while (link_.stream->Read(&ignored)) {
+        }
+        ok = !link_.context->IsCancelled();
+      }
+      link_.watch->Working();
+      if (ok) return true;
+      if (lease_s_ <= 0) break;
+      spdlog::info("session {}: the client left mid-episode; kept for {} s", id_, lease_s_);
+      std::shared_ptr<Leases::Handover> next = leases_.Await(id_, lease_s_);
+      if (next == nullptr) {
+        spdlog::info("session {}: no client came back; the episode ends", id_);
+        break;
+      }
+      SwitchTo(std::move(next));
+    }
+    gone_ = true;
+    return false;
+  }
+
+  // The attached stream, if any, goes back to its handler with `status`.
+  void Release(grpc::Status status) {
+    if (handover_ != nullptr) handover_->Release(std::move(status));
+    handover_.reset();
+  }
+
+ private:
+  void SwitchTo(std::shared_ptr<Leases::Handover> next) {
+    if (next == nullptr) return;
+    Release(grpc::Status(grpc::StatusCode::CANCELLED, "another client attached"));
+    spdlog::info("session {}: a client attached", id_);
+    handover_ = std::move(next);
+    link_ = handover_->link();
+  }
+
+  Leases& leases_;
+  ClientLink link_;
+  const std::string id_;
+  const double lease_s_;
+  std::shared_ptr<Leases::Handover> handover_;
+  bool gone_ = false;
+};
+
 }  // namespace
 
 grpc::Status SandboxService::CheckAuth(const grpc::ServerContext& context) const {
@@ -58,6 +136,8 @@ grpc::Status SandboxService::Status(grpc::ServerContext* context, const v1::Stat
   reply->set_refused(load.refused);
   reply->set_worker(name_);
   reply->set_episodes_running(episodes_running_.load());
+  reply->set_detached(leases_.detached());
+  reply->set_leases_lapsed(leases_.lapsed());
   return grpc::Status::OK;
 }
 
@@ -71,19 +151,32 @@ grpc::Status SandboxService::Session(grpc::ServerContext* context, Stream* strea
   v1::ClientMessage first;
   if (!stream->Read(&first)) return grpc::Status::OK;  // client left before opening
   watch.Working();
-  if (!first.has_open()) return Invalid("the first message of a session must be `open`");
+  if (first.has_attach()) {
+    const std::string& id = first.attach().session_id();
+    return leases_.Attach(id, name_, {stream, context, &watch}, [&] {
+      v1::WorkerMessage attached;
+      attached.mutable_attached()->set_session_id(id);
+      attached.mutable_attached()->set_worker(name_);
+      return stream->Write(attached);
+    });
+  }
+  if (!first.has_open()) {
+    return Invalid("the first message of a session must be `open` or `attach`");
+  }
   // A slot is taken only now: a stream that never opens holds none.
   SlotLease lease(admission_);
   if (lease.slot() < 0) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                         absl::StrCat("worker ", name_, " is at capacity"));
   }
-  const std::string id = absl::StrCat("s", next_session_++);
+  const std::string id = NewSessionId(next_session_++);
+  const double lease_s = std::clamp(first.open().lease_s(), 0.0, limits_.max_lease_s);
   auto sandbox = Sandbox::Create(config_, lease.slot(), id, first.open().environment());
   if (!sandbox.ok()) return ToGrpc(sandbox.status());
   v1::WorkerMessage opened;
   opened.mutable_opened()->set_session_id(id);
   opened.mutable_opened()->set_worker(name_);
+  opened.mutable_opened()->set_lease_s(lease_s);
   const v1::Environment& env = first.open().environment();
   if (!env.setup_command().empty()) {
     v1::ToolCall setup;
@@ -103,15 +196,17 @@ grpc::Status SandboxService::Session(grpc::ServerContext* context, Stream* strea
   }
   if (!stream->Write(opened)) return grpc::Status::OK;
   spdlog::debug("session {} opened ({})", id, first.open().label());
-  grpc::Status status = Serve(stream, **sandbox, id, watch);
+  grpc::Status status = Serve({stream, context, &watch}, **sandbox, id, lease_s);
   if (const std::string why = watch.cancelled(); !why.empty()) {
     return grpc::Status(grpc::StatusCode::CANCELLED, why);
   }
   return status;
 }
 
-grpc::Status SandboxService::Serve(Stream* stream, const Sandbox& sandbox, const std::string& id,
-                                   Watchdog::Watch& watch) {
+grpc::Status SandboxService::Serve(const ClientLink& link, const Sandbox& sandbox,
+                                   const std::string& id, double lease_s) {
+  Stream* stream = link.stream;
+  Watchdog::Watch& watch = *link.watch;
   v1::ClientMessage message;
   for (watch.Waiting(); stream->Read(&message); watch.Waiting()) {
     watch.Working();
@@ -124,12 +219,15 @@ grpc::Status SandboxService::Serve(Stream* stream, const Sandbox& sandbox, const
         break;
       }
       case v1::ClientMessage::kRunEpisode: {
-        grpc::Status status = RunEpisode(stream, sandbox, message.run_episode(), watch);
-        if (!status.ok()) return status;
+        // After an episode a leased session has nothing more to serve: its
+        // stream may be one that attached (and has closed) by now.
+        grpc::Status status = RunEpisode(link, sandbox, message.run_episode(), id, lease_s);
+        if (!status.ok() || lease_s > 0) return status;
         break;
       }
       case v1::ClientMessage::kOpen:
-        return Invalid("`open` may only be the first message of a session");
+      case v1::ClientMessage::kAttach:
+        return Invalid("`open` and `attach` may only be the first message of a session");
       case v1::ClientMessage::kGenerated:
         return Invalid("`generated` sent while no episode is asking for a turn");
       default:
@@ -139,8 +237,9 @@ grpc::Status SandboxService::Serve(Stream* stream, const Sandbox& sandbox, const
   return grpc::Status::OK;
 }
 
-grpc::Status SandboxService::RunEpisode(Stream* stream, const Sandbox& sandbox,
-                                        const v1::RunEpisode& request, Watchdog::Watch& watch) {
+grpc::Status SandboxService::RunEpisode(const ClientLink& link, const Sandbox& sandbox,
+                                        const v1::RunEpisode& request, const std::string& id,
+                                        double lease_s) {
   if (absl::Status s = ValidateVerification(request.task().verification()); !s.ok()) {
     return ToGrpc(s);
   }
@@ -152,16 +251,16 @@ grpc::Status SandboxService::RunEpisode(Stream* stream, const Sandbox& sandbox,
       std::min<double>(options.tool_timeout_s(), std::max(1.0, limits_.max_command_s))));
   options.set_max_time_s(static_cast<int32_t>(
       std::min<double>(options.max_time_s(), std::max(1.0, limits_.max_session_s))));
+  EpisodeClient client(leases_, link, id, lease_s);
   grpc::Status protocol_error = grpc::Status::OK;
   GenerateFn generate =
       [&](const v1::GenerateRequest& request) -> absl::StatusOr<v1::GenerateReply> {
     v1::WorkerMessage ask;
     *ask.mutable_generate() = request;
     v1::ClientMessage answer;
-    watch.Waiting();
-    const bool answered = stream->Write(ask) && stream->Read(&answer);
-    watch.Working();
-    if (!answered) return absl::UnavailableError("the client closed the session");
+    if (!client.Exchange(ask, &answer)) {
+      return absl::UnavailableError("the client closed the session");
+    }
     if (!answer.has_generated() || answer.generated().turn() != request.turn()) {
       protocol_error = Invalid(absl::StrCat("expected `generated` for turn ", request.turn()));
       return absl::InvalidArgumentError(protocol_error.error_message());
@@ -176,8 +275,11 @@ grpc::Status SandboxService::RunEpisode(Stream* stream, const Sandbox& sandbox,
   *done.mutable_episode_done() = RunScaffold(sandbox, episode, generate, record);
   --episodes_running_;
   done.mutable_episode_done()->set_worker(name_);
-  if (!protocol_error.ok()) return protocol_error;
-  stream->Write(done);
+  if (!protocol_error.ok()) {
+    client.Release(protocol_error);
+    return protocol_error;
+  }
+  client.Exchange(done, nullptr);
   return grpc::Status::OK;
 }
 

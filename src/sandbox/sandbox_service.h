@@ -9,6 +9,7 @@
 #include "loom/sandbox/worker_server.h"
 #include "loom/v1/sandbox.grpc.pb.h"
 #include "sandbox/admission.h"
+#include "sandbox/leases.h"
 #include "sandbox/watchdog.h"
 
 namespace loom::sandbox {
@@ -31,14 +32,16 @@ class SandboxService final : public v1::SandboxWorker::Service {
                       v1::StatusReply* reply) override;
 
   void set_name(std::string name) { name_ = std::move(name); }
+  // Ends the waits of detached episodes (the worker is stopping).
+  void StopLeases() { leases_.Shutdown(); }
 
  private:
   using Stream = grpc::ServerReaderWriter<v1::WorkerMessage, v1::ClientMessage>;
   grpc::Status CheckAuth(const grpc::ServerContext& context) const;
-  grpc::Status Serve(Stream* stream, const Sandbox& sandbox, const std::string& id,
-                     Watchdog::Watch& watch);
-  grpc::Status RunEpisode(Stream* stream, const Sandbox& sandbox, const v1::RunEpisode& episode,
-                          Watchdog::Watch& watch);
+  grpc::Status Serve(const ClientLink& link, const Sandbox& sandbox, const std::string& id,
+                     double lease_s);
+  grpc::Status RunEpisode(const ClientLink& link, const Sandbox& sandbox,
+                          const v1::RunEpisode& episode, const std::string& id, double lease_s);
   v1::ToolResult Execute(const Sandbox& sandbox, const v1::ToolCall& call, double timeout_s,
                          const std::string& id);
 
@@ -48,6 +51,7 @@ class SandboxService final : public v1::SandboxWorker::Service {
   std::string name_;  // "host:port", set once serving
   const SessionLimits limits_;
   Watchdog watchdog_;
+  Leases leases_;
   std::atomic<int64_t> next_session_{0};
   std::atomic<int> episodes_running_{0};
 };

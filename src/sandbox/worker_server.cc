@@ -135,6 +135,7 @@ void WorkerServer::Wait() {
 }
 
 void WorkerServer::Shutdown() {
+  if (service_ != nullptr) service_->StopLeases();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }

@@ -3,7 +3,9 @@
 // one worker. Open() sends the environment and waits for the worker's
 // `opened`; Call() runs one tool call; RunEpisode() hands the worker a task
 // and answers its generation requests with `policy` until the trajectory
-// comes back. The whole session shares one deadline, so nothing waits
+// comes back. Attach() takes over a leased session whose episode waits for
+// a client (its earlier one went away); Continue() then drives that episode
+// like RunEpisode. The whole session shares one deadline, so nothing waits
 // forever. One thread uses a session at a time; destroying it closes it.
 //
 // Errors carry the worker's canonical code: RESOURCE_EXHAUSTED (worker at
@@ -30,11 +32,21 @@ class WorkerSession {
   static absl::StatusOr<std::unique_ptr<WorkerSession>> Open(
       const std::shared_ptr<grpc::Channel>& channel, const std::string& auth_token,
       const v1::OpenSession& open, std::chrono::system_clock::time_point deadline);
+  // NOT_FOUND when the worker has no episode of `session_id` waiting.
+  static absl::StatusOr<std::unique_ptr<WorkerSession>> Attach(
+      const std::shared_ptr<grpc::Channel>& channel, const std::string& auth_token,
+      const std::string& session_id, std::chrono::system_clock::time_point deadline);
   ~WorkerSession();
 
   const v1::Opened& opened() const { return opened_; }
+  // The pool's name for the worker (its configured target), when set.
+  const std::string& target() const { return target_; }
+  void set_target(std::string target) { target_ = std::move(target); }
   absl::StatusOr<v1::ToolResult> Call(const v1::ToolCall& call);
   absl::StatusOr<v1::Trajectory> RunEpisode(const v1::RunEpisode& episode, const Policy& policy);
+  // After Attach: answers the episode's requests (first whatever the worker
+  // sends again) until its trajectory comes.
+  absl::StatusOr<v1::Trajectory> Continue(const Policy& policy);
   // Ends the stream and returns the worker's final status.
   absl::Status Close();
   // Breaks the stream from any thread: a call waiting on the worker returns
@@ -43,6 +55,9 @@ class WorkerSession {
 
  private:
   WorkerSession() = default;
+  static std::unique_ptr<WorkerSession> Start(const std::shared_ptr<grpc::Channel>& channel,
+                                              const std::string& auth_token,
+                                              std::chrono::system_clock::time_point deadline);
   // Reads the next message; on a broken stream returns the stream's status.
   absl::Status Read(v1::WorkerMessage* message);
   absl::Status Write(const v1::ClientMessage& message);
@@ -51,7 +66,8 @@ class WorkerSession {
   std::unique_ptr<v1::SandboxWorker::Stub> stub_;
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::ClientMessage, v1::WorkerMessage>> stream_;
-  v1::Opened opened_;
+  v1::Opened opened_;  // after Open; after Attach, the session id and worker
+  std::string target_;
   bool finished_ = false;
   absl::Status final_status_;
 };

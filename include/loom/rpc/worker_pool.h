@@ -12,6 +12,7 @@
 // Thread-safe: many episodes may run at once from different threads.
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -34,12 +35,15 @@ struct PoolOptions {
   double backoff_initial_s = 0.05;
   double backoff_max_s = 2;
   double load_refresh_s = 0.5;
+  double lease_s = 0;  // asked for every episode's session (see RunEpisode)
 };
 
 struct WorkerLoad {
   std::string target;
   int live = 0;
   int episodes = 0;  // of `live`, sessions inside an episode
+  int detached = 0;  // of `live`, sessions kept for a client that went away
+  int64_t leases_lapsed = 0;
   int capacity = 0;
   double p50_ms = 0;
   bool reachable = false;
@@ -54,7 +58,21 @@ class WorkerPool {
   absl::StatusOr<std::unique_ptr<WorkerSession>> OpenSession(const v1::OpenSession& open);
 
   // Runs one episode; infrastructure failures give a penalty trajectory.
-  v1::Trajectory RunEpisode(const v1::RunEpisode& episode, const Policy& policy);
+  // `on_opened`, when given, learns where the episode runs (the worker's
+  // target as configured, and its session) before the first turn: with
+  // `lease_s`, a later client may attach there (ResumeEpisode) after this
+  // one went away.
+  using OnOpened = std::function<void(const std::string& target, const v1::Opened& opened)>;
+  v1::Trajectory RunEpisode(const v1::RunEpisode& episode, const Policy& policy,
+                            const OnOpened& on_opened = nullptr);
+
+  // Attaches to the episode of session `session_id` on `target`, left by an
+  // earlier client, and drives it to its end. An error (NOT_FOUND: the lease
+  // lapsed or the episode ended; UNAVAILABLE: the worker is gone; CANCELLED)
+  // means nothing was resumed; a failure after attaching gives a penalty
+  // trajectory, as in RunEpisode.
+  absl::StatusOr<v1::Trajectory> ResumeEpisode(const std::string& target,
+                                               const std::string& session_id, const Policy& policy);
 
   // From any thread: breaks every running episode's stream and fails later
   // ones at once (`cancelled`), so a stopping trainer need not wait for a
@@ -69,6 +87,10 @@ class WorkerPool {
   Worker* Pick();
   void RefreshIfStale(Worker& worker);
   void MarkDown(Worker& worker, double backoff_s);
+  // Drives an open session's episode (`run` sends it off) with cancellation.
+  absl::StatusOr<v1::Trajectory> Drive(
+      WorkerSession& session,
+      const std::function<absl::StatusOr<v1::Trajectory>(WorkerSession&)>& run);
 
   const PoolOptions options_;
   std::vector<std::unique_ptr<Worker>> workers_;

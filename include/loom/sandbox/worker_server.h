@@ -7,7 +7,9 @@
 // INVALID_ARGUMENT. Without a token the worker listens on loopback only,
 // unless `allow_unauthenticated` says otherwise (and then it warns).
 // A session takes a slot at `open`, not before; the watchdog cancels
-// sessions whose client goes quiet or that outlive `max_session_s`.
+// sessions whose client goes quiet or that outlive `max_session_s`. A session
+// opened with a lease keeps its episode (and its slot) for that long after
+// its client went away, for a client that attaches to it.
 // Sandboxes live under `<sandbox_root>/w<pid>/` (cleaned when the worker
 // stops, and leftovers of dead workers removed at start) and die with the
 // worker. The sandbox root must be a directory the worker owns that no one
@@ -34,6 +36,7 @@ struct SessionLimits {
   double idle_timeout_s = 600;  // no message from the client for this long: cancelled
   double max_session_s = 3600;  // any session, whatever its deadline
   double max_command_s = 600;   // caps every timeout a client sets (setup, tools, episodes)
+  double max_lease_s = 600;  // caps the lease a client asks for (0: no session outlives its client)
 };
 
 class SandboxService;
