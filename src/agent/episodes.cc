@@ -1,9 +1,13 @@
 #include "loom/agent/episodes.h"
 
+#include <google/protobuf/util/json_util.h>
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "loom/chat/special_tokens.h"
+#include "loom/config/check.h"
 #include "loom/rpc/chat_bridge.h"
 
 namespace loom::agent {
@@ -51,6 +55,66 @@ std::string ValidUtf8(const std::string& text) {
 }
 
 }  // namespace
+
+nlohmann::json EpisodeRecordJson(const EpisodeRecord& record) {
+  nlohmann::json turns = nlohmann::json::array();
+  for (const EpisodeRecord::Turn& turn : record.turns) {
+    std::string request;
+    google::protobuf::util::JsonPrintOptions options;
+    options.preserve_proto_field_names = true;
+    LOOM_CHECK(google::protobuf::util::MessageToJsonString(turn.request, &request, options).ok(),
+               "protobuf cannot print a generate request as JSON");
+    nlohmann::json j = {{"request", nlohmann::json::parse(request)}};
+    if (turn.completion) j["completion"] = *turn.completion;
+    if (turn.cut) j["cut"] = true;
+    turns.push_back(std::move(j));
+  }
+  return {{"target", record.place.target},
+          {"session_id", record.place.session_id},
+          {"turns", std::move(turns)}};
+}
+
+absl::StatusOr<EpisodeRecord> EpisodeRecordFromJson(const nlohmann::json& json,
+                                                    const std::string& what) {
+  auto fail = [&](const std::string& why) { return absl::DataLossError(what + ": " + why); };
+  if (!json.is_object()) return fail("an episode record must be an object");
+  EpisodeRecord record;
+  for (const char* key : {"target", "session_id"}) {
+    if (!json.contains(key) || !json[key].is_string() || json[key].get<std::string>().empty()) {
+      return fail(absl::StrCat("`", key, "` must be a non-empty string"));
+    }
+  }
+  record.place = {json["target"].get<std::string>(), json["session_id"].get<std::string>()};
+  if (!json.contains("turns") || !json["turns"].is_array()) return fail("`turns` must be an array");
+  for (size_t i = 0; i < json["turns"].size(); ++i) {
+    const nlohmann::json& j = json["turns"][i];
+    const std::string at = absl::StrCat("turns[", i, "]");
+    if (!j.is_object() || !j.contains("request") || !j["request"].is_object()) {
+      return fail(at + ": needs a `request` object");
+    }
+    EpisodeRecord::Turn turn;
+    const auto parsed =
+        google::protobuf::util::JsonStringToMessage(j["request"].dump(), &turn.request);
+    if (!parsed.ok()) return fail(at + ".request: " + parsed.ToString());
+    if (turn.request.turn() != static_cast<int>(i)) {
+      return fail(absl::StrCat(at, ".request.turn: ", turn.request.turn(), " where ", i,
+                               " comes (turns follow each other from 0)"));
+    }
+    if (j.contains("completion")) {
+      if (!j["completion"].is_string()) return fail(at + ".completion: must be a string");
+      turn.completion = j["completion"].get<std::string>();
+    }
+    if (j.contains("cut")) {
+      if (!j["cut"].is_boolean()) return fail(at + ".cut: must be a boolean");
+      turn.cut = j["cut"].get<bool>();
+    }
+    if (i + 1 < json["turns"].size() && !turn.completion && !turn.cut) {
+      return fail(at + ": only the last turn may be unanswered");
+    }
+    record.turns.push_back(std::move(turn));
+  }
+  return record;
+}
 
 AgentConversation::AgentConversation(const tokenizer::Tokenizer& tokenizer, int effort,
                                      int64_t eos_id)
@@ -116,6 +180,13 @@ AgentEpisodes::~AgentEpisodes() {
   reply_cv_.notify_all();
   pool_.CancelEpisodes();  // clients inside a tool call return now, not when it ends
   for (auto& [id, thread] : threads_) thread.join();
+  // No client will come back for these: their workers free them now rather
+  // than when the lease lapses.
+  std::map<std::string, std::vector<std::string>> released;
+  for (const auto& [id, place] : places_) {
+    if (keep_on_exit_.count(id) == 0) released[place.target].push_back(place.session_id);
+  }
+  for (const auto& [target, ids] : released) Release(target, ids);
 }
 
 void AgentEpisodes::Start(uint64_t id, const v1::Task& task, int effort) {
@@ -127,6 +198,32 @@ void AgentEpisodes::Start(uint64_t id, const v1::Task& task, int effort) {
   threads_.emplace(id, std::thread(&AgentEpisodes::RunClient, this, id, task, effort));
 }
 
+void AgentEpisodes::Resume(uint64_t id, int effort, EpisodeRecord record) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    slots_[id] = Slot();
+    places_[id] = record.place;
+  }
+  ++inflight_;
+  threads_.emplace(id,
+                   std::thread(&AgentEpisodes::RunResumed, this, id, effort, std::move(record)));
+}
+
+std::optional<EpisodePlace> AgentEpisodes::Place(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = places_.find(id);
+  if (it == places_.end()) return std::nullopt;
+  return it->second;
+}
+
+void AgentEpisodes::Release(const std::string& target, const std::vector<std::string>& ids) {
+  absl::StatusOr<int> released = pool_.ReleaseSessions(target, ids);
+  if (!released.ok()) {
+    spdlog::warn("worker {} keeps {} episode(s) until their lease lapses: {}", target, ids.size(),
+                 std::string(released.status().message()));
+  }
+}
+
 void AgentEpisodes::RunClient(uint64_t id, v1::Task task, int effort) {
   AgentConversation conversation(tokenizer_, effort, options_.eos_id);
   v1::RunEpisode episode;
@@ -136,8 +233,76 @@ void AgentEpisodes::RunClient(uint64_t id, v1::Task task, int effort) {
   done.kind = AgentEvent::Kind::kDone;
   done.id = id;
   done.trajectory = pool_.RunEpisode(
-      episode, [&](const v1::GenerateRequest& request) { return Turn(id, conversation, request); });
+      episode, [&](const v1::GenerateRequest& request) { return Turn(id, conversation, request); },
+      [&](const std::string& target, const v1::Opened& opened) {
+        if (opened.lease_s() <= 0) return;  // it ends with this client
+        std::lock_guard<std::mutex> lock(mu_);
+        places_[id] = {target, opened.session_id()};
+      });
   Post(std::move(done));
+}
+
+void AgentEpisodes::RunResumed(uint64_t id, int effort, EpisodeRecord record) {
+  // The conversation as the record left it; the replies already given are
+  // given again if the worker asks again (it never got them).
+  AgentConversation conversation(tokenizer_, effort, options_.eos_id);
+  std::map<int, v1::GenerateReply> answered;
+  int unanswered = -1;  // the turn whose tokens are in the sample, still generating
+  absl::Status replayed = absl::OkStatus();
+  for (const EpisodeRecord::Turn& turn : record.turns) {
+    const int k = turn.request.turn();
+    if (absl::StatusOr<std::vector<int64_t>> ids = conversation.Observe(turn.request); !ids.ok()) {
+      replayed = ids.status();
+      break;
+    }
+    if (turn.cut) {
+      answered[k].set_stop(true);
+    } else if (turn.completion) {
+      answered[k] = conversation.Reply(*turn.completion, k);
+    } else {
+      unanswered = k;
+    }
+  }
+  // A worker past the record (attached from an older checkpoint) asks for a
+  // turn the sample's tokens cannot continue to.
+  int last = record.turns.back().request.turn();  // the last turn the sample holds
+  std::string diverged;
+  absl::StatusOr<v1::Trajectory> trajectory = absl::DataLossError("not attached");
+  if (!replayed.ok()) {
+    trajectory = replayed;
+  } else {
+    trajectory = pool_.ResumeEpisode(
+        record.place.target, record.place.session_id,
+        [&](const v1::GenerateRequest& request) -> absl::StatusOr<v1::GenerateReply> {
+          auto it = answered.find(request.turn());
+          if (it != answered.end()) return it->second;
+          if (request.turn() == unanswered) return AwaitTurn(id, conversation, unanswered);
+          if (request.turn() == last + 1) {
+            last = request.turn();
+            return Turn(id, conversation, request);
+          }
+          diverged = absl::StrCat("the worker asks for turn ", request.turn(), " after turn ", last,
+                                  ": the episode went on past this checkpoint");
+          return absl::FailedPreconditionError(diverged);
+        });
+  }
+  AgentEvent event;
+  event.id = id;
+  event.kind = AgentEvent::Kind::kDone;
+  if (!diverged.empty()) {
+    Release(record.place.target, {record.place.session_id});  // no use to anyone now
+    event.kind = AgentEvent::Kind::kLost;
+    event.trajectory.set_failure_reason(diverged);
+  } else if (trajectory.ok()) {
+    event.trajectory = *std::move(trajectory);
+  } else if (absl::IsCancelled(trajectory.status())) {
+    event.trajectory.set_failure_reason("cancelled: the trainer is stopping");
+    event.trajectory.set_penalty(true);
+  } else {
+    event.kind = AgentEvent::Kind::kLost;
+    event.trajectory.set_failure_reason(std::string(trajectory.status().message()));
+  }
+  Post(std::move(event));
 }
 
 absl::StatusOr<v1::GenerateReply> AgentEpisodes::Turn(uint64_t id, AgentConversation& conversation,
@@ -148,8 +313,14 @@ absl::StatusOr<v1::GenerateReply> AgentEpisodes::Turn(uint64_t id, AgentConversa
   event.kind = request.turn() == 0 ? AgentEvent::Kind::kPrompt : AgentEvent::Kind::kAppend;
   event.id = id;
   event.tokens = *std::move(tokens);
+  event.request = request;
   Post(std::move(event));
+  return AwaitTurn(id, conversation, request.turn());
+}
 
+absl::StatusOr<v1::GenerateReply> AgentEpisodes::AwaitTurn(uint64_t id,
+                                                           AgentConversation& conversation,
+                                                           int turn) {
   const auto deadline =
       std::chrono::steady_clock::now() +
       std::chrono::microseconds(static_cast<int64_t>(options_.turn_timeout_s * 1e6));
@@ -170,7 +341,7 @@ absl::StatusOr<v1::GenerateReply> AgentEpisodes::Turn(uint64_t id, AgentConversa
   std::string completion = *std::move(slot.completion);
   slot.completion.reset();
   lock.unlock();
-  return conversation.Reply(completion, request.turn());
+  return conversation.Reply(completion, turn);
 }
 
 void AgentEpisodes::Post(AgentEvent event) {
@@ -192,11 +363,14 @@ std::vector<AgentEvent> AgentEpisodes::Poll(double wait_s) {
     events.assign(std::make_move_iterator(inbox_.begin()), std::make_move_iterator(inbox_.end()));
     inbox_.clear();
     for (const AgentEvent& event : events) {
-      if (event.kind == AgentEvent::Kind::kDone) slots_.erase(event.id);
+      if (event.kind == AgentEvent::Kind::kDone || event.kind == AgentEvent::Kind::kLost) {
+        slots_.erase(event.id);
+        places_.erase(event.id);
+      }
     }
   }
   for (const AgentEvent& event : events) {
-    if (event.kind != AgentEvent::Kind::kDone) continue;
+    if (event.kind != AgentEvent::Kind::kDone && event.kind != AgentEvent::Kind::kLost) continue;
     auto thread = threads_.find(event.id);
     if (thread != threads_.end()) {
       thread->second.join();  // it posted kDone as its last act

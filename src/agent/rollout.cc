@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "loom/config/check.h"
+
 namespace loom::agent {
 
 void AgentRollout::Start(rollout::SampleRequest request, const v1::Task& task, int effort) {
@@ -13,49 +15,110 @@ void AgentRollout::Start(rollout::SampleRequest request, const v1::Task& task, i
   episodes_.Start(id, task, effort);
 }
 
+void AgentRollout::Resume(rollout::SampleRequest request, const v1::Task& task, int effort,
+                          EpisodeRecord record) {
+  if (record.turns.empty()) {  // nothing of it in the sample: start afresh, free the old one
+    episodes_.Release(record.place.target, {record.place.session_id});
+    return Start(std::move(request), task, effort);
+  }
+  const uint64_t id = request.id;
+  restarts_[id] = {std::move(request), task, effort};
+  records_[id] = record;
+  episodes_.Resume(id, effort, std::move(record));
+}
+
+void AgentRollout::StartAgain(uint64_t id, const std::string& why) {
+  auto restart = restarts_.find(id);
+  LOOM_CHECK(restart != restarts_.end(), "agent sample " << id << " lost but never resumed");
+  Restart r = std::move(restart->second);
+  restarts_.erase(restart);
+  if (engine_.Find(id) != nullptr) engine_.Drop(id).IgnoreError();
+  held_.erase(id);
+  records_.erase(id);
+  ++restarted_;
+  spdlog::warn("agent sample {}: its episode cannot be attached again ({}); it starts again", id,
+               why);
+  Start(std::move(r.request), r.task, r.effort);
+}
+
+std::optional<EpisodeRecord> AgentRollout::Record(uint64_t id) {
+  std::optional<EpisodePlace> place = episodes_.Place(id);
+  if (!place) return std::nullopt;
+  EpisodeRecord out;
+  auto record = records_.find(id);
+  if (record != records_.end()) out = record->second;
+  out.place = *std::move(place);
+  return out;
+}
+
+const rollout::SampleState* AgentRollout::Held(uint64_t id) const {
+  auto held = held_.find(id);
+  return held == held_.end() ? nullptr : &held->second;
+}
+
+void AgentRollout::Note(const AgentEvent& event, bool applied) {
+  EpisodeRecord::Turn turn;
+  turn.request = event.request;
+  turn.cut = !applied;
+  records_[event.id].turns.push_back(std::move(turn));
+}
+
 std::vector<AgentResult> AgentRollout::Pump(double wait_s) {
   std::vector<AgentResult> done;
   for (AgentEvent& event : episodes_.Poll(wait_s)) {
     switch (event.kind) {
       case AgentEvent::Kind::kPrompt:
-        AddPrompt(event.id, std::move(event.tokens));
+        Note(event, AddPrompt(event.id, std::move(event.tokens)));
         break;
       case AgentEvent::Kind::kAppend:
-        Append(event.id, event.tokens);
+        Note(event, Append(event.id, event.tokens));
         break;
       case AgentEvent::Kind::kDone:
         done.push_back({Collect(event.id), std::move(event.trajectory)});
+        break;
+      case AgentEvent::Kind::kLost:
+        StartAgain(event.id, event.trajectory.failure_reason());
         break;
     }
   }
   return done;
 }
 
-void AgentRollout::AddPrompt(uint64_t id, std::vector<int64_t> prompt) {
+bool AgentRollout::AddPrompt(uint64_t id, std::vector<int64_t> prompt) {
   auto pending = pending_.find(id);
-  if (pending == pending_.end()) return episodes_.Cut(id);
+  if (pending == pending_.end()) {
+    episodes_.Cut(id);
+    return false;
+  }
   rollout::SampleRequest request = std::move(pending->second);
   pending_.erase(pending);
   request.prompt = std::move(prompt);
   if (absl::Status s = engine_.Add(request); !s.ok()) {
     spdlog::warn("agent sample {}: its prompt cannot start: {}", id, std::string(s.message()));
     episodes_.Cut(id);
+    return false;
   }
+  return true;
 }
 
-void AgentRollout::Append(uint64_t id, const std::vector<int64_t>& tokens) {
+bool AgentRollout::Append(uint64_t id, const std::vector<int64_t>& tokens) {
   const rollout::SampleState* state = engine_.Find(id);
   if (state == nullptr || state->phase != rollout::SamplePhase::kToolWait) {
-    return episodes_.Cut(id);
+    episodes_.Cut(id);
+    return false;
   }
   if (absl::Status s = engine_.Append(id, tokens); !s.ok()) {
     spdlog::warn("agent sample {}: observation not appended: {}", id, std::string(s.message()));
     episodes_.Cut(id);
+    return false;
   }
+  return true;
 }
 
 rollout::SampleState AgentRollout::Collect(uint64_t id) {
   pending_.erase(id);
+  records_.erase(id);
+  restarts_.erase(id);
   auto held = held_.find(id);
   if (held != held_.end()) {
     rollout::SampleState state = std::move(held->second);
@@ -88,7 +151,12 @@ void AgentRollout::OnStopped(const std::vector<uint64_t>& ids) {
     if (state == nullptr) continue;
     std::vector<int32_t> turn(state->tokens.begin() + state->turn_start, state->tokens.end());
     absl::StatusOr<std::string> text = tokenizer_.Decode(turn);
-    episodes_.Answer(id, text.ok() ? *text : std::string());
+    std::string completion = text.ok() ? *text : std::string();
+    auto record = records_.find(id);
+    if (record != records_.end() && !record->second.turns.empty()) {
+      record->second.turns.back().completion = completion;
+    }
+    episodes_.Answer(id, std::move(completion));
   }
 }
 
@@ -96,6 +164,10 @@ bool AgentRollout::Hold(rollout::SampleState& state) {
   if (!episodes_.Owns(state.id)) return false;
   const uint64_t id = state.id;
   held_[id] = std::move(state);
+  auto record = records_.find(id);
+  if (record != records_.end() && !record->second.turns.empty()) {
+    record->second.turns.back().cut = true;
+  }
   episodes_.Cut(id);
   return true;
 }

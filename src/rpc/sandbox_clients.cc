@@ -37,6 +37,7 @@ absl::StatusOr<SandboxClients> StartSandboxClients(const config::SandboxSection&
     options.targets = clients.local->targets();
   } else {
     options.targets = section.workers;
+    options.lease_s = section.lease_s;  // local workers do not outlive the trainer
   }
   clients.pool = std::make_unique<WorkerPool>(std::move(options));
   return clients;

@@ -193,6 +193,23 @@ absl::StatusOr<v1::Trajectory> WorkerPool::ResumeEpisode(const std::string& targ
   return lost;
 }
 
+absl::StatusOr<int> WorkerPool::ReleaseSessions(const std::string& target,
+                                                const std::vector<std::string>& session_ids) {
+  auto worker = std::find_if(workers_.begin(), workers_.end(),
+                             [&](const auto& w) { return w->target == target; });
+  if (worker == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", target, " is not among this run's workers"));
+  }
+  grpc::ClientContext context;
+  PrepareContext(context, options_.auth_token, In(options_.status_timeout_s));
+  v1::ReleaseRequest request;
+  for (const std::string& id : session_ids) request.add_session_ids(id);
+  v1::ReleaseReply reply;
+  grpc::Status status = (*worker)->stub->Release(&context, request, &reply);
+  if (!status.ok()) return FromGrpc(status, "release");
+  return reply.released();
+}
+
 void WorkerPool::CancelEpisodes() {
   std::lock_guard<std::mutex> lock(mu_);
   cancelled_ = true;

@@ -52,10 +52,11 @@ std::shared_ptr<Leases::Handover> Leases::Await(const std::string& id, double le
     if (it == sessions_.end()) return nullptr;
     Entry& entry = it->second;
     entry.waiting = true;
-    cv_.wait_until(lock, deadline, [&] { return stopping_ || entry.attached != nullptr; });
+    cv_.wait_until(lock, deadline,
+                   [&] { return stopping_ || entry.released || entry.attached != nullptr; });
     entry.waiting = false;
-    if (entry.attached == nullptr) {
-      if (!stopping_) ++lapsed_;
+    if (entry.attached == nullptr || entry.released) {
+      if (!stopping_ && !entry.released) ++lapsed_;
       lock.unlock();
       Unregister(id);  // no attach may come now
       return nullptr;
@@ -72,7 +73,8 @@ grpc::Status Leases::Attach(const std::string& id, const std::string& worker, Cl
                    ": it ended, its lease lapsed, or it had none"));
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_ || sessions_.count(id) == 0) return not_found;
+    auto it = sessions_.find(id);
+    if (stopping_ || it == sessions_.end() || it->second.released) return not_found;
   }
   if (!greet()) return grpc::Status::OK;  // its client left already
   auto handover = std::shared_ptr<Handover>(new Handover(*this, link));
@@ -80,7 +82,7 @@ grpc::Status Leases::Attach(const std::string& id, const std::string& worker, Cl
   {
     std::unique_lock<std::mutex> lock(mu_);
     auto it = sessions_.find(id);
-    if (stopping_ || it == sessions_.end()) return not_found;
+    if (stopping_ || it == sessions_.end() || it->second.released) return not_found;
     Entry& entry = it->second;
     replaced = std::move(entry.attached);  // an earlier attach not yet taken
     entry.attached = handover;
@@ -94,6 +96,18 @@ grpc::Status Leases::Attach(const std::string& id, const std::string& worker, Cl
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return handover->released_; });
   return handover->status_;
+}
+
+bool Leases::Release(const std::string& id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return false;
+    it->second.released = true;
+    if (it->second.current != nullptr) it->second.current->TryCancel();
+  }
+  cv_.notify_all();
+  return true;
 }
 
 void Leases::Shutdown() {

@@ -61,7 +61,8 @@ class Leases {
   // Episode thread: the stream that attached since the last call, or null.
   std::shared_ptr<Handover> TakeAttached(const std::string& id);
   // Episode thread: its client is gone. Waits up to `lease_s` for a stream
-  // to attach; null when the lease lapsed (counted) or the worker stops.
+  // to attach; null when the lease lapsed (counted), the session was
+  // released, or the worker stops.
   std::shared_ptr<Handover> Await(const std::string& id, double lease_s);
 
   // Attaching handler: NOT_FOUND when session `id` is not registered.
@@ -70,6 +71,10 @@ class Leases {
   // returns the status it was released with.
   grpc::Status Attach(const std::string& id, const std::string& worker, ClientLink link,
                       const std::function<bool()>& greet);
+
+  // Ends session `id`'s wait for a client, now or when it starts, and cuts
+  // off its current stream. False when no such session is registered.
+  bool Release(const std::string& id);
 
   // Every Await returns null and every Attach is refused from now on.
   void Shutdown();
@@ -82,6 +87,7 @@ class Leases {
     grpc::ServerContext* current = nullptr;  // the stream the episode uses now
     std::shared_ptr<Handover> attached;      // waiting to be taken
     bool waiting = false;
+    bool released = false;
   };
 
   mutable std::mutex mu_;

@@ -141,6 +141,15 @@ grpc::Status SandboxService::Status(grpc::ServerContext* context, const v1::Stat
   return grpc::Status::OK;
 }
 
+grpc::Status SandboxService::Release(grpc::ServerContext* context,
+                                     const v1::ReleaseRequest* request, v1::ReleaseReply* reply) {
+  if (grpc::Status auth = CheckAuth(*context); !auth.ok()) return auth;
+  int released = 0;
+  for (const std::string& id : request->session_ids()) released += leases_.Release(id);
+  reply->set_released(released);
+  return grpc::Status::OK;
+}
+
 grpc::Status SandboxService::Session(grpc::ServerContext* context, Stream* stream) {
   if (grpc::Status auth = CheckAuth(*context); !auth.ok()) return auth;
   // Without a deadline a vanished client could hold a sandbox forever.

@@ -30,6 +30,8 @@ class SandboxService final : public v1::SandboxWorker::Service {
       grpc::ServerReaderWriter<v1::WorkerMessage, v1::ClientMessage>* stream) override;
   grpc::Status Status(grpc::ServerContext* context, const v1::StatusRequest* request,
                       v1::StatusReply* reply) override;
+  grpc::Status Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
+                       v1::ReleaseReply* reply) override;
 
   void set_name(std::string name) { name_ = std::move(name); }
   // Ends the waits of detached episodes (the worker is stopping).

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -39,6 +40,12 @@ class AgentStage {
 
   agent::AgentRollout* rollout() { return rollout_.get(); }
 
+  // The episodes a checkpoint recorded for a resumed run to attach to; the
+  // latest are kept on their workers if the stage ends preempted (Preempted),
+  // and every other running episode's session is released on exit.
+  void set_checkpointed(std::set<uint64_t> ids) { checkpointed_ = std::move(ids); }
+  void Preempted() { episodes_->KeepOnExit(checkpointed_); }
+
   // Appends a finished agent sample (its trajectory in `info`) to the log.
   absl::Status Log(const rollout::SampleState& state, const SampleEntry& info);
 
@@ -51,6 +58,7 @@ class AgentStage {
   std::unique_ptr<agent::AgentEpisodes> episodes_;
   std::unique_ptr<agent::AgentRollout> rollout_;
   metrics::MetricsWriter log_;
+  std::set<uint64_t> checkpointed_;
 };
 
 }  // namespace loom::train

@@ -171,6 +171,8 @@ absl::Status AsyncLoop::Run(dispatch::RolloutPort& port, BatchTrainer& trainer, 
       for (const auto& [cause, count] : batch.masked_by_cause) masked += count;
       (*record)["episodes_masked"] = masked;
       (*record)["episodes_masked_by_cause"] = batch.masked_by_cause;
+      // Since the run (re)started: resumed episodes that could not be attached again.
+      (*record)["episodes_not_reattached"] = agents_->rollout()->restarted();
     }
     if (hooks.trained) {
       if (absl::Status s = hooks.trained(batch); !s.ok()) return s;

@@ -13,6 +13,7 @@
 #include "loom/train/encoding.h"
 #include "loom/train/evaluator.h"
 #include "loom/train/live_config.h"
+#include "loom/train/preemption.h"
 #include "loom/train/stage_checkpoint.h"
 #include "loom/v1/sandbox.pb.h"
 #include "train/agent_stage.h"
@@ -68,12 +69,20 @@ class EnginePort : public dispatch::RolloutPort {
   }
 
   // Starts an agent sample's episode; its prompt comes from the worker.
-  void StartEpisode(const SampleEntry& entry) {
+  void StartEpisode(const SampleEntry& entry) { ContinueEpisode(entry, std::nullopt); }
+
+  // A resumed run: attaches again to an episode `record` describes, or
+  // without one starts the episode again.
+  void ContinueEpisode(const SampleEntry& entry, std::optional<agent::EpisodeRecord> record) {
     LOOM_CHECK(agents_ != nullptr, "sandbox dataset without sandbox clients");
     const config::DatasetSection& spec = context_.config.tasks.datasets[entry.dataset];
-    agents_->rollout()->Start(Request(entry.id, {}),
-                              tasks::BuiltinTask(spec.kind, entry.problem->task_seed),
-                              context_.config.effort.PromptEffort(entry.effort));
+    v1::Task task = tasks::BuiltinTask(spec.kind, entry.problem->task_seed);
+    const int effort = context_.config.effort.PromptEffort(entry.effort);
+    if (record) {
+      agents_->rollout()->Resume(Request(entry.id, {}), task, effort, *std::move(record));
+    } else {
+      agents_->rollout()->Start(Request(entry.id, {}), task, effort);
+    }
   }
 
  private:
@@ -227,7 +236,10 @@ absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
   int64_t step = 0;
   AsyncStageState state{spec.stage, **loop, optimizer.adamw(), step};
   if (absl::Status s =
-          RestoreAsync(context, state, [&](const SampleEntry& entry) { port.StartEpisode(entry); });
+          RestoreAsync(context, state,
+                       [&](const SampleEntry& entry, std::optional<agent::EpisodeRecord> record) {
+                         port.ContinueEpisode(entry, std::move(record));
+                       });
       !s.ok()) {
     return s;
   }
@@ -247,7 +259,10 @@ absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
   hooks.after_step = [&](int64_t done, const nlohmann::json& record) {
     return report(done, record);
   };
-  return (*loop)->Run(port, **trainer, step, spec.optimizer->steps, context.policy_version, hooks);
+  absl::Status ran =
+      (*loop)->Run(port, **trainer, step, spec.optimizer->steps, context.policy_version, hooks);
+  if (*agents != nullptr && IsPreempted(ran)) (*agents)->Preempted();
+  return ran;
 }
 
 }  // namespace loom::train

@@ -254,10 +254,10 @@ absl::StatusOr<std::string> Checkpointer::Save(TrainState state, const model::Tr
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() -
       start;
   spdlog::info(
-      "checkpoint {} written in {:.2f} s ({} in-flight samples, {} running agent episodes to "
-      "start again on resume)",
+      "checkpoint {} written in {:.2f} s ({} in-flight samples; {} running agent episodes, {} "
+      "of them to attach to again on resume)",
       *dir, seconds, (*meta)["inflight_samples"].get<int64_t>(),
-      (*meta)["running_episodes"].get<int64_t>());
+      (*meta)["running_episodes"].get<int64_t>(), (*meta)["attachable_episodes"].get<int64_t>());
   return dir;
 }
 

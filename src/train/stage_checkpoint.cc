@@ -2,6 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <map>
+#include <set>
+
 #include "loom/config/check.h"
 #include "loom/train/checkpointer.h"
 #include "loom/train/live_config.h"
@@ -34,24 +38,41 @@ absl::StatusOr<TrainState> CaptureAsync(const TrainContext& context, AsyncStageS
   grpo.prefill_tokens = loop.totals().prefill_tokens;
   grpo.decode_tokens = loop.totals().decode_tokens;
   loop.engine().ParkAll();
+  std::set<uint64_t> attachable;  // episodes a resumed run attaches to again
   for (const auto& [id, entry] : loop.table().entries()) {
     SampleRecord record{id,           entry.dataset,        entry.problem_index, entry.subgroup_id,
                         entry.effort, entry.config_version, entry.teacher,       entry.agent,
                         nullptr};
     if (entry.trajectory != nullptr) record.trajectory = TrajectoryJson(*entry.trajectory);
-    grpo.records.push_back(std::move(record));
     if (entry.state) {
+      grpo.records.push_back(std::move(record));
       grpo.finished.push_back(*entry.state);
       continue;
     }
-    // A running episode's sandbox is on a worker; a resumed run starts the
-    // episode again from its prompt (RestoreAsync).
-    if (entry.agent) continue;
+    if (entry.agent) {
+      // A running episode's sandbox is on a worker. On a leased session its
+      // record and sample are kept, and a resumed run attaches to it again;
+      // otherwise that run starts the episode again from its prompt.
+      std::optional<agent::EpisodeRecord> episode = loop.agents()->rollout()->Record(id);
+      const rollout::SampleState* held = loop.agents()->rollout()->Held(id);
+      if (episode) record.episode = agent::EpisodeRecordJson(*episode);
+      grpo.records.push_back(std::move(record));
+      // No turns yet: the resumed run releases its session and starts it again.
+      if (!episode || episode->turns.empty()) continue;
+      attachable.insert(id);
+      if (held != nullptr) {
+        grpo.inflight.push_back(*held);
+        continue;
+      }
+    } else {
+      grpo.records.push_back(std::move(record));
+    }
     auto exported = loop.engine().Export(id);
     if (!exported.ok()) return exported.status();
     grpo.inflight.push_back(*std::move(exported));
   }
   state.grpo = std::move(grpo);
+  if (loop.agents() != nullptr) loop.agents()->set_checkpointed(std::move(attachable));
   return state;
 }
 
@@ -74,12 +95,21 @@ absl::Status AsyncBoundary(TrainContext& context, AsyncStageState loop, bool aft
       [&] { return CaptureAsync(context, loop); },
       [&](TrainState&& state) {
         if (absl::Status s = engine.Resume(context.policy_version); !s.ok()) return s;
-        return ImportInflight(engine, std::move(state.grpo->inflight));
+        std::vector<rollout::SampleState>& inflight = state.grpo->inflight;
+        // Held agent samples were copied, not exported: they stay where they are.
+        AgentStage* agents = loop.loop.agents();
+        inflight.erase(std::remove_if(inflight.begin(), inflight.end(),
+                                      [&](const rollout::SampleState& s) {
+                                        return agents != nullptr &&
+                                               agents->rollout()->Held(s.id) != nullptr;
+                                      }),
+                       inflight.end());
+        return ImportInflight(engine, std::move(inflight));
       });
 }
 
 absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop,
-                          const std::function<void(const SampleEntry&)>& restart_episode) {
+                          const EpisodeContinuation& continue_episode) {
   if (context.checkpointer == nullptr) return absl::OkStatus();
   std::optional<TrainState> state = context.checkpointer->TakeResume(loop.stage);
   if (!state) return absl::OkStatus();
@@ -93,6 +123,7 @@ absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop,
   if (!grpo.dispatcher.is_null()) {
     if (absl::Status s = loop.loop.dispatcher().ImportState(grpo.dispatcher); !s.ok()) return s;
   }
+  std::map<uint64_t, agent::EpisodeRecord> episodes;  // running on leased sessions
   for (const SampleRecord& r : grpo.records) {
     if (r.dataset < 0 || r.dataset >= static_cast<int>(context.datasets.size())) {
       return absl::DataLossError("checkpoint sample " + std::to_string(r.id) + ": dataset " +
@@ -118,6 +149,12 @@ absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop,
       if (!trajectory.ok()) return trajectory.status();
       entry.trajectory = std::make_shared<const v1::Trajectory>(*std::move(trajectory));
     }
+    if (!r.episode.is_null()) {
+      auto episode = agent::EpisodeRecordFromJson(
+          r.episode, "checkpoint state.json: sample " + std::to_string(r.id) + ": episode");
+      if (!episode.ok()) return episode.status();
+      episodes[r.id] = *std::move(episode);
+    }
     entry.problem =
         std::make_shared<tasks::Problem>(context.datasets[r.dataset]->Train(r.problem_index));
     table.Admit(std::move(entry));
@@ -137,25 +174,39 @@ absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop,
   if (absl::Status s = ImportInflight(loop.loop.engine(), std::move(grpo.inflight)); !s.ok()) {
     return s;
   }
-  // Episodes that were running start again from their prompts, under the
-  // same sample ids (and so the same sampling seeds).
-  int64_t restarted = 0;
+  // Episodes that were running on leased sessions are attached to again;
+  // the others start again from their prompts, under the same sample ids
+  // (and so the same sampling seeds).
+  int64_t restarted = 0, resumed = 0;
   for (const auto& [id, entry] : table.entries()) {
     if (!entry.agent || entry.state) continue;
     if (entry.trajectory != nullptr) {
       return absl::DataLossError("checkpoint: agent sample " + std::to_string(id) +
                                  " has a trajectory but no tokens");
     }
-    restart_episode(entry);
-    ++restarted;
+    auto episode = episodes.find(id);
+    if (episode == episodes.end() || episode->second.turns.empty()) {
+      continue_episode(entry, episode == episodes.end()
+                                  ? std::nullopt
+                                  : std::optional<agent::EpisodeRecord>(episode->second));
+      ++restarted;
+      continue;
+    }
+    if (loop.loop.engine().Find(id) == nullptr) {
+      return absl::DataLossError("checkpoint: agent sample " + std::to_string(id) +
+                                 " has an episode record but no tokens");
+    }
+    continue_episode(entry, std::move(episode->second));
+    ++resumed;
   }
   loop.loop.totals().prefill_tokens = grpo.prefill_tokens;
   loop.loop.totals().decode_tokens = grpo.decode_tokens;
   loop.step = state->cursor.step;
   spdlog::info(
       "{} resumes at step {}: {} in-flight samples restored with {} KV tokens "
-      "(no re-prefill), {} finished samples awaiting training, {} agent episodes started again",
-      loop.stage, loop.step, inflight, kv_tokens, finished, restarted);
+      "(no re-prefill), {} finished samples awaiting training, {} agent episodes attached "
+      "again, {} started again",
+      loop.stage, loop.step, inflight, kv_tokens, finished, resumed, restarted);
   return context.metrics.Write({{"event", "resume"},
                                 {"stage", loop.stage},
                                 {"step", loop.step},
@@ -163,6 +214,7 @@ absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop,
                                 {"inflight_restored", inflight},
                                 {"kv_tokens_restored", kv_tokens},
                                 {"finished_restored", finished},
+                                {"episodes_resumed", resumed},
                                 {"episodes_restarted", restarted}});
 }
 

@@ -29,6 +29,7 @@ nlohmann::json RecordJson(const SampleRecord& r) {
                       {"teacher", r.teacher}};
   if (r.agent) j["agent"] = true;
   if (!r.trajectory.is_null()) j["trajectory"] = r.trajectory;
+  if (!r.episode.is_null()) j["episode"] = r.episode;
   return j;
 }
 
@@ -104,6 +105,14 @@ absl::Status ParseGrpo(const nlohmann::json& j, Fields& f, GrpoCursor& grpo) {
       if (!rec.agent || !rec.trajectory.is_object()) {
         return absl::DataLossError("state.json: sample " + std::to_string(rec.id) +
                                    ": a trajectory must be an object, on an agent sample");
+      }
+    }
+    if (r.is_object() && r.contains("episode")) {
+      rec.episode = r["episode"];  // checked as an episode record on restore
+      if (!rec.agent || !rec.episode.is_object() || !rec.trajectory.is_null()) {
+        return absl::DataLossError(
+            "state.json: sample " + std::to_string(rec.id) +
+            ": an episode must be an object, on an agent sample without a trajectory");
       }
     }
     grpo.records.push_back(rec);
@@ -182,9 +191,13 @@ absl::StatusOr<nlohmann::json> WriteTrainState(const TrainState& state,
   }
   const size_t inflight = state.grpo ? state.grpo->inflight.size() : 0;
   const size_t finished = state.grpo ? state.grpo->finished.size() : 0;
-  size_t episodes = 0;  // running: neither exported nor finished
+  size_t episodes = 0;    // running
+  size_t attachable = 0;  // of those, with turns on a leased session
   if (state.grpo) {
-    for (const SampleRecord& r : state.grpo->records) episodes += r.agent && r.trajectory.is_null();
+    for (const SampleRecord& r : state.grpo->records) {
+      episodes += r.agent && r.trajectory.is_null();
+      attachable += r.episode.is_object() && !r.episode.value("turns", nlohmann::json()).empty();
+    }
   }
   return nlohmann::json{{"stage", state.cursor.stage},
                         {"stage_index", state.cursor.stage_index},
@@ -194,7 +207,8 @@ absl::StatusOr<nlohmann::json> WriteTrainState(const TrainState& state,
                         {"format_version", kFormatVersion},
                         {"inflight_samples", inflight},
                         {"finished_samples", finished},
-                        {"running_episodes", episodes}};
+                        {"running_episodes", episodes},
+                        {"attachable_episodes", attachable}};
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 
 #include "loom/chat/encoder.h"
 #include "loom/rpc/chat_bridge.h"
@@ -188,4 +189,62 @@ TEST_F(AgentEpisodesTest, StoppingTheTrainerEndsWaitingEpisodes) {
 }
 
 }  // namespace
+// A checkpoint's episode record: the round trip, and every malformed form
+// named by where it is wrong.
+TEST(EpisodeRecordTest, JsonRoundTripAndMalformedForms) {
+  agent::EpisodeRecord record;
+  record.place = {"127.0.0.1:7000", "s4-00ff"};
+  for (int k = 0; k < 3; ++k) {
+    agent::EpisodeRecord::Turn turn;
+    turn.request.set_turn(k);
+    v1::Message* m = turn.request.add_append();
+    m->set_role(k == 0 ? "user" : "tool");
+    m->set_content("observation " + std::to_string(k));
+    if (k == 0) turn.completion = "<think>x</think>answer";
+    if (k == 1) turn.cut = true;
+    record.turns.push_back(turn);
+  }
+  const nlohmann::json json = agent::EpisodeRecordJson(record);
+  auto back = agent::EpisodeRecordFromJson(json, "r");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->place.target, "127.0.0.1:7000");
+  EXPECT_EQ(back->place.session_id, "s4-00ff");
+  ASSERT_EQ(back->turns.size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(back->turns[k].request.SerializeAsString(),
+              record.turns[k].request.SerializeAsString());
+    EXPECT_EQ(back->turns[k].completion, record.turns[k].completion);
+    EXPECT_EQ(back->turns[k].cut, record.turns[k].cut);
+  }
+  auto with = [&](const std::function<void(nlohmann::json&)>& change) {
+    nlohmann::json j = json;
+    change(j);
+    return j;
+  };
+  const std::vector<std::pair<nlohmann::json, std::string>> cases = {
+      {nlohmann::json::array(), "must be an object"},
+      {with([](auto& j) { j.erase("target"); }), "`target` must be a non-empty string"},
+      {with([](auto& j) { j["session_id"] = ""; }), "`session_id` must be a non-empty string"},
+      {with([](auto& j) { j["turns"] = 3; }), "`turns` must be an array"},
+      {with([](auto& j) { j["turns"][1].erase("request"); }), "turns[1]: needs a `request`"},
+      {with([](auto& j) { j["turns"][1]["request"]["append"] = 5; }), "turns[1].request:"},
+      {with([](auto& j) { j["turns"][2]["request"]["turn"] = 7; }),
+       "turns[2].request.turn: 7 where 2 comes"},
+      {with([](auto& j) { j["turns"][0]["completion"] = 1; }),
+       "turns[0].completion: must be a string"},
+      {with([](auto& j) { j["turns"][1]["cut"] = "yes"; }), "turns[1].cut: must be a boolean"},
+      {with([](auto& j) { j["turns"][1].erase("cut"); }),
+       "turns[1]: only the last turn may be unanswered"},
+  };
+  for (const auto& [bad, expected] : cases) {
+    auto parsed = agent::EpisodeRecordFromJson(bad, "ckpt: sample 5: episode");
+    ASSERT_FALSE(parsed.ok()) << bad.dump();
+    EXPECT_TRUE(absl::IsDataLoss(parsed.status())) << parsed.status();
+    EXPECT_NE(parsed.status().message().find("ckpt: sample 5: episode: "), std::string::npos)
+        << parsed.status();
+    EXPECT_NE(parsed.status().message().find(expected), std::string::npos)
+        << parsed.status() << " lacks " << expected;
+  }
+}
+
 }  // namespace loom::agent

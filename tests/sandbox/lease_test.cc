@@ -207,6 +207,27 @@ TEST(LeaseTest, ALapsedLeaseFreesTheSlot) {
   EXPECT_TRUE(testing_support::OpenOn(workers->targets()[0]).ok());
 }
 
+// A trainer that will not come back releases its sessions: they end at
+// once, their slots free, with no lease counted as lapsed.
+TEST(LeaseTest, AReleasedSessionEndsAtOnce) {
+  auto workers = StartWorkers(1, 1);
+  ASSERT_TRUE(workers);
+  const rpc::PoolOptions options = Pool(*workers, 600);
+  const Left left = LeaveAt(options, 1);
+  rpc::WorkerPool pool(options);
+  absl::StatusOr<int> released =
+      pool.ReleaseSessions(left.target, {left.session_id, "s9-0000000000000000"});
+  ASSERT_TRUE(released.ok()) << released.status();
+  EXPECT_EQ(*released, 1);
+  const rpc::WorkerLoad after = Settled(pool);
+  EXPECT_EQ(after.live, 0);
+  EXPECT_EQ(after.leases_lapsed, 0);
+  absl::StatusOr<v1::Trajectory> late = pool.ResumeEpisode(
+      left.target, left.session_id, [](const v1::GenerateRequest& r) { return PlayFileTask(r); });
+  EXPECT_TRUE(absl::IsNotFound(late.status())) << late.status();
+  EXPECT_TRUE(absl::IsNotFound(pool.ReleaseSessions("127.0.0.1:1", {"s0"}).status()));
+}
+
 TEST(LeaseTest, AttachingToWhatIsNotThereIsRefused) {
   auto workers = StartWorkers(1, 1);
   ASSERT_TRUE(workers);

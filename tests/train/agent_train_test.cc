@@ -23,7 +23,9 @@
 
 #include "loom/chat/encoder.h"
 #include "loom/metrics/metrics_writer.h"
+#include "loom/model/safetensors.h"
 #include "loom/rpc/chat_bridge.h"
+#include "loom/rpc/local_workers.h"
 #include "loom/rpc/worker_pool.h"
 #include "loom/tokenizer/tiny.h"
 #include "testing/loom_process.h"
@@ -61,10 +63,12 @@ class TrainProcess : public testing::LoomProcess {
   }
 };
 
+// The whole lines of a JSONL file a running trainer may be appending to.
 std::vector<Json> ReadJsonl(const std::string& path) {
   std::vector<Json> records;
-  std::ifstream in(path);
+  std::istringstream in(testing::ReadAll(path));
   for (std::string line; std::getline(in, line);) {
+    if (in.eof()) break;  // no newline yet: still being written
     if (!line.empty()) records.push_back(Json::parse(line));
   }
   return records;
@@ -388,6 +392,196 @@ TEST_F(AgentTrainTest, SigtermMidEpisodeCheckpointsAndTheResumeStartsItAgain) {
     EXPECT_EQ(episode["failure_reason"], it->second["failure_reason"]) << id;
   }
   EXPECT_GE(restored_trained, 1);
+}
+
+// The newest checkpoint of `run_dir`.
+std::string LatestCheckpoint(const std::string& run_dir) {
+  std::string latest = testing::ReadAll(run_dir + "/checkpoints/latest");
+  while (!latest.empty() && std::isspace(static_cast<unsigned char>(latest.back()))) {
+    latest.pop_back();
+  }
+  return run_dir + "/checkpoints/" + latest;
+}
+
+// Remote workers (started here, so they outlive every trainer) and a run
+// on them that is preempted while episodes run, until its checkpoint holds
+// episodes to attach to again.
+class RemoteAgentRun {
+ public:
+  RemoteAgentRun(const TempDir& dir, const std::string& name) : dir_(dir), run_dir_(dir / name) {
+    rpc::LocalWorkerOptions local;
+    local.binary = LOOM_BINARY;
+    local.count = 2;
+    local.max_sandboxes = 8;
+    auto workers = rpc::LocalWorkers::Start(local);
+    EXPECT_TRUE(workers.ok()) << workers.status();
+    if (workers.ok()) workers_ = *std::move(workers);
+  }
+  rpc::LocalWorkers& workers() { return *workers_; }
+  const std::string& run_dir() const { return run_dir_; }
+
+  TrainProcess Train(bool resume) {
+    const auto& t = workers_->targets();
+    return TrainProcess(run_dir_, dir_ / "model", kSteps, resume,
+                        {"--set", "async.batch_samples=8", "--set", "sandbox.local=0", "--set",
+                         "sandbox.workers=[" + t[0] + ", " + t[1] + "]"});
+  }
+
+  // Preempts the run (resuming it each time) while an episode runs, until
+  // its checkpoint records episodes to attach to (on leased sessions, with
+  // turns in their samples); returns them by sample id, with their tokens
+  // then in `tokens`.
+  std::map<uint64_t, Json> PreemptWithEpisodes(std::map<uint64_t, Json>& tokens) {
+    std::map<uint64_t, Json> episodes;
+    rpc::PoolOptions options;
+    options.targets = workers_->targets();
+    rpc::WorkerPool pool(options);
+    for (int attempt = 0; attempt < 5 && episodes.empty(); ++attempt) {
+      const size_t before = ReadJsonl(run_dir_ + "/trajectories.jsonl").size();
+      TrainProcess train = Train(/*resume=*/attempt > 0 || resumed_);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+      // Two episodes more than before, then one running.
+      bool running = false;
+      while (!running && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        if (ReadJsonl(run_dir_ + "/trajectories.jsonl").size() < before + 2) continue;
+        for (const rpc::WorkerLoad& load : pool.Loads()) running |= load.episodes > load.detached;
+      }
+      EXPECT_TRUE(running) << testing::ReadAll(run_dir_ + ".out");
+      train.Signal(SIGTERM);
+      EXPECT_EQ(train.Wait(), 0) << testing::ReadAll(run_dir_ + ".out");
+      const std::string checkpoint = LatestCheckpoint(run_dir_);
+      const Json state = Json::parse(testing::ReadAll(checkpoint + "/state.json"));
+      for (const Json& r : state["grpo"]["records"]) {
+        // An episode without turns has no sample yet: it starts again.
+        if (r.contains("episode") && !r["episode"]["turns"].empty()) {
+          episodes[r["id"].get<uint64_t>()] = r["episode"];
+        }
+      }
+      // The workers keep exactly the episodes recorded to attach to; the
+      // trainer released the others on its way out.
+      const auto settle = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      int live = -1;
+      while (live != static_cast<int>(episodes.size()) &&
+             std::chrono::steady_clock::now() < settle) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        live = 0;
+        for (const rpc::WorkerLoad& load : pool.Loads()) live += load.live;
+      }
+      EXPECT_EQ(live, static_cast<int>(episodes.size()));
+      auto tensors = model::ReadSafetensors(checkpoint + "/samples.safetensors");
+      EXPECT_TRUE(tensors.ok()) << tensors.status();
+      tokens.clear();
+      for (const auto& [name, tensor] : tensors.ok() ? *tensors : model::TensorMap()) {
+        const size_t slash = name.find('/');
+        if (name.substr(slash + 1) != "tokens") continue;
+        const at::Tensor ids = tensor.contiguous();
+        tokens[std::stoull(name.substr(0, slash))] =
+            std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+      }
+    }
+    resumed_ = true;
+    return episodes;
+  }
+
+  static constexpr int kSteps = 6;
+
+ private:
+  const TempDir& dir_;
+  const std::string run_dir_;
+  std::unique_ptr<rpc::LocalWorkers> workers_;
+  bool resumed_ = false;
+};
+
+// The resume event of a run's last start, and its last step line.
+std::pair<Json, Json> LastResumeAndStep(const std::string& run_dir) {
+  auto metrics = metrics::ReadMetrics(run_dir + "/metrics.jsonl");
+  EXPECT_TRUE(metrics.ok()) << metrics.status();
+  Json resume, step;
+  for (const Json& r : metrics.ok() ? *metrics : std::vector<Json>()) {
+    if (r.value("event", "") == "resume") resume = r;
+    if (r.contains("loss")) step = r;
+  }
+  return {resume, step};
+}
+
+// With remote workers, a preempted run leaves its running episodes on them
+// under a lease, and the resumed run attaches to each again: the episode
+// goes on in the same sandbox, its sample continues the very tokens the
+// checkpoint held, and nothing starts again.
+TEST_F(AgentTrainTest, SigtermMidEpisodeThenResumeAttachesToTheRunningEpisodes) {
+  TempDir dir;
+  RemoteAgentRun run(dir, "run");
+  std::map<uint64_t, Json> tokens;
+  const std::map<uint64_t, Json> episodes = run.PreemptWithEpisodes(tokens);
+  ASSERT_FALSE(episodes.empty()) << "no checkpoint recorded a running episode";
+  for (const auto& [id, episode] : episodes) {
+    ASSERT_EQ(tokens.count(id), 1u) << "sample " << id << ": an episode record without tokens";
+  }
+  const size_t logged_before = ReadJsonl(run.run_dir() + "/trajectories.jsonl").size();
+
+  TrainProcess resumed = run.Train(/*resume=*/true);
+  ASSERT_EQ(resumed.Wait(), 0) << testing::ReadAll(run.run_dir() + ".out");
+  const auto [resume, step] = LastResumeAndStep(run.run_dir());
+  EXPECT_EQ(resume["episodes_resumed"].get<size_t>(), episodes.size()) << resume;
+  EXPECT_EQ(step["step"], RemoteAgentRun::kSteps);
+  EXPECT_EQ(step["episodes_not_reattached"], 0) << step;
+  int continued = 0;
+  const std::vector<Json> logged = ReadJsonl(run.run_dir() + "/trajectories.jsonl");
+  for (size_t i = logged_before; i < logged.size(); ++i) {
+    const uint64_t id = logged[i]["sample"].get<uint64_t>();
+    auto episode = episodes.find(id);
+    if (episode == episodes.end()) continue;
+    ++continued;
+    // The same token sequence, carried on from where the checkpoint held it.
+    const auto before = tokens[id].get<std::vector<int64_t>>();
+    const auto after = logged[i]["tokens"].get<std::vector<int64_t>>();
+    ASSERT_GE(after.size(), before.size()) << id;
+    EXPECT_TRUE(std::equal(before.begin(), before.end(), after.begin())) << id;
+    // The worker's record spans both trainers: every turn the checkpoint had, then more.
+    const Json& trajectory = logged[i]["trajectory"];
+    EXPECT_GE(trajectory["steps"].get<size_t>(), episode->second["turns"].size()) << id;
+    EXPECT_FALSE(trajectory["penalty"].get<bool>()) << trajectory.dump();
+  }
+  EXPECT_GE(continued, 1) << "no attached episode finished";
+  // The run ended for good: the workers keep none of its episodes for later.
+  rpc::PoolOptions options;
+  options.targets = run.workers().targets();
+  rpc::WorkerPool pool(options);
+  int live = 0;
+  for (int i = 0; i < 100; ++i) {
+    live = 0;
+    for (const rpc::WorkerLoad& load : pool.Loads()) live += load.live;
+    if (live == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(live, 0) << "sandboxes left on the workers after the run";
+  std::printf("%zu episodes attached again, %d finished and logged\n", episodes.size(), continued);
+  std::fflush(stdout);
+}
+
+// A worker that dies between the preemption and the resume takes its
+// episodes with it: those start again from their prompts (counted), the
+// others are attached to, and the run finishes on the worker left.
+TEST_F(AgentTrainTest, WorkerKilledBeforeTheResumeStartsItsEpisodesAgain) {
+  TempDir dir;
+  RemoteAgentRun run(dir, "run");
+  std::map<uint64_t, Json> tokens;
+  const std::map<uint64_t, Json> episodes = run.PreemptWithEpisodes(tokens);
+  ASSERT_FALSE(episodes.empty()) << "no checkpoint recorded a running episode";
+  const std::string victim = run.workers().targets()[0];
+  int on_victim = 0;
+  for (const auto& [id, episode] : episodes) on_victim += episode["target"] == victim;
+  run.workers().Kill(0);
+  TrainProcess resumed = run.Train(/*resume=*/true);
+  ASSERT_EQ(resumed.Wait(), 0) << testing::ReadAll(run.run_dir() + ".out");
+  const auto [resume, step] = LastResumeAndStep(run.run_dir());
+  EXPECT_EQ(resume["episodes_resumed"].get<size_t>(), episodes.size()) << resume;
+  EXPECT_EQ(step["step"], RemoteAgentRun::kSteps);
+  EXPECT_EQ(step["episodes_not_reattached"], on_victim) << step;
+  std::printf("%zu episodes in the checkpoint, %d of them on the killed worker\n", episodes.size(),
+              on_victim);
+  std::fflush(stdout);
 }
 
 }  // namespace

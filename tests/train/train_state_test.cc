@@ -115,7 +115,9 @@ TEST(TrainStateTest, AgentRecordsKeepTheirTrajectories) {
   TrainState state = StateWithInflight(*engine);
   state.grpo->records[0].agent = true;  // finished: its episode's record
   state.grpo->records[0].trajectory = {{"steps", 3}, {"failure_reason", "step_limit"}};
-  state.grpo->records[1].agent = true;  // its episode was running
+  state.grpo->records[1].agent = true;  // its episode was running on a leased session
+  state.grpo->records[1].episode = {
+      {"target", "127.0.0.1:7000"}, {"session_id", "s3-ab"}, {"turns", nlohmann::json::array()}};
   TempDir dir;
   const std::string ckpt_dir = WriteCheckpoint(state, *m, dir);
   auto read = ReadTrainState(ckpt_dir);
@@ -125,7 +127,9 @@ TEST(TrainStateTest, AgentRecordsKeepTheirTrajectories) {
   EXPECT_EQ(records[0].trajectory, state.grpo->records[0].trajectory);
   EXPECT_TRUE(records[1].agent);
   EXPECT_TRUE(records[1].trajectory.is_null());
+  EXPECT_EQ(records[1].episode, state.grpo->records[1].episode);
   EXPECT_FALSE(records[2].agent);
+  EXPECT_TRUE(records[2].episode.is_null());
 
   // A trajectory that is not an object, or on a sample that is no agent's.
   const std::string state_path = ckpt_dir + "/state.json";
@@ -139,6 +143,19 @@ TEST(TrainStateTest, AgentRecordsKeepTheirTrajectories) {
     ASSERT_FALSE(bad.ok()) << trajectory;
     EXPECT_TRUE(absl::IsDataLoss(bad.status())) << bad.status();
     EXPECT_NE(bad.status().message().find("sample " + std::to_string(index + 1)), std::string::npos)
+        << bad.status();
+  }
+  // An episode record that is not an object, on a sample that is no agent's,
+  // or next to a trajectory (an episode runs or has ended, not both).
+  for (const auto& [index, episode] : std::vector<std::pair<int, nlohmann::json>>{
+           {1, "s3"}, {2, {{"target", "t"}}}, {0, {{"target", "t"}}}}) {
+    nlohmann::json j = nlohmann::json::parse(good);
+    j["grpo"]["records"][index]["episode"] = episode;
+    ASSERT_TRUE(WriteFileAtomic(state_path, j.dump()).ok());
+    auto bad = ReadTrainState(ckpt_dir);
+    ASSERT_FALSE(bad.ok()) << episode;
+    EXPECT_TRUE(absl::IsDataLoss(bad.status())) << bad.status();
+    EXPECT_NE(bad.status().message().find("an episode must be an object"), std::string::npos)
         << bad.status();
   }
 }

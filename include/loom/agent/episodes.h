@@ -12,18 +12,28 @@
 // too. The run loop — the only owner of the engine — polls the inbox between
 // engine steps and never blocks on the network.
 //
-// Threads: Start, Poll, Answer, Cut and inflight are for the run loop only.
+// With leases (remote workers), a checkpoint records where each running
+// episode is and what its turns were (EpisodeRecord), and a resumed run
+// attaches to it again (Resume): its client thread rebuilds the
+// conversation from the record, answers again what the worker asks again,
+// and goes on. If it cannot attach, the run loop gets kLost and starts the
+// episode again from its prompt.
+//
+// Threads: Start, Resume, Poll, Answer, Cut and inflight are for the run loop only.
 // Client threads touch only the inbox and their reply slot, under mu_. The
 // destructor wakes every waiting client (its episode ends as `policy_lost`),
 // cancels the pool's running episodes (a client inside a tool call returns
-// at once) and joins the threads.
+// at once), joins the threads, and releases the leased sessions not kept for
+// a resumed run (KeepOnExit).
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -71,12 +81,40 @@ struct AgentEvent {
     kPrompt,  // the episode's first turn: add a sample with `tokens` as its prompt
     kAppend,  // append `tokens` (loss mask 0) to the parked sample and resume it
     kDone,    // the episode ended: `trajectory` holds its verdict (or penalty)
+    kLost,    // a resumed episode could not be attached (why: trajectory.failure_reason)
   };
   Kind kind = Kind::kPrompt;
   uint64_t id = 0;              // the sample id
   std::vector<int64_t> tokens;  // kPrompt, kAppend
-  v1::Trajectory trajectory;    // kDone
+  v1::GenerateRequest request;  // kPrompt, kAppend: the request `tokens` encode
+  v1::Trajectory trajectory;    // kDone, kLost
 };
+
+// Where an episode runs: the worker (as the pool names it) and its session.
+struct EpisodePlace {
+  std::string target;
+  std::string session_id;
+};
+
+// What the run loop has seen of one episode, for a checkpoint: where it
+// runs, and each turn's request (whose tokens went into the sample) with the
+// completion handed back for it, or whether the sample was cut there. No
+// turns: the worker's first request has not reached the engine.
+struct EpisodeRecord {
+  struct Turn {
+    v1::GenerateRequest request;
+    std::optional<std::string> completion;
+    bool cut = false;
+  };
+  EpisodePlace place;
+  std::vector<Turn> turns;
+};
+
+// An EpisodeRecord as a checkpoint holds it (requests in the protobuf JSON
+// mapping), and back, with a DATA_LOSS status led by `what` when malformed.
+nlohmann::json EpisodeRecordJson(const EpisodeRecord& record);
+absl::StatusOr<EpisodeRecord> EpisodeRecordFromJson(const nlohmann::json& json,
+                                                    const std::string& what);
 
 struct AgentOptions {
   v1::ScaffoldOptions scaffold;
@@ -94,6 +132,9 @@ class AgentEpisodes {
 
   // Starts the episode of sample `id` on `task` at reasoning effort `effort`.
   void Start(uint64_t id, const v1::Task& task, int effort);
+  // Attaches again to the episode `record` describes (a checkpoint's), whose
+  // sample is back in the engine as the record left it.
+  void Resume(uint64_t id, int effort, EpisodeRecord record);
 
   // Takes every posted event, waiting up to `wait_s` for one when none is there.
   std::vector<AgentEvent> Poll(double wait_s);
@@ -109,6 +150,14 @@ class AgentEpisodes {
   int64_t inflight() const { return inflight_; }
   // Whether sample `id`'s episode is one of those.
   bool Owns(uint64_t id) const { return threads_.count(id) > 0; }
+  // Where sample `id`'s episode runs, once a worker opened it with a lease.
+  std::optional<EpisodePlace> Place(uint64_t id);
+  // The episodes of samples `ids` (a preemption's checkpoint recorded them)
+  // are left on their workers at destruction, for a resumed run to attach
+  // to; every other leased session is released then. Default: none kept.
+  void KeepOnExit(std::set<uint64_t> ids) { keep_on_exit_ = std::move(ids); }
+  // Ends the leased sessions `ids` on worker `target` (a warning if it cannot).
+  void Release(const std::string& target, const std::vector<std::string>& ids);
 
  private:
   struct Slot {
@@ -117,8 +166,13 @@ class AgentEpisodes {
   };
 
   void RunClient(uint64_t id, v1::Task task, int effort);
+  void RunResumed(uint64_t id, int effort, EpisodeRecord record);
+  // Posts the request's tokens, then waits for the generated turn.
   absl::StatusOr<v1::GenerateReply> Turn(uint64_t id, AgentConversation& conversation,
                                          const v1::GenerateRequest& request);
+  // Waits for the turn whose tokens the sample already holds.
+  absl::StatusOr<v1::GenerateReply> AwaitTurn(uint64_t id, AgentConversation& conversation,
+                                              int turn);
   void Post(AgentEvent event);
 
   rpc::WorkerPool& pool_;
@@ -126,12 +180,14 @@ class AgentEpisodes {
   const AgentOptions options_;
   int64_t inflight_ = 0;                     // run loop only
   std::map<uint64_t, std::thread> threads_;  // run loop only; joined when kDone is taken
+  std::set<uint64_t> keep_on_exit_;          // run loop only
 
   std::mutex mu_;
   std::condition_variable inbox_cv_;
   std::condition_variable reply_cv_;
   std::deque<AgentEvent> inbox_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Slot> slots_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, EpisodePlace> places_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -49,6 +50,23 @@ class AgentRollout {
   // still empty) gives sampling and limits. The agent stop rules are added.
   void Start(rollout::SampleRequest request, const v1::Task& task, int effort);
 
+  // A resumed run: attaches again to the episode of `record`, whose sample
+  // is back in the engine as the checkpoint had it (a held one imported as
+  // finished). If the episode cannot be attached, the sample is dropped and
+  // the episode starts again from `request` and `task`, as Start would
+  // (counted in restarted()). A record without turns (no sample) has its
+  // session released and the episode starts again at once.
+  void Resume(rollout::SampleRequest request, const v1::Task& task, int effort,
+              EpisodeRecord record);
+
+  // For a checkpoint: sample `id`'s episode as far as the engine has seen it,
+  // when it runs on a leased session.
+  std::optional<EpisodeRecord> Record(uint64_t id);
+  // The sample of a running episode the engine already finished, if held.
+  const rollout::SampleState* Held(uint64_t id) const;
+  // Resumed episodes that could not be attached and started again.
+  int64_t restarted() const { return restarted_; }
+
   // Applies posted events to the engine (waiting up to `wait_s` for one) and
   // returns the samples whose episodes ended.
   std::vector<AgentResult> Pump(double wait_s);
@@ -63,8 +81,16 @@ class AgentRollout {
   int64_t inflight() const { return episodes_.inflight(); }
 
  private:
-  void AddPrompt(uint64_t id, std::vector<int64_t> prompt);
-  void Append(uint64_t id, const std::vector<int64_t>& tokens);
+  struct Restart {
+    rollout::SampleRequest request;
+    v1::Task task;
+    int effort = 0;
+  };
+  // Each returns whether the tokens went into the engine (else the episode is cut).
+  bool AddPrompt(uint64_t id, std::vector<int64_t> prompt);
+  bool Append(uint64_t id, const std::vector<int64_t>& tokens);
+  void Note(const AgentEvent& event, bool applied);
+  void StartAgain(uint64_t id, const std::string& why);
   rollout::SampleState Collect(uint64_t id);
 
   AgentEpisodes& episodes_;
@@ -75,6 +101,9 @@ class AgentRollout {
   int64_t max_turn_tokens_;
   std::map<uint64_t, rollout::SampleRequest> pending_;  // started, prompt not yet posted
   std::map<uint64_t, rollout::SampleState> held_;       // finished by the engine, episode running
+  std::map<uint64_t, EpisodeRecord> records_;           // turns applied, per running episode
+  std::map<uint64_t, Restart> restarts_;                // resumed episodes, in case they are lost
+  int64_t restarted_ = 0;
 };
 
 }  // namespace loom::agent

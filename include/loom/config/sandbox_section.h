@@ -22,6 +22,7 @@ struct SandboxSection {
   int max_time_s = 300;              // scaffold time limit per episode
   int tool_timeout_s = 30;           // wall clock per tool call
   int max_turn_tokens = 0;           // generated tokens per assistant turn; 0 = no cap
+  double lease_s = 600;              // remote workers keep a preempted trainer's episodes this long
 
   template <class V>
   void Visit(V& v) {
@@ -63,6 +64,14 @@ struct SandboxSection {
                 "a format error, so the episode goes on. 0 = only rollout.max_new_tokens (over "
                 "all turns) limits it.")
                 .Unit("tokens")
+                .Min(0));
+    v.Field("lease_s", lease_s,
+            Doc("How long a remote worker keeps a running episode after the trainer went away "
+                "(preempted): a run resumed within it attaches to the episode, which goes on "
+                "where it stopped; after it the worker frees the sandbox and the resumed run "
+                "starts the episode again. Capped by the worker's --max-lease-s. Local workers "
+                "stop with the trainer, so their episodes always start again. 0 = no lease.")
+                .Unit("s")
                 .Min(0));
   }
 

@@ -74,6 +74,12 @@ class WorkerPool {
   absl::StatusOr<v1::Trajectory> ResumeEpisode(const std::string& target,
                                                const std::string& session_id, const Policy& policy);
 
+  // Ends leased sessions on `target` (worker and session as RunEpisode's
+  // `on_opened` named them) that no client will attach to again. Returns how
+  // many were still there.
+  absl::StatusOr<int> ReleaseSessions(const std::string& target,
+                                      const std::vector<std::string>& session_ids);
+
   // From any thread: breaks every running episode's stream and fails later
   // ones at once (`cancelled`), so a stopping trainer need not wait for a
   // tool call to end. The worker ends the sessions as clients that left.

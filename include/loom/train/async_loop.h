@@ -118,6 +118,7 @@ class AsyncLoop {
 
   // Agent episodes of sandbox datasets (borrowed; null: none).
   void set_agents(AgentStage* agents) { agents_ = agents; }
+  AgentStage* agents() const { return agents_; }
 
   // Runs optimizer steps `step`.. `steps` - 1 (`step` counts them), each
   // bumping `policy_version` through `trainer`. INTERNAL when nothing is in

@@ -14,8 +14,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "absl/status/status.h"
+#include "loom/agent/episodes.h"
 #include "loom/train/adamw.h"
 #include "loom/train/async_loop.h"
 #include "loom/train/context.h"
@@ -38,10 +40,14 @@ absl::Status AsyncBoundary(TrainContext& context, AsyncStageState loop, bool aft
 
 // Restores an async stage from the checkpoint being resumed, if it stopped
 // in this stage (otherwise does nothing). Agent samples whose episodes were
-// running go to `restart_episode`, which starts them again from their prompts;
-// finished ones keep their trajectories.
+// running go to `continue_episode`: with their episode's record (a leased
+// session; the sample is back in the engine) to attach to it again, without
+// one to start it again from its prompt. Finished ones keep their
+// trajectories.
+using EpisodeContinuation =
+    std::function<void(const SampleEntry&, std::optional<agent::EpisodeRecord>)>;
 absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop,
-                          const std::function<void(const SampleEntry&)>& restart_episode);
+                          const EpisodeContinuation& continue_episode);
 
 // Checkpoint boundary of the SFT stage after `step` optimizer steps
 // (`after_step`: one just finished); `cursor` is the sampler's data cursor.

@@ -61,8 +61,12 @@ struct SampleRecord {
   int teacher = -1;            // opd: its teacher's slot in opd.teachers; -1 = none
   bool agent = false;          // a sandbox episode's sample
   // Its episode's v1::Trajectory in the protobuf JSON mapping, once the
-  // episode ended; null while it runs (a resumed run starts it again).
+  // episode ended; null while it runs.
   nlohmann::json trajectory;
+  // A running episode on a leased session: agent::EpisodeRecordJson (where it
+  // runs, its turns), its sample among the in-flight ones; a resumed run
+  // attaches to it again. Null: a resumed run starts the episode again.
+  nlohmann::json episode;
 };
 
 // An async stage's loop (grpo, opd) between two engine steps.
