@@ -65,7 +65,8 @@ nlohmann::json EpisodeRecordJson(const EpisodeRecord& record) {
     LOOM_CHECK(google::protobuf::util::MessageToJsonString(turn.request, &request, options).ok(),
                "protobuf cannot print a generate request as JSON");
     nlohmann::json j = {{"request", nlohmann::json::parse(request)}};
-    if (turn.completion) j["completion"] = *turn.completion;
+    // Reply() reads a completion through ValidUtf8 too, so this replays the same.
+    if (turn.completion) j["completion"] = ValidUtf8(*turn.completion);
     if (turn.cut) j["cut"] = true;
     turns.push_back(std::move(j));
   }
@@ -229,17 +230,37 @@ void AgentEpisodes::RunClient(uint64_t id, v1::Task task, int effort) {
   v1::RunEpisode episode;
   *episode.mutable_task() = std::move(task);
   *episode.mutable_options() = options_.scaffold;
-  AgentEvent done;
-  done.kind = AgentEvent::Kind::kDone;
-  done.id = id;
-  done.trajectory = pool_.RunEpisode(
+  bool delivered = false;
+  v1::Trajectory trajectory = pool_.RunEpisode(
       episode, [&](const v1::GenerateRequest& request) { return Turn(id, conversation, request); },
       [&](const std::string& target, const v1::Opened& opened) {
         if (opened.lease_s() <= 0) return;  // it ends with this client
         std::lock_guard<std::mutex> lock(mu_);
         places_[id] = {target, opened.session_id()};
+      },
+      [&](const v1::Trajectory& done) {
+        delivered = true;
+        return Deliver(id, done);
       });
-  Post(std::move(done));
+  if (!delivered) {  // it failed without a worker's verdict
+    AgentEvent done;
+    done.kind = AgentEvent::Kind::kDone;
+    done.id = id;
+    done.trajectory = std::move(trajectory);
+    Post(std::move(done));
+  }
+}
+
+bool AgentEpisodes::Deliver(uint64_t id, const v1::Trajectory& trajectory) {
+  AgentEvent done;
+  done.kind = AgentEvent::Kind::kDone;
+  done.id = id;
+  done.trajectory = trajectory;
+  std::unique_lock<std::mutex> lock(mu_);
+  inbox_.push_back(std::move(done));
+  inbox_cv_.notify_one();
+  reply_cv_.wait(lock, [&] { return stopping_ || delivered_.count(id) > 0; });
+  return delivered_.count(id) > 0;
 }
 
 void AgentEpisodes::RunResumed(uint64_t id, int effort, EpisodeRecord record) {
@@ -267,6 +288,7 @@ void AgentEpisodes::RunResumed(uint64_t id, int effort, EpisodeRecord record) {
   // turn the sample's tokens cannot continue to.
   int last = record.turns.back().request.turn();  // the last turn the sample holds
   std::string diverged;
+  bool delivered = false;
   absl::StatusOr<v1::Trajectory> trajectory = absl::DataLossError("not attached");
   if (!replayed.ok()) {
     trajectory = replayed;
@@ -284,8 +306,13 @@ void AgentEpisodes::RunResumed(uint64_t id, int effort, EpisodeRecord record) {
           diverged = absl::StrCat("the worker asks for turn ", request.turn(), " after turn ", last,
                                   ": the episode went on past this checkpoint");
           return absl::FailedPreconditionError(diverged);
+        },
+        [&](const v1::Trajectory& done) {
+          delivered = true;
+          return Deliver(id, done);
         });
   }
+  if (delivered) return;
   AgentEvent event;
   event.id = id;
   event.kind = AgentEvent::Kind::kDone;
@@ -366,15 +393,21 @@ std::vector<AgentEvent> AgentEpisodes::Poll(double wait_s) {
       if (event.kind == AgentEvent::Kind::kDone || event.kind == AgentEvent::Kind::kLost) {
         slots_.erase(event.id);
         places_.erase(event.id);
+        delivered_.insert(event.id);
       }
     }
   }
+  reply_cv_.notify_all();  // a client in Deliver may close its session now
   for (const AgentEvent& event : events) {
     if (event.kind != AgentEvent::Kind::kDone && event.kind != AgentEvent::Kind::kLost) continue;
     auto thread = threads_.find(event.id);
     if (thread != threads_.end()) {
       thread->second.join();  // it posted kDone as its last act
       threads_.erase(thread);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      delivered_.erase(event.id);
     }
     --inflight_;
   }

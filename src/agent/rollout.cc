@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "loom/config/check.h"
 
 namespace loom::agent {
@@ -12,6 +14,7 @@ void AgentRollout::Start(rollout::SampleRequest request, const v1::Task& task, i
   request.stop.max_turn_tokens = max_turn_tokens_;
   const uint64_t id = request.id;
   pending_[id] = std::move(request);
+  outstanding_.insert(id);  // until its first turn (or its end) comes
   episodes_.Start(id, task, effort);
 }
 
@@ -23,6 +26,8 @@ void AgentRollout::Resume(rollout::SampleRequest request, const v1::Task& task, 
   }
   const uint64_t id = request.id;
   restarts_[id] = {std::move(request), task, effort};
+  const EpisodeRecord::Turn& last = record.turns.back();
+  if (last.completion || last.cut) outstanding_.insert(id);  // else the engine generates
   records_[id] = record;
   episodes_.Resume(id, effort, std::move(record));
 }
@@ -57,6 +62,7 @@ const rollout::SampleState* AgentRollout::Held(uint64_t id) const {
 }
 
 void AgentRollout::Note(const AgentEvent& event, bool applied) {
+  if (!applied) outstanding_.insert(event.id);  // cut: the worker ends it
   EpisodeRecord::Turn turn;
   turn.request = event.request;
   turn.cut = !applied;
@@ -64,8 +70,20 @@ void AgentRollout::Note(const AgentEvent& event, bool applied) {
 }
 
 std::vector<AgentResult> AgentRollout::Pump(double wait_s) {
+  std::vector<AgentEvent> events = episodes_.Poll(wait_s);
+  for (const AgentEvent& event : events) outstanding_.erase(event.id);
+  if (lockstep_) {
+    while (!outstanding_.empty()) {
+      for (AgentEvent& event : episodes_.Poll(1.0)) {
+        outstanding_.erase(event.id);
+        events.push_back(std::move(event));
+      }
+    }
+    std::stable_sort(events.begin(), events.end(),
+                     [](const AgentEvent& a, const AgentEvent& b) { return a.id < b.id; });
+  }
   std::vector<AgentResult> done;
-  for (AgentEvent& event : episodes_.Poll(wait_s)) {
+  for (AgentEvent& event : events) {
     switch (event.kind) {
       case AgentEvent::Kind::kPrompt:
         Note(event, AddPrompt(event.id, std::move(event.tokens)));
@@ -156,6 +174,7 @@ void AgentRollout::OnStopped(const std::vector<uint64_t>& ids) {
     if (record != records_.end() && !record->second.turns.empty()) {
       record->second.turns.back().completion = completion;
     }
+    outstanding_.insert(id);
     episodes_.Answer(id, std::move(completion));
   }
 }
@@ -168,6 +187,7 @@ bool AgentRollout::Hold(rollout::SampleState& state) {
   if (record != records_.end() && !record->second.turns.empty()) {
     record->second.turns.back().cut = true;
   }
+  outstanding_.insert(id);
   episodes_.Cut(id);
   return true;
 }

@@ -132,7 +132,8 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerPool::OpenSession(
 
 absl::StatusOr<v1::Trajectory> WorkerPool::Drive(
     WorkerSession& session,
-    const std::function<absl::StatusOr<v1::Trajectory>(WorkerSession&)>& run) {
+    const std::function<absl::StatusOr<v1::Trajectory>(WorkerSession&)>& run,
+    const OnDone& on_done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (cancelled_) return absl::CancelledError("the trainer is stopping");
@@ -144,12 +145,18 @@ absl::StatusOr<v1::Trajectory> WorkerPool::Drive(
     running_.erase(&session);
     if (cancelled_ && !trajectory.ok()) return absl::CancelledError("the trainer is stopping");
   }
-  if (trajectory.ok()) session.Close().IgnoreError();
+  if (trajectory.ok()) {
+    if (!on_done || on_done(*trajectory)) {
+      session.Close().IgnoreError();
+    } else {
+      session.Cancel();  // not kept: a leased session sends it again to whoever attaches
+    }
+  }
   return trajectory;
 }
 
 v1::Trajectory WorkerPool::RunEpisode(const v1::RunEpisode& episode, const Policy& policy,
-                                      const OnOpened& on_opened) {
+                                      const OnOpened& on_opened, const OnDone& on_done) {
   v1::OpenSession open;
   *open.mutable_environment() = episode.task().environment();
   open.set_label(episode.task().id());
@@ -163,8 +170,8 @@ v1::Trajectory WorkerPool::RunEpisode(const v1::RunEpisode& episode, const Polic
   if (on_opened) on_opened((*session)->target(), (*session)->opened());
   v1::RunEpisode without_env = episode;  // the environment already went with `open`
   without_env.mutable_task()->clear_environment();
-  absl::StatusOr<v1::Trajectory> trajectory =
-      Drive(**session, [&](WorkerSession& s) { return s.RunEpisode(without_env, policy); });
+  absl::StatusOr<v1::Trajectory> trajectory = Drive(
+      **session, [&](WorkerSession& s) { return s.RunEpisode(without_env, policy); }, on_done);
   if (absl::IsCancelled(trajectory.status())) return PenaltyTrajectory(episode, kCancelled);
   if (!trajectory.ok()) {
     return PenaltyTrajectory(episode, absl::StrCat("worker_lost: ", trajectory.status().message()));
@@ -174,7 +181,8 @@ v1::Trajectory WorkerPool::RunEpisode(const v1::RunEpisode& episode, const Polic
 
 absl::StatusOr<v1::Trajectory> WorkerPool::ResumeEpisode(const std::string& target,
                                                          const std::string& session_id,
-                                                         const Policy& policy) {
+                                                         const Policy& policy,
+                                                         const OnDone& on_done) {
   auto worker = std::find_if(workers_.begin(), workers_.end(),
                              [&](const auto& w) { return w->target == target; });
   if (worker == workers_.end()) {
@@ -184,8 +192,8 @@ absl::StatusOr<v1::Trajectory> WorkerPool::ResumeEpisode(const std::string& targ
                                        In(options_.episode_timeout_s));
   if (!session.ok()) return session.status();
   (*session)->set_target(target);
-  absl::StatusOr<v1::Trajectory> trajectory =
-      Drive(**session, [&](WorkerSession& s) { return s.Continue(policy); });
+  absl::StatusOr<v1::Trajectory> trajectory = Drive(
+      **session, [&](WorkerSession& s) { return s.Continue(policy); }, on_done);
   if (trajectory.ok() || absl::IsCancelled(trajectory.status())) return trajectory;
   v1::Trajectory lost;
   lost.set_failure_reason(absl::StrCat("worker_lost: ", trajectory.status().message()));

@@ -32,7 +32,8 @@ absl::StatusOr<std::unique_ptr<AgentStage>> AgentStage::Create(const TrainContex
       std::make_unique<agent::AgentEpisodes>(*stage->clients_.pool, context.tokenizer, options);
   stage->rollout_ = std::make_unique<agent::AgentRollout>(
       *stage->episodes_, engine, context.tokenizer, context.special_tokens.eos,
-      *std::move(turn_end), context.config.sandbox.max_turn_tokens);
+      *std::move(turn_end), context.config.sandbox.max_turn_tokens,
+      /*lockstep=*/context.config.run.deterministic);
   return stage;
 }
 

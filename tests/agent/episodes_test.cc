@@ -201,6 +201,7 @@ TEST(EpisodeRecordTest, JsonRoundTripAndMalformedForms) {
     m->set_role(k == 0 ? "user" : "tool");
     m->set_content("observation " + std::to_string(k));
     if (k == 0) turn.completion = "<think>x</think>answer";
+    if (k == 2) turn.completion = "bytes \x96\xff of an untrained model";
     if (k == 1) turn.cut = true;
     record.turns.push_back(turn);
   }
@@ -213,9 +214,11 @@ TEST(EpisodeRecordTest, JsonRoundTripAndMalformedForms) {
   for (int k = 0; k < 3; ++k) {
     EXPECT_EQ(back->turns[k].request.SerializeAsString(),
               record.turns[k].request.SerializeAsString());
-    EXPECT_EQ(back->turns[k].completion, record.turns[k].completion);
+    if (k != 2) EXPECT_EQ(back->turns[k].completion, record.turns[k].completion);
     EXPECT_EQ(back->turns[k].cut, record.turns[k].cut);
   }
+  // Bytes that are not UTF-8 come back as U+FFFD, as the worker would see them.
+  EXPECT_EQ(back->turns[2].completion, "bytes \xEF\xBF\xBD\xEF\xBF\xBD of an untrained model");
   auto with = [&](const std::function<void(nlohmann::json&)>& change) {
     nlohmann::json j = json;
     change(j);

@@ -408,7 +408,8 @@ std::string LatestCheckpoint(const std::string& run_dir) {
 // episodes to attach to again.
 class RemoteAgentRun {
  public:
-  RemoteAgentRun(const TempDir& dir, const std::string& name) : dir_(dir), run_dir_(dir / name) {
+  RemoteAgentRun(const TempDir& dir, const std::string& name, bool deterministic = false)
+      : dir_(dir), run_dir_(dir / name), deterministic_(deterministic) {
     rpc::LocalWorkerOptions local;
     local.binary = LOOM_BINARY;
     local.count = 2;
@@ -422,9 +423,13 @@ class RemoteAgentRun {
 
   TrainProcess Train(bool resume) {
     const auto& t = workers_->targets();
-    return TrainProcess(run_dir_, dir_ / "model", kSteps, resume,
-                        {"--set", "async.batch_samples=8", "--set", "sandbox.local=0", "--set",
-                         "sandbox.workers=[" + t[0] + ", " + t[1] + "]"});
+    std::vector<std::string> args = {"--set", "async.batch_samples=8",
+                                     "--set", "sandbox.local=0",
+                                     "--set", "sandbox.workers=[" + t[0] + ", " + t[1] + "]"};
+    if (deterministic_) {
+      args.insert(args.end(), {"--set", "run.deterministic=true", "--set", "run.threads=1"});
+    }
+    return TrainProcess(run_dir_, dir_ / "model", kSteps, resume, args);
   }
 
   // Preempts the run (resuming it each time) while an episode runs, until
@@ -489,6 +494,7 @@ class RemoteAgentRun {
  private:
   const TempDir& dir_;
   const std::string run_dir_;
+  const bool deterministic_;
   std::unique_ptr<rpc::LocalWorkers> workers_;
   bool resumed_ = false;
 };
@@ -581,6 +587,76 @@ TEST_F(AgentTrainTest, WorkerKilledBeforeTheResumeStartsItsEpisodesAgain) {
   EXPECT_EQ(step["episodes_not_reattached"], on_victim) << step;
   std::printf("%zu episodes in the checkpoint, %d of them on the killed worker\n", episodes.size(),
               on_victim);
+  std::fflush(stdout);
+}
+
+// Every step line of a run by step, and every logged agent sample by id.
+std::map<int, Json> StepLines(const std::string& run_dir) {
+  std::map<int, Json> steps;
+  auto metrics = metrics::ReadMetrics(run_dir + "/metrics.jsonl");
+  EXPECT_TRUE(metrics.ok()) << metrics.status();
+  for (const Json& r : metrics.ok() ? *metrics : std::vector<Json>()) {
+    if (r.contains("loss")) steps[r["step"].get<int>()] = r;  // the last line of a step
+  }
+  return steps;
+}
+
+std::map<uint64_t, Json> LoggedSamples(const std::string& run_dir) {
+  std::map<uint64_t, Json> samples;
+  for (const Json& line : ReadJsonl(run_dir + "/trajectories.jsonl")) {
+    samples[line["sample"].get<uint64_t>()] = line;
+  }
+  return samples;
+}
+
+// With run.deterministic the engine waits for the workers at every step, so
+// an agent run repeats exactly. Preempted mid-episode and resumed — attaching
+// to its episodes — it equals the uninterrupted run: every step's loss and
+// reward, every sample's tokens and the worker's record of its episode.
+TEST_F(AgentTrainTest, DeterministicRunPreemptedMidEpisodeEqualsTheUninterruptedOne) {
+  TempDir dir;
+  RemoteAgentRun baseline(dir, "baseline", /*deterministic=*/true);
+  {
+    TrainProcess train = baseline.Train(/*resume=*/false);
+    ASSERT_EQ(train.Wait(), 0) << testing::ReadAll(baseline.run_dir() + ".out");
+  }
+  RemoteAgentRun run(dir, "preempted", /*deterministic=*/true);
+  std::map<uint64_t, Json> tokens;
+  const std::map<uint64_t, Json> episodes = run.PreemptWithEpisodes(tokens);
+  ASSERT_FALSE(episodes.empty()) << "no checkpoint recorded a running episode";
+  {
+    TrainProcess resumed = run.Train(/*resume=*/true);
+    ASSERT_EQ(resumed.Wait(), 0) << testing::ReadAll(run.run_dir() + ".out");
+  }
+  const std::map<int, Json> want = StepLines(baseline.run_dir());
+  const std::map<int, Json> got = StepLines(run.run_dir());
+  ASSERT_EQ(want.size(), static_cast<size_t>(RemoteAgentRun::kSteps));
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [step, line] : want) {
+    EXPECT_NEAR(got.at(step)["loss"].get<double>(), line["loss"].get<double>(), 1e-6) << step;
+    EXPECT_NEAR(got.at(step)["reward_mean"].get<double>(), line["reward_mean"].get<double>(), 1e-6)
+        << step;
+  }
+  const std::map<uint64_t, Json> want_samples = LoggedSamples(baseline.run_dir());
+  const std::map<uint64_t, Json> got_samples = LoggedSamples(run.run_dir());
+  int compared = 0, attached = 0;
+  for (const auto& [id, line] : got_samples) {
+    auto same = want_samples.find(id);
+    if (same == want_samples.end()) continue;  // finished after the baseline stopped
+    ++compared;
+    attached += episodes.count(id);
+    EXPECT_EQ(line["tokens"], same->second["tokens"]) << "sample " << id;
+    const Json& a = line["trajectory"];
+    const Json& b = same->second["trajectory"];
+    for (const char* key :
+         {"messages", "verdict", "answer", "failure_reason", "steps", "format_errors", "penalty"}) {
+      EXPECT_EQ(a[key], b[key]) << "sample " << id << ": " << key;
+    }
+  }
+  EXPECT_GE(compared, RemoteAgentRun::kSteps * 4);
+  EXPECT_GE(attached, 1) << "no attached episode was compared";
+  std::printf("%d samples equal to the uninterrupted run's, %d of them attached again\n", compared,
+              attached);
   std::fflush(stdout);
 }
 

@@ -174,6 +174,10 @@ class AgentEpisodes {
   absl::StatusOr<v1::GenerateReply> AwaitTurn(uint64_t id, AgentConversation& conversation,
                                               int turn);
   void Post(AgentEvent event);
+  // Posts an episode's trajectory and waits until the run loop took it: only
+  // then may its worker forget the episode (a checkpoint taken before lists
+  // it as running). False when the trainer stopped first.
+  bool Deliver(uint64_t id, const v1::Trajectory& trajectory);
 
   rpc::WorkerPool& pool_;
   const tokenizer::Tokenizer& tokenizer_;
@@ -188,6 +192,7 @@ class AgentEpisodes {
   std::deque<AgentEvent> inbox_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Slot> slots_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, EpisodePlace> places_ ABSL_GUARDED_BY(mu_);
+  std::set<uint64_t> delivered_ ABSL_GUARDED_BY(mu_);  // kDone taken, thread not yet joined
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,16 +36,21 @@ struct AgentResult {
 class AgentRollout {
  public:
   // `turn_end`: the token ids of the DSML tool-call block's closing tag;
-  // `max_turn_tokens`: the per-turn cap (0 = none).
+  // `max_turn_tokens`: the per-turn cap (0 = none). `lockstep`
+  // (run.deterministic): Pump waits until the workers have answered every
+  // episode that waits on them and applies what came in sample-id order, so
+  // the engine holds the same samples at every step whatever the workers'
+  // timing, and a run repeats exactly (a resumed one too).
   AgentRollout(AgentEpisodes& episodes, rollout::RolloutEngine& engine,
                const tokenizer::Tokenizer& tokenizer, int64_t eos_id, std::vector<int64_t> turn_end,
-               int64_t max_turn_tokens)
+               int64_t max_turn_tokens, bool lockstep = false)
       : episodes_(episodes),
         engine_(engine),
         tokenizer_(tokenizer),
         eos_id_(eos_id),
         turn_end_(std::move(turn_end)),
-        max_turn_tokens_(max_turn_tokens) {}
+        max_turn_tokens_(max_turn_tokens),
+        lockstep_(lockstep) {}
 
   // Starts sample `request.id`'s episode on `task`; `request` (its prompt
   // still empty) gives sampling and limits. The agent stop rules are added.
@@ -99,6 +105,8 @@ class AgentRollout {
   int64_t eos_id_;
   std::vector<int64_t> turn_end_;
   int64_t max_turn_tokens_;
+  const bool lockstep_;
+  std::set<uint64_t> outstanding_;                      // episodes whose next move is the worker's
   std::map<uint64_t, rollout::SampleRequest> pending_;  // started, prompt not yet posted
   std::map<uint64_t, rollout::SampleState> held_;       // finished by the engine, episode running
   std::map<uint64_t, EpisodeRecord> records_;           // turns applied, per running episode

@@ -62,9 +62,13 @@ class WorkerPool {
   // target as configured, and its session) before the first turn: with
   // `lease_s`, a later client may attach there (ResumeEpisode) after this
   // one went away.
+  // `on_done`, when given, gets the trajectory before the session closes;
+  // false leaves the session to its lease instead (the trajectory was not
+  // kept, so the worker must be able to send it again).
   using OnOpened = std::function<void(const std::string& target, const v1::Opened& opened)>;
+  using OnDone = std::function<bool(const v1::Trajectory& trajectory)>;
   v1::Trajectory RunEpisode(const v1::RunEpisode& episode, const Policy& policy,
-                            const OnOpened& on_opened = nullptr);
+                            const OnOpened& on_opened = nullptr, const OnDone& on_done = nullptr);
 
   // Attaches to the episode of session `session_id` on `target`, left by an
   // earlier client, and drives it to its end. An error (NOT_FOUND: the lease
@@ -72,7 +76,8 @@ class WorkerPool {
   // means nothing was resumed; a failure after attaching gives a penalty
   // trajectory, as in RunEpisode.
   absl::StatusOr<v1::Trajectory> ResumeEpisode(const std::string& target,
-                                               const std::string& session_id, const Policy& policy);
+                                               const std::string& session_id, const Policy& policy,
+                                               const OnDone& on_done = nullptr);
 
   // Ends leased sessions on `target` (worker and session as RunEpisode's
   // `on_opened` named them) that no client will attach to again. Returns how
@@ -96,7 +101,8 @@ class WorkerPool {
   // Drives an open session's episode (`run` sends it off) with cancellation.
   absl::StatusOr<v1::Trajectory> Drive(
       WorkerSession& session,
-      const std::function<absl::StatusOr<v1::Trajectory>(WorkerSession&)>& run);
+      const std::function<absl::StatusOr<v1::Trajectory>(WorkerSession&)>& run,
+      const OnDone& on_done);
 
   const PoolOptions options_;
   std::vector<std::unique_ptr<Worker>> workers_;
