@@ -9,11 +9,11 @@
 namespace loom::config {
 
 struct RunSection {
-  std::string name;          // required; names the run directory
-  std::string dir;           // "" = runs/<name>
-  int64_t seed = 0;          // root of every random stream in the run
+  std::string name;  // required; names the run directory
+  std::string dir;   // "" = runs/<name>
+  int64_t seed = 0;  // root of every random stream in the run
   bool deterministic = false;
-  int threads = 0;           // intra-op CPU threads; 0 = all cores
+  int threads = 0;  // intra-op CPU threads; 0 = all cores
   std::string log_level = "info";
 
   template <class V>
@@ -28,7 +28,9 @@ struct RunSection {
                 .Min(0));
     v.Field("deterministic", deterministic,
             Doc("Make every scheduling decision independent of wall-clock time so a preempted and "
-                "resumed run repeats the uninterrupted one exactly. Costs some throughput."));
+                "resumed run repeats the uninterrupted one exactly. With sandbox episodes the "
+                "engine then waits for the workers' answers before every step. Costs some "
+                "throughput."));
     v.Field("threads", threads,
             Doc("Intra-op CPU threads for LibTorch. 0 uses every core; fewer leaves cores for "
                 "sandbox workers.")
