@@ -23,12 +23,9 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Open(
   std::unique_ptr<WorkerSession> session = Start(channel, auth_token, deadline);
   v1::ClientMessage first;
   *first.mutable_open() = open;
-  if (absl::Status s = session->Write(first); !s.ok()) return s;
   v1::WorkerMessage reply;
-  if (absl::Status s = session->Read(&reply); !s.ok()) return s;
-  if (!reply.has_opened()) {
-    session->context_.TryCancel();
-    return absl::InternalError("worker answered `open` with something else");
+  if (absl::Status s = session->Greet(first, v1::WorkerMessage::kOpened, &reply); !s.ok()) {
+    return s;
   }
   session->opened_ = reply.opened();
   return session;
@@ -40,16 +37,25 @@ absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Attach(
   std::unique_ptr<WorkerSession> session = Start(channel, auth_token, deadline);
   v1::ClientMessage first;
   first.mutable_attach()->set_session_id(session_id);
-  if (absl::Status s = session->Write(first); !s.ok()) return s;
   v1::WorkerMessage reply;
-  if (absl::Status s = session->Read(&reply); !s.ok()) return s;
-  if (!reply.has_attached()) {
-    session->context_.TryCancel();
-    return absl::InternalError("worker answered `attach` with something else");
+  if (absl::Status s = session->Greet(first, v1::WorkerMessage::kAttached, &reply); !s.ok()) {
+    return s;
   }
   session->opened_.set_session_id(reply.attached().session_id());
   session->opened_.set_worker(reply.attached().worker());
   return session;
+}
+
+absl::Status WorkerSession::Greet(const v1::ClientMessage& first, v1::WorkerMessage::KindCase want,
+                                  v1::WorkerMessage* reply) {
+  if (absl::Status s = Write(first); !s.ok()) return s;
+  if (absl::Status s = Read(reply); !s.ok()) return s;
+  if (reply->kind_case() != want) {
+    context_.TryCancel();
+    return absl::InternalError(absl::StrCat(
+        "worker answered `", first.has_open() ? "open" : "attach", "` with something else"));
+  }
+  return absl::OkStatus();
 }
 
 WorkerSession::~WorkerSession() {

@@ -23,9 +23,9 @@ bool Retryable(const absl::Status& status) {
          absl::IsDeadlineExceeded(status);
 }
 
-v1::Trajectory PenaltyTrajectory(const v1::RunEpisode& episode, const std::string& reason) {
+v1::Trajectory PenaltyTrajectory(const std::string& task_id, const std::string& reason) {
   v1::Trajectory trajectory;
-  trajectory.set_task_id(episode.task().id());
+  trajectory.set_task_id(task_id);
   trajectory.set_failure_reason(reason);
   trajectory.set_penalty(true);
   return trajectory;
@@ -99,6 +99,13 @@ WorkerPool::Worker* WorkerPool::Pick() {
   return best;
 }
 
+absl::StatusOr<WorkerPool::Worker*> WorkerPool::Find(const std::string& target) {
+  for (auto& worker : workers_) {
+    if (worker->target == target) return worker.get();
+  }
+  return absl::NotFoundError(absl::StrCat("worker ", target, " is not among this run's workers"));
+}
+
 void WorkerPool::MarkDown(Worker& worker, double backoff_s) {
   std::lock_guard<std::mutex> lock(mu_);
   worker.down_until =
@@ -163,18 +170,19 @@ v1::Trajectory WorkerPool::RunEpisode(const v1::RunEpisode& episode, const Polic
   open.set_lease_s(options_.lease_s);
   const std::string kCancelled = "cancelled: the trainer is stopping";
   auto session = OpenSession(open);
-  if (absl::IsCancelled(session.status())) return PenaltyTrajectory(episode, kCancelled);
+  const std::string& task_id = episode.task().id();
+  if (absl::IsCancelled(session.status())) return PenaltyTrajectory(task_id, kCancelled);
   if (!session.ok()) {
-    return PenaltyTrajectory(episode, absl::StrCat("no_sandbox: ", session.status().message()));
+    return PenaltyTrajectory(task_id, absl::StrCat("no_sandbox: ", session.status().message()));
   }
   if (on_opened) on_opened((*session)->target(), (*session)->opened());
   v1::RunEpisode without_env = episode;  // the environment already went with `open`
   without_env.mutable_task()->clear_environment();
   absl::StatusOr<v1::Trajectory> trajectory = Drive(
       **session, [&](WorkerSession& s) { return s.RunEpisode(without_env, policy); }, on_done);
-  if (absl::IsCancelled(trajectory.status())) return PenaltyTrajectory(episode, kCancelled);
+  if (absl::IsCancelled(trajectory.status())) return PenaltyTrajectory(task_id, kCancelled);
   if (!trajectory.ok()) {
-    return PenaltyTrajectory(episode, absl::StrCat("worker_lost: ", trajectory.status().message()));
+    return PenaltyTrajectory(task_id, absl::StrCat("worker_lost: ", trajectory.status().message()));
   }
   return *std::move(trajectory);
 }
@@ -183,11 +191,8 @@ absl::StatusOr<v1::Trajectory> WorkerPool::ResumeEpisode(const std::string& targ
                                                          const std::string& session_id,
                                                          const Policy& policy,
                                                          const OnDone& on_done) {
-  auto worker = std::find_if(workers_.begin(), workers_.end(),
-                             [&](const auto& w) { return w->target == target; });
-  if (worker == workers_.end()) {
-    return absl::NotFoundError(absl::StrCat("worker ", target, " is not among this run's workers"));
-  }
+  absl::StatusOr<Worker*> worker = Find(target);
+  if (!worker.ok()) return worker.status();
   auto session = WorkerSession::Attach((*worker)->channel, options_.auth_token, session_id,
                                        In(options_.episode_timeout_s));
   if (!session.ok()) return session.status();
@@ -195,19 +200,13 @@ absl::StatusOr<v1::Trajectory> WorkerPool::ResumeEpisode(const std::string& targ
   absl::StatusOr<v1::Trajectory> trajectory = Drive(
       **session, [&](WorkerSession& s) { return s.Continue(policy); }, on_done);
   if (trajectory.ok() || absl::IsCancelled(trajectory.status())) return trajectory;
-  v1::Trajectory lost;
-  lost.set_failure_reason(absl::StrCat("worker_lost: ", trajectory.status().message()));
-  lost.set_penalty(true);
-  return lost;
+  return PenaltyTrajectory("", absl::StrCat("worker_lost: ", trajectory.status().message()));
 }
 
 absl::StatusOr<int> WorkerPool::ReleaseSessions(const std::string& target,
                                                 const std::vector<std::string>& session_ids) {
-  auto worker = std::find_if(workers_.begin(), workers_.end(),
-                             [&](const auto& w) { return w->target == target; });
-  if (worker == workers_.end()) {
-    return absl::NotFoundError(absl::StrCat("worker ", target, " is not among this run's workers"));
-  }
+  absl::StatusOr<Worker*> worker = Find(target);
+  if (!worker.ok()) return worker.status();
   grpc::ClientContext context;
   PrepareContext(context, options_.auth_token, In(options_.status_timeout_s));
   v1::ReleaseRequest request;

@@ -44,28 +44,24 @@ absl::StatusOr<TrainState> CaptureAsync(const TrainContext& context, AsyncStageS
                         entry.effort, entry.config_version, entry.teacher,       entry.agent,
                         nullptr};
     if (entry.trajectory != nullptr) record.trajectory = TrajectoryJson(*entry.trajectory);
+    // A running episode's sandbox is on a worker. On a leased session its
+    // record is kept (and, once it has turns, its sample) and a resumed run
+    // attaches to it again; otherwise that run starts it again from its prompt.
+    std::optional<agent::EpisodeRecord> episode;
+    if (entry.agent && !entry.state) episode = loop.agents()->rollout()->Record(id);
+    if (episode) record.episode = agent::EpisodeRecordJson(*episode);
+    grpo.records.push_back(std::move(record));
     if (entry.state) {
-      grpo.records.push_back(std::move(record));
       grpo.finished.push_back(*entry.state);
       continue;
     }
     if (entry.agent) {
-      // A running episode's sandbox is on a worker. On a leased session its
-      // record and sample are kept, and a resumed run attaches to it again;
-      // otherwise that run starts the episode again from its prompt.
-      std::optional<agent::EpisodeRecord> episode = loop.agents()->rollout()->Record(id);
-      const rollout::SampleState* held = loop.agents()->rollout()->Held(id);
-      if (episode) record.episode = agent::EpisodeRecordJson(*episode);
-      grpo.records.push_back(std::move(record));
-      // No turns yet: the resumed run releases its session and starts it again.
       if (!episode || episode->turns.empty()) continue;
       attachable.insert(id);
-      if (held != nullptr) {
+      if (const rollout::SampleState* held = loop.agents()->rollout()->Held(id)) {
         grpo.inflight.push_back(*held);
         continue;
       }
-    } else {
-      grpo.records.push_back(std::move(record));
     }
     auto exported = loop.engine().Export(id);
     if (!exported.ok()) return exported.status();
@@ -184,11 +180,10 @@ absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop,
       return absl::DataLossError("checkpoint: agent sample " + std::to_string(id) +
                                  " has a trajectory but no tokens");
     }
-    auto episode = episodes.find(id);
-    if (episode == episodes.end() || episode->second.turns.empty()) {
-      continue_episode(entry, episode == episodes.end()
-                                  ? std::nullopt
-                                  : std::optional<agent::EpisodeRecord>(episode->second));
+    std::optional<agent::EpisodeRecord> episode;
+    if (auto it = episodes.find(id); it != episodes.end()) episode = std::move(it->second);
+    if (!episode || episode->turns.empty()) {
+      continue_episode(entry, std::move(episode));
       ++restarted;
       continue;
     }
@@ -196,7 +191,7 @@ absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop,
       return absl::DataLossError("checkpoint: agent sample " + std::to_string(id) +
                                  " has an episode record but no tokens");
     }
-    continue_episode(entry, std::move(episode->second));
+    continue_episode(entry, std::move(episode));
     ++resumed;
   }
   loop.loop.totals().prefill_tokens = grpo.prefill_tokens;

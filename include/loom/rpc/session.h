@@ -58,6 +58,10 @@ class WorkerSession {
   static std::unique_ptr<WorkerSession> Start(const std::shared_ptr<grpc::Channel>& channel,
                                               const std::string& auth_token,
                                               std::chrono::system_clock::time_point deadline);
+  // Sends a stream's first message (`open` or `attach`) and reads the
+  // worker's answer, which must be of kind `want`.
+  absl::Status Greet(const v1::ClientMessage& first, v1::WorkerMessage::KindCase want,
+                     v1::WorkerMessage* reply);
   // Reads the next message; on a broken stream returns the stream's status.
   absl::Status Read(v1::WorkerMessage* message);
   absl::Status Write(const v1::ClientMessage& message);

@@ -96,6 +96,8 @@ class WorkerPool {
  private:
   struct Worker;
   Worker* Pick();
+  // The worker configured as `target`; NOT_FOUND if none is.
+  absl::StatusOr<Worker*> Find(const std::string& target);
   void RefreshIfStale(Worker& worker);
   void MarkDown(Worker& worker, double backoff_s);
   // Drives an open session's episode (`run` sends it off) with cancellation.
