@@ -3,8 +3,11 @@
 #include <google/protobuf/util/json_util.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "loom/chat/special_tokens.h"
 #include "loom/config/check.h"
@@ -70,9 +73,11 @@ nlohmann::json EpisodeRecordJson(const EpisodeRecord& record) {
     if (turn.cut) j["cut"] = true;
     turns.push_back(std::move(j));
   }
-  return {{"target", record.place.target},
-          {"session_id", record.place.session_id},
-          {"turns", std::move(turns)}};
+  nlohmann::json out = {{"target", record.place.target},
+                        {"session_id", record.place.session_id},
+                        {"turns", std::move(turns)}};
+  if (record.snapshot) out["snapshot"] = absl::Base64Escape(record.snapshot->SerializeAsString());
+  return out;
 }
 
 absl::StatusOr<EpisodeRecord> EpisodeRecordFromJson(const nlohmann::json& json,
@@ -113,6 +118,29 @@ absl::StatusOr<EpisodeRecord> EpisodeRecordFromJson(const nlohmann::json& json,
       return fail(at + ": only the last turn may be unanswered");
     }
     record.turns.push_back(std::move(turn));
+  }
+  if (json.contains("snapshot")) {
+    std::string bytes;
+    v1::EpisodeSnapshot snapshot;
+    if (!json["snapshot"].is_string() ||
+        !absl::Base64Unescape(json["snapshot"].get<std::string>(), &bytes) ||
+        !snapshot.ParseFromString(bytes)) {
+      return fail("`snapshot` must be a base64 EpisodeSnapshot");
+    }
+    // It waits on the last turn recorded or, when that one was answered, the
+    // next; or the episode ended.
+    const int last = record.turns.empty() ? -1 : record.turns.back().request.turn();
+    const int waits = snapshot.pending().turn();
+    if (!snapshot.has_pending()) {
+      if (snapshot.trajectory().failure_reason().empty() && !snapshot.trajectory().has_verdict()) {
+        return fail("`snapshot` has neither a pending request nor the episode's end");
+      }
+    } else if (last < 0 ||
+               !(waits == last || (waits == last + 1 && record.turns.back().completion))) {
+      return fail(absl::StrCat("`snapshot` waits on turn ", waits,
+                               ", neither the last turn recorded nor the one after its answer"));
+    }
+    record.snapshot = std::move(snapshot);
   }
   return record;
 }
@@ -199,15 +227,61 @@ void AgentEpisodes::Start(uint64_t id, const v1::Task& task, int effort) {
   threads_.emplace(id, std::thread(&AgentEpisodes::RunClient, this, id, task, effort));
 }
 
-void AgentEpisodes::Resume(uint64_t id, int effort, EpisodeRecord record) {
+void AgentEpisodes::Resume(uint64_t id, const v1::Task& task, int effort, EpisodeRecord record) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     slots_[id] = Slot();
     places_[id] = record.place;
   }
   ++inflight_;
-  threads_.emplace(id,
-                   std::thread(&AgentEpisodes::RunResumed, this, id, effort, std::move(record)));
+  threads_.emplace(
+      id, std::thread(&AgentEpisodes::RunResumed, this, id, task, effort, std::move(record)));
+}
+
+std::map<uint64_t, v1::EpisodeSnapshot> AgentEpisodes::Snapshots(const std::vector<uint64_t>& ids,
+                                                                 int64_t max_bytes,
+                                                                 double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::vector<uint64_t> asked;
+  for (uint64_t id : ids) {
+    auto slot = slots_.find(id);
+    if (slot == slots_.end()) continue;
+    slot->second.snapshot.reset();
+    slot->second.snapshot_bytes = max_bytes;
+    asked.push_back(id);
+  }
+  reply_cv_.notify_all();
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::microseconds(static_cast<int64_t>(timeout_s * 1e6));
+  snapshot_cv_.wait_until(lock, deadline, [&] {
+    return stopping_ || std::all_of(asked.begin(), asked.end(), [&](uint64_t id) {
+             auto slot = slots_.find(id);
+             return slot == slots_.end() || slot->second.snapshot.has_value();
+           });
+  });
+  std::map<uint64_t, v1::EpisodeSnapshot> taken;
+  for (uint64_t id : asked) {
+    auto slot = slots_.find(id);
+    if (slot == slots_.end()) continue;
+    Slot& s = slot->second;
+    s.snapshot_bytes = 0;
+    if (!s.snapshot) {
+      spdlog::warn("agent sample {}: no snapshot within {} s", id, timeout_s);
+    } else if (!s.snapshot->ok()) {
+      spdlog::warn("agent sample {}: no snapshot: {}", id,
+                   std::string(s.snapshot->status().message()));
+    } else {
+      taken[id] = *std::move(*s.snapshot);
+    }
+    s.snapshot.reset();
+  }
+  return taken;
+}
+
+void AgentEpisodes::Placed(uint64_t id, const rpc::WorkerSession& session) {
+  if (session.opened().lease_s() <= 0) return;  // it ends with its client
+  std::lock_guard<std::mutex> lock(mu_);
+  places_[id] = {session.target(), session.opened().session_id()};
 }
 
 std::optional<EpisodePlace> AgentEpisodes::Place(uint64_t id) {
@@ -226,17 +300,16 @@ void AgentEpisodes::Release(const std::string& target, const std::vector<std::st
 }
 
 void AgentEpisodes::RunClient(uint64_t id, v1::Task task, int effort) {
-  AgentConversation conversation(tokenizer_, effort, options_.eos_id);
+  Client client{AgentConversation(tokenizer_, effort, options_.eos_id)};
   v1::RunEpisode episode;
   *episode.mutable_task() = std::move(task);
   *episode.mutable_options() = options_.scaffold;
   bool delivered = false;
   v1::Trajectory trajectory = pool_.RunEpisode(
-      episode, [&](const v1::GenerateRequest& request) { return Turn(id, conversation, request); },
-      [&](const std::string& target, const v1::Opened& opened) {
-        if (opened.lease_s() <= 0) return;  // it ends with this client
-        std::lock_guard<std::mutex> lock(mu_);
-        places_[id] = {target, opened.session_id()};
+      episode, [&](const v1::GenerateRequest& request) { return Turn(id, client, request); },
+      [&](rpc::WorkerSession& session) {
+        client.session = &session;
+        Placed(id, session);
       },
       [&](const v1::Trajectory& done) {
         delivered = true;
@@ -257,29 +330,39 @@ bool AgentEpisodes::Deliver(uint64_t id, const v1::Trajectory& trajectory) {
   done.id = id;
   done.trajectory = trajectory;
   std::unique_lock<std::mutex> lock(mu_);
+  Ended(id, &trajectory);
   inbox_.push_back(std::move(done));
   inbox_cv_.notify_one();
   reply_cv_.wait(lock, [&] { return stopping_ || delivered_.count(id) > 0; });
   return delivered_.count(id) > 0;
 }
 
-void AgentEpisodes::RunResumed(uint64_t id, int effort, EpisodeRecord record) {
+void AgentEpisodes::RunResumed(uint64_t id, v1::Task task, int effort, EpisodeRecord record) {
+  if (record.snapshot && !record.snapshot->has_pending()) {
+    // It ended as the checkpoint was taken: its end is all there is to know.
+    Release(record.place.target, {record.place.session_id});
+    AgentEvent done;
+    done.kind = AgentEvent::Kind::kDone;
+    done.id = id;
+    done.trajectory = std::move(*record.snapshot->mutable_trajectory());
+    return Post(std::move(done));
+  }
   // The conversation as the record left it; the replies already given are
   // given again if the worker asks again (it never got them).
-  AgentConversation conversation(tokenizer_, effort, options_.eos_id);
+  Client client{AgentConversation(tokenizer_, effort, options_.eos_id)};
   std::map<int, v1::GenerateReply> answered;
   int unanswered = -1;  // the turn whose tokens are in the sample, still generating
   absl::Status replayed = absl::OkStatus();
   for (const EpisodeRecord::Turn& turn : record.turns) {
     const int k = turn.request.turn();
-    if (absl::StatusOr<std::vector<int64_t>> ids = conversation.Observe(turn.request); !ids.ok()) {
+    if (auto ids = client.conversation.Observe(turn.request); !ids.ok()) {
       replayed = ids.status();
       break;
     }
     if (turn.cut) {
       answered[k].set_stop(true);
     } else if (turn.completion) {
-      answered[k] = conversation.Reply(*turn.completion, k);
+      answered[k] = client.conversation.Reply(*turn.completion, k);
     } else {
       unanswered = k;
     }
@@ -289,29 +372,31 @@ void AgentEpisodes::RunResumed(uint64_t id, int effort, EpisodeRecord record) {
   int last = record.turns.back().request.turn();  // the last turn the sample holds
   std::string diverged;
   bool delivered = false;
-  absl::StatusOr<v1::Trajectory> trajectory = absl::DataLossError("not attached");
-  if (!replayed.ok()) {
-    trajectory = replayed;
-  } else {
-    trajectory = pool_.ResumeEpisode(
-        record.place.target, record.place.session_id,
-        [&](const v1::GenerateRequest& request) -> absl::StatusOr<v1::GenerateReply> {
-          auto it = answered.find(request.turn());
-          if (it != answered.end()) return it->second;
-          if (request.turn() == unanswered) return AwaitTurn(id, conversation, unanswered);
-          if (request.turn() == last + 1) {
-            last = request.turn();
-            return Turn(id, conversation, request);
-          }
-          diverged = absl::StrCat("the worker asks for turn ", request.turn(), " after turn ", last,
-                                  ": the episode went on past this checkpoint");
-          return absl::FailedPreconditionError(diverged);
-        },
-        [&](const v1::Trajectory& done) {
-          delivered = true;
-          return Deliver(id, done);
-        });
-  }
+  const rpc::Policy policy =
+      [&](const v1::GenerateRequest& request) -> absl::StatusOr<v1::GenerateReply> {
+    auto it = answered.find(request.turn());
+    if (it != answered.end()) return it->second;
+    if (request.turn() == unanswered) return AwaitTurn(id, client, unanswered);
+    if (request.turn() == last + 1) {
+      last = request.turn();
+      return Turn(id, client, request);
+    }
+    diverged = absl::StrCat("the worker asks for turn ", request.turn(), " after turn ", last,
+                            ": the episode went on past this checkpoint");
+    return absl::FailedPreconditionError(diverged);
+  };
+  const rpc::WorkerPool::OnDone on_done = [&](const v1::Trajectory& done) {
+    delivered = true;
+    return Deliver(id, done);
+  };
+  const rpc::WorkerPool::OnOpened on_opened = [&](rpc::WorkerSession& session) {
+    client.session = &session;
+    Placed(id, session);
+  };
+  absl::StatusOr<v1::Trajectory> trajectory =
+      replayed.ok() ? pool_.ResumeEpisode(record.place.target, record.place.session_id, policy,
+                                          on_done, on_opened)
+                    : absl::StatusOr<v1::Trajectory>(replayed);
   if (delivered) return;
   AgentEvent event;
   event.id = id;
@@ -325,6 +410,35 @@ void AgentEpisodes::RunResumed(uint64_t id, int effort, EpisodeRecord record) {
   } else if (absl::IsCancelled(trajectory.status())) {
     event.trajectory.set_failure_reason("cancelled: the trainer is stopping");
     event.trajectory.set_penalty(true);
+  } else if (replayed.ok() && record.snapshot) {
+    // Its session is gone (the worker died, the lease lapsed): it goes on
+    // from the snapshot on any worker.
+    spdlog::info(
+        "agent sample {}: cannot attach to session {} ({}); it goes on from its "
+        "snapshot of turn {}",
+        id, record.place.session_id, std::string(trajectory.status().message()),
+        record.snapshot->pending().turn());
+    v1::RunEpisode episode;
+    *episode.mutable_task() = std::move(task);
+    *episode.mutable_options() = options_.scaffold;
+    *episode.mutable_resume() = *std::move(record.snapshot);
+    bool opened = false;
+    v1::Trajectory restored = pool_.RunEpisode(
+        episode, policy,
+        [&](rpc::WorkerSession& session) {
+          opened = true;
+          ++restored_;
+          on_opened(session);
+        },
+        on_done);
+    if (delivered) return;
+    if (opened) {
+      event.trajectory = std::move(restored);  // lost after it went on: a penalty, as any episode
+    } else {
+      event.kind = AgentEvent::Kind::kLost;
+      event.trajectory.set_failure_reason(
+          absl::StrCat("no worker took its snapshot: ", restored.failure_reason()));
+    }
   } else {
     event.kind = AgentEvent::Kind::kLost;
     event.trajectory.set_failure_reason(std::string(trajectory.status().message()));
@@ -332,9 +446,9 @@ void AgentEpisodes::RunResumed(uint64_t id, int effort, EpisodeRecord record) {
   Post(std::move(event));
 }
 
-absl::StatusOr<v1::GenerateReply> AgentEpisodes::Turn(uint64_t id, AgentConversation& conversation,
+absl::StatusOr<v1::GenerateReply> AgentEpisodes::Turn(uint64_t id, Client& client,
                                                       const v1::GenerateRequest& request) {
-  absl::StatusOr<std::vector<int64_t>> tokens = conversation.Observe(request);
+  absl::StatusOr<std::vector<int64_t>> tokens = client.conversation.Observe(request);
   if (!tokens.ok()) return tokens.status();
   AgentEvent event;
   event.kind = request.turn() == 0 ? AgentEvent::Kind::kPrompt : AgentEvent::Kind::kAppend;
@@ -342,22 +456,33 @@ absl::StatusOr<v1::GenerateReply> AgentEpisodes::Turn(uint64_t id, AgentConversa
   event.tokens = *std::move(tokens);
   event.request = request;
   Post(std::move(event));
-  return AwaitTurn(id, conversation, request.turn());
+  return AwaitTurn(id, client, request.turn());
 }
 
-absl::StatusOr<v1::GenerateReply> AgentEpisodes::AwaitTurn(uint64_t id,
-                                                           AgentConversation& conversation,
-                                                           int turn) {
+absl::StatusOr<v1::GenerateReply> AgentEpisodes::AwaitTurn(uint64_t id, Client& client, int turn) {
   const auto deadline =
       std::chrono::steady_clock::now() +
       std::chrono::microseconds(static_cast<int64_t>(options_.turn_timeout_s * 1e6));
   std::unique_lock<std::mutex> lock(mu_);
-  Slot& slot = slots_[id];
-  const bool woken = reply_cv_.wait_until(
-      lock, deadline, [&] { return stopping_ || slot.cut || slot.completion.has_value(); });
-  if (!woken) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("sample ", id, ": no generated turn within ", options_.turn_timeout_s, " s"));
+  Slot& slot = slots_[id];  // stays: only this thread's kDone erases it
+  while (true) {
+    const bool woken = reply_cv_.wait_until(lock, deadline, [&] {
+      return stopping_ || slot.cut || slot.completion.has_value() || slot.snapshot_bytes > 0;
+    });
+    if (!woken) {
+      return absl::DeadlineExceededError(absl::StrCat("sample ", id, ": no generated turn within ",
+                                                      options_.turn_timeout_s, " s"));
+    }
+    if (stopping_ || slot.cut || slot.completion.has_value()) break;
+    // The worker waits for this turn: a snapshot of it now is exact.
+    const int64_t max_bytes = std::exchange(slot.snapshot_bytes, 0);
+    lock.unlock();
+    absl::StatusOr<v1::EpisodeSnapshot> snapshot =
+        client.session != nullptr ? client.session->Snapshot(max_bytes)
+                                  : absl::FailedPreconditionError("the episode has no session");
+    lock.lock();
+    slot.snapshot = std::move(snapshot);
+    snapshot_cv_.notify_all();
   }
   if (stopping_) return absl::CancelledError("the trainer is stopping");
   if (slot.cut) {
@@ -368,15 +493,32 @@ absl::StatusOr<v1::GenerateReply> AgentEpisodes::AwaitTurn(uint64_t id,
   std::string completion = *std::move(slot.completion);
   slot.completion.reset();
   lock.unlock();
-  return conversation.Reply(completion, turn);
+  return client.conversation.Reply(completion, turn);
 }
 
 void AgentEpisodes::Post(AgentEvent event) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (event.kind == AgentEvent::Kind::kDone || event.kind == AgentEvent::Kind::kLost) {
+      Ended(event.id, event.kind == AgentEvent::Kind::kDone ? &event.trajectory : nullptr);
+    }
     inbox_.push_back(std::move(event));
   }
   inbox_cv_.notify_one();
+}
+
+void AgentEpisodes::Ended(uint64_t id, const v1::Trajectory* done) {
+  auto slot = slots_.find(id);
+  if (slot == slots_.end() || slot->second.snapshot_bytes <= 0) return;
+  slot->second.snapshot_bytes = 0;
+  if (done != nullptr) {
+    v1::EpisodeSnapshot end;
+    *end.mutable_trajectory() = *done;
+    slot->second.snapshot = std::move(end);
+  } else {
+    slot->second.snapshot = absl::FailedPreconditionError("the episode was lost");
+  }
+  snapshot_cv_.notify_all();
 }
 
 std::vector<AgentEvent> AgentEpisodes::Poll(double wait_s) {

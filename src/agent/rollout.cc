@@ -29,7 +29,7 @@ void AgentRollout::Resume(rollout::SampleRequest request, const v1::Task& task, 
   const EpisodeRecord::Turn& last = record.turns.back();
   if (last.completion || last.cut) outstanding_.insert(id);  // else the engine generates
   records_[id] = record;
-  episodes_.Resume(id, effort, std::move(record));
+  episodes_.Resume(id, task, effort, std::move(record));
 }
 
 void AgentRollout::StartAgain(uint64_t id, const std::string& why) {
@@ -44,6 +44,22 @@ void AgentRollout::StartAgain(uint64_t id, const std::string& why) {
   spdlog::warn("agent sample {}: its episode cannot be attached again ({}); it starts again", id,
                why);
   Start(std::move(r.request), r.task, r.effort);
+}
+
+void AgentRollout::TakeSnapshots(int64_t max_bytes, double timeout_s) {
+  // Every leased episode that goes on: one that waits on the engine's turn
+  // now, or runs the tools of a turn answered (snapshotted as it asks for
+  // the next; the request stays unapplied in the inbox).
+  std::vector<uint64_t> running;
+  for (const auto& [id, record] : records_) {
+    if (record.turns.empty() || record.turns.back().cut || held_.count(id) > 0) continue;
+    if (episodes_.Place(id)) running.push_back(id);
+  }
+  if (running.empty()) return;
+  std::map<uint64_t, v1::EpisodeSnapshot> taken =
+      episodes_.Snapshots(running, max_bytes, timeout_s);
+  for (auto& [id, snapshot] : taken) records_[id].snapshot = std::move(snapshot);
+  spdlog::info("snapshots of {} of {} running agent episodes", taken.size(), running.size());
 }
 
 std::optional<EpisodeRecord> AgentRollout::Record(uint64_t id) {
@@ -66,7 +82,11 @@ void AgentRollout::Note(const AgentEvent& event, bool applied) {
   EpisodeRecord::Turn turn;
   turn.request = event.request;
   turn.cut = !applied;
-  records_[event.id].turns.push_back(std::move(turn));
+  EpisodeRecord& record = records_[event.id];
+  record.turns.push_back(std::move(turn));
+  if (record.snapshot && record.snapshot->pending().turn() != event.request.turn()) {
+    record.snapshot.reset();  // it waits on an earlier turn
+  }
 }
 
 std::vector<AgentResult> AgentRollout::Pump(double wait_s) {

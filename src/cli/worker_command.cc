@@ -147,6 +147,10 @@ void SetupWorker(CLI::App& app, Context& context) {
                   "Cap on how long an episode waits for a client that went away to attach again")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
+  cmd->add_option("--max-snapshot-mb", o.sessions.max_snapshot_mb,
+                  "Cap on an episode snapshot's workspace archive (MiB; 0: no snapshots)")
+      ->check(CLI::Range(0, 60))  // under the 64 MiB message limit
+      ->capture_default_str();
   cmd->add_flag("--allow-unauthenticated", o.allow_unauthenticated,
                 "Listen beyond loopback without --auth-token-file (anyone reaching the port "
                 "runs commands)");

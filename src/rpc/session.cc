@@ -127,6 +127,20 @@ absl::StatusOr<v1::Trajectory> WorkerSession::Continue(const Policy& policy) {
   }
 }
 
+absl::StatusOr<v1::EpisodeSnapshot> WorkerSession::Snapshot(int64_t max_bytes) {
+  v1::ClientMessage message;
+  message.mutable_snapshot()->set_max_bytes(max_bytes);
+  if (absl::Status s = Write(message); !s.ok()) return s;
+  v1::WorkerMessage reply;
+  if (absl::Status s = Read(&reply); !s.ok()) return s;
+  if (!reply.has_snapshot()) return absl::InternalError("expected a snapshot");
+  if (!reply.snapshot().error().empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", opened_.worker(), " took no snapshot: ", reply.snapshot().error()));
+  }
+  return std::move(*reply.mutable_snapshot());
+}
+
 absl::Status WorkerSession::Close() {
   if (finished_) return final_status_;
   stream_->WritesDone();

@@ -175,7 +175,7 @@ v1::Trajectory WorkerPool::RunEpisode(const v1::RunEpisode& episode, const Polic
   if (!session.ok()) {
     return PenaltyTrajectory(task_id, absl::StrCat("no_sandbox: ", session.status().message()));
   }
-  if (on_opened) on_opened((*session)->target(), (*session)->opened());
+  if (on_opened) on_opened(**session);
   v1::RunEpisode without_env = episode;  // the environment already went with `open`
   without_env.mutable_task()->clear_environment();
   absl::StatusOr<v1::Trajectory> trajectory = Drive(
@@ -190,13 +190,15 @@ v1::Trajectory WorkerPool::RunEpisode(const v1::RunEpisode& episode, const Polic
 absl::StatusOr<v1::Trajectory> WorkerPool::ResumeEpisode(const std::string& target,
                                                          const std::string& session_id,
                                                          const Policy& policy,
-                                                         const OnDone& on_done) {
+                                                         const OnDone& on_done,
+                                                         const OnOpened& on_opened) {
   absl::StatusOr<Worker*> worker = Find(target);
   if (!worker.ok()) return worker.status();
   auto session = WorkerSession::Attach((*worker)->channel, options_.auth_token, session_id,
                                        In(options_.episode_timeout_s));
   if (!session.ok()) return session.status();
   (*session)->set_target(target);
+  if (on_opened) on_opened(**session);
   absl::StatusOr<v1::Trajectory> trajectory = Drive(
       **session, [&](WorkerSession& s) { return s.Continue(policy); }, on_done);
   if (trajectory.ok() || absl::IsCancelled(trajectory.status())) return trajectory;

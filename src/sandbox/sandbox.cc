@@ -15,6 +15,7 @@
 #include <optional>
 #include <system_error>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -380,6 +381,42 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& co
 absl::StatusOr<ProcessResult> Sandbox::Bash(const std::string& command, double timeout_s,
                                             const std::vector<std::string>& args,
                                             const std::string& stdin_text) const {
+  return Run(command, timeout_s, args, stdin_text, config_.output_cap);
+}
+
+absl::StatusOr<std::string> Sandbox::ArchiveWorkspace(int64_t max_bytes, double timeout_s) const {
+  auto run = Run("tar --create --gzip --file=- --directory=/workspace .", timeout_s, {}, "",
+                 static_cast<size_t>(std::max<int64_t>(max_bytes, 0)));
+  if (!run.ok()) return run.status();
+  if (run->truncated) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the workspace archive is over ", max_bytes, " bytes"));
+  }
+  if (run->exit_code != 0) {
+    return absl::InternalError(absl::StrCat("archiving the workspace failed (exit ", run->exit_code,
+                                            "): ", run->stderr_text));
+  }
+  return std::move(run->stdout_text);
+}
+
+absl::Status Sandbox::RestoreWorkspace(const std::string& archive, double timeout_s) const {
+  auto run =
+      Run("find /workspace -mindepth 1 -delete && "
+          "tar --extract --gzip --file=- --directory=/workspace --no-same-owner",
+          timeout_s, {}, archive, config_.output_cap);
+  if (!run.ok()) return run.status();
+  if (run->exit_code != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the workspace archive cannot be restored (tar exit ", run->exit_code,
+                     "): ", absl::StripTrailingAsciiWhitespace(run->stderr_text),
+                     run->limit.empty() ? "" : absl::StrCat(" (killed: ", run->limit, ")")));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ProcessResult> Sandbox::Run(const std::string& command, double timeout_s,
+                                           const std::vector<std::string>& args,
+                                           const std::string& stdin_text, size_t output_cap) const {
   OwnedFd seccomp;
   if (absl::Status s = SeccompFd(&seccomp); !s.ok()) return s;
   ProcessSpec spec;
@@ -404,7 +441,7 @@ absl::StatusOr<ProcessResult> Sandbox::Bash(const std::string& command, double t
   spec.uid = uid_;
   spec.gid = uid_;
   spec.timeout_s = timeout_s;
-  spec.output_cap = config_.output_cap;
+  spec.output_cap = output_cap;
   return RunProcess(spec);
 }
 

@@ -57,14 +57,19 @@ class EpisodeClient {
 
   // Sends `message` and, with `reply`, reads the client's answer. When the
   // stream breaks, a leased session waits for a client to attach and sends
-  // again on its stream. Without `reply`, a leased session waits for the
-  // client to close its side, so a message it never read is sent again.
-  // False when no client is left.
-  bool Exchange(const v1::WorkerMessage& message, v1::ClientMessage* reply) {
+  // again on its stream (`after_attach` instead, when given: what a new
+  // client is owed). Without `reply`, a leased session waits for the client
+  // to close its side, so a message it never read is sent again. False when
+  // no client is left.
+  bool Exchange(const v1::WorkerMessage& message, v1::ClientMessage* reply,
+                const v1::WorkerMessage* after_attach = nullptr) {
+    const v1::WorkerMessage* next = &message;
     while (!gone_) {
-      if (lease_s_ > 0) SwitchTo(leases_.TakeAttached(id_));
+      if (lease_s_ > 0 && SwitchTo(leases_.TakeAttached(id_)) && after_attach != nullptr) {
+        next = after_attach;
+      }
       link_.watch->Waiting();
-      bool ok = link_.stream->Write(message);
+      bool ok = link_.stream->Write(*next);
       if (ok && reply != nullptr) {
         ok = link_.stream->Read(reply);
       } else if (ok && lease_s_ > 0) {
@@ -77,12 +82,13 @@ class EpisodeClient {
       if (ok) return true;
       if (lease_s_ <= 0) break;
       spdlog::info("session {}: the client left mid-episode; kept for {} s", id_, lease_s_);
-      std::shared_ptr<Leases::Handover> next = leases_.Await(id_, lease_s_);
-      if (next == nullptr) {
+      std::shared_ptr<Leases::Handover> attached = leases_.Await(id_, lease_s_);
+      if (attached == nullptr) {
         spdlog::info("session {}: no client came back; the episode ends", id_);
         break;
       }
-      SwitchTo(std::move(next));
+      SwitchTo(std::move(attached));
+      if (after_attach != nullptr) next = after_attach;
     }
     gone_ = true;
     return false;
@@ -95,12 +101,14 @@ class EpisodeClient {
   }
 
  private:
-  void SwitchTo(std::shared_ptr<Leases::Handover> next) {
-    if (next == nullptr) return;
+  // Whether a client attached (`next` is not null).
+  bool SwitchTo(std::shared_ptr<Leases::Handover> next) {
+    if (next == nullptr) return false;
     Release(grpc::Status(grpc::StatusCode::CANCELLED, "another client attached"));
     spdlog::info("session {}: a client attached", id_);
     handover_ = std::move(next);
     link_ = handover_->link();
+    return true;
   }
 
   Leases& leases_;
@@ -238,7 +246,8 @@ grpc::Status SandboxService::Serve(const ClientLink& link, const Sandbox& sandbo
       case v1::ClientMessage::kAttach:
         return Invalid("`open` and `attach` may only be the first message of a session");
       case v1::ClientMessage::kGenerated:
-        return Invalid("`generated` sent while no episode is asking for a turn");
+      case v1::ClientMessage::kSnapshot:
+        return Invalid("`generated` or `snapshot` sent while no episode is asking for a turn");
       default:
         return Invalid("empty client message");
     }
@@ -260,16 +269,25 @@ grpc::Status SandboxService::RunEpisode(const ClientLink& link, const Sandbox& s
       std::min<double>(options.tool_timeout_s(), std::max(1.0, limits_.max_command_s))));
   options.set_max_time_s(static_cast<int32_t>(
       std::min<double>(options.max_time_s(), std::max(1.0, limits_.max_session_s))));
+  if (episode.has_resume()) {
+    if (grpc::Status s = CheckResume(episode.resume(), options); !s.ok()) return s;
+  }
   EpisodeClient client(leases_, link, id, lease_s);
   grpc::Status protocol_error = grpc::Status::OK;
-  GenerateFn generate =
-      [&](const v1::GenerateRequest& request) -> absl::StatusOr<v1::GenerateReply> {
+  GenerateFn generate = [&](const v1::GenerateRequest& request,
+                            const v1::Trajectory& so_far) -> absl::StatusOr<v1::GenerateReply> {
     v1::WorkerMessage ask;
     *ask.mutable_generate() = request;
     v1::ClientMessage answer;
-    if (!client.Exchange(ask, &answer)) {
-      return absl::UnavailableError("the client closed the session");
+    bool ok = client.Exchange(ask, &answer);
+    // The client may ask for snapshots of the episode as it waits here; a
+    // client that attaches meanwhile is owed the request, not a snapshot.
+    while (ok && answer.has_snapshot()) {
+      v1::WorkerMessage snapshot;
+      *snapshot.mutable_snapshot() = Snapshot(sandbox, so_far, request, answer.snapshot(), id);
+      ok = client.Exchange(snapshot, &answer, &ask);
     }
+    if (!ok) return absl::UnavailableError("the client closed the session");
     if (!answer.has_generated() || answer.generated().turn() != request.turn()) {
       protocol_error = Invalid(absl::StrCat("expected `generated` for turn ", request.turn()));
       return absl::InvalidArgumentError(protocol_error.error_message());
@@ -290,6 +308,59 @@ grpc::Status SandboxService::RunEpisode(const ClientLink& link, const Sandbox& s
   }
   client.Exchange(done, nullptr);
   return grpc::Status::OK;
+}
+
+grpc::Status SandboxService::CheckResume(const v1::EpisodeSnapshot& resume,
+                                         const v1::ScaffoldOptions& options) const {
+  if (!resume.error().empty()) {
+    return Invalid(absl::StrCat("run_episode.resume: a snapshot that failed cannot be resumed (",
+                                resume.error(), ")"));
+  }
+  const int turn = resume.pending().turn();
+  if (turn < 0 || turn >= options.max_steps()) {
+    return Invalid(absl::StrCat("run_episode.resume.pending.turn: ", turn, " is outside 0..",
+                                options.max_steps() - 1, " (max_steps)"));
+  }
+  if (resume.trajectory().steps() != turn) {
+    return Invalid(
+        absl::StrCat("run_episode.resume.trajectory.steps: ", resume.trajectory().steps(),
+                     " turns taken, but the pending turn is ", turn));
+  }
+  if (resume.pending().append().empty()) {
+    return Invalid("run_episode.resume.pending.append: a pending request appends messages");
+  }
+  if (!resume.trajectory().failure_reason().empty() || resume.trajectory().has_verdict()) {
+    return Invalid("run_episode.resume.trajectory: the snapshot's episode had already ended");
+  }
+  return grpc::Status::OK;
+}
+
+v1::EpisodeSnapshot SandboxService::Snapshot(const Sandbox& sandbox, const v1::Trajectory& so_far,
+                                             const v1::GenerateRequest& pending,
+                                             const v1::SnapshotRequest& request,
+                                             const std::string& id) {
+  v1::EpisodeSnapshot snapshot;
+  const int64_t cap =
+      std::min<int64_t>(request.max_bytes(), int64_t{limits_.max_snapshot_mb} << 20);
+  if (cap <= 0) {
+    snapshot.set_error(
+        limits_.max_snapshot_mb <= 0
+            ? absl::StrCat("worker ", name_, " takes no snapshots (--max-snapshot-mb 0)")
+            : std::string("snapshot.max_bytes must be positive"));
+    return snapshot;
+  }
+  absl::StatusOr<std::string> archive = sandbox.ArchiveWorkspace(cap, limits_.max_command_s);
+  if (!archive.ok()) {
+    snapshot.set_error(std::string(archive.status().message()));
+    spdlog::warn("session {}: no snapshot: {}", id, snapshot.error());
+    return snapshot;
+  }
+  snapshot.set_workspace(*std::move(archive));
+  *snapshot.mutable_trajectory() = so_far;
+  *snapshot.mutable_pending() = pending;
+  spdlog::info("session {}: snapshot at turn {} ({} bytes of workspace)", id, pending.turn(),
+               snapshot.workspace().size());
+  return snapshot;
 }
 
 v1::ToolResult SandboxService::Execute(const Sandbox& sandbox, const v1::ToolCall& call,

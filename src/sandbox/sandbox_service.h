@@ -44,6 +44,14 @@ class SandboxService final : public v1::SandboxWorker::Service {
                      double lease_s);
   grpc::Status RunEpisode(const ClientLink& link, const Sandbox& sandbox,
                           const v1::RunEpisode& episode, const std::string& id, double lease_s);
+  // INVALID_ARGUMENT for a snapshot the scaffold cannot go on from.
+  grpc::Status CheckResume(const v1::EpisodeSnapshot& resume,
+                           const v1::ScaffoldOptions& options) const;
+  // The episode as it waits for `pending`: its workspace (capped by the
+  // request and the worker), record so far and the request.
+  v1::EpisodeSnapshot Snapshot(const Sandbox& sandbox, const v1::Trajectory& so_far,
+                               const v1::GenerateRequest& pending,
+                               const v1::SnapshotRequest& request, const std::string& id);
   v1::ToolResult Execute(const Sandbox& sandbox, const v1::ToolCall& call, double timeout_s,
                          const std::string& id);
 

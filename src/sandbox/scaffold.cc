@@ -31,13 +31,20 @@ class Episode {
     trajectory_.set_task_id(task_.id());
   }
 
-  v1::Trajectory Run() {
+  v1::Trajectory Run(const v1::EpisodeSnapshot* resume) {
     if (!task_.verification().answer_paths().empty()) {
       // What verification restores outside the answer; a failure shows in its verdict.
       if (absl::Status s = sandbox_.Snapshot(); !s.ok()) spdlog::warn("snapshot: {}", s.ToString());
     }
-    Start();
-    for (int turn = 0; turn < options_.max_steps() && !done_; ++turn) {
+    int first_turn = 0;
+    if (resume == nullptr) {
+      Start();
+    } else if (absl::Status s = Restore(*resume); !s.ok()) {
+      Fail(absl::StrCat("sandbox_error: ", s.message()), true);
+    } else {
+      first_turn = resume->pending().turn();
+    }
+    for (int turn = first_turn; turn < options_.max_steps() && !done_; ++turn) {
       if (SecondsSince(start_) >= options_.max_time_s()) {
         Fail("time_limit", false);
         break;
@@ -68,12 +75,26 @@ class Episode {
     Add(std::move(user));
   }
 
+  // Takes over a snapshot's episode: its workspace, record and elapsed time,
+  // with the messages of the request it waits on still to send.
+  absl::Status Restore(const v1::EpisodeSnapshot& snapshot) {
+    absl::Status restored =
+        sandbox_.RestoreWorkspace(snapshot.workspace(), options_.tool_timeout_s());
+    if (!restored.ok()) return restored;
+    trajectory_ = snapshot.trajectory();
+    trajectory_.set_task_id(task_.id());
+    start_ -= std::chrono::milliseconds(snapshot.trajectory().duration_ms());
+    pending_.assign(snapshot.pending().append().begin(), snapshot.pending().append().end());
+    return absl::OkStatus();
+  }
+
   void Turn(int turn) {
     v1::GenerateRequest request;
     request.set_turn(turn);
     *request.mutable_append() = {pending_.begin(), pending_.end()};
     pending_.clear();
-    absl::StatusOr<v1::GenerateReply> reply = generate_(request);
+    trajectory_.set_duration_ms(static_cast<int64_t>(SecondsSince(start_) * 1000));
+    absl::StatusOr<v1::GenerateReply> reply = generate_(request, trajectory_);
     trajectory_.set_steps(turn + 1);
     if (!reply.ok()) return Fail(absl::StrCat("policy_lost: ", reply.status().message()), true);
     if (reply->stop()) return Fail("stopped_by_policy", false);
@@ -161,7 +182,7 @@ class Episode {
   const v1::ScaffoldOptions options_;
   const GenerateFn& generate_;
   const ToolObserver& on_tool_;
-  const Clock::time_point start_ = Clock::now();
+  Clock::time_point start_ = Clock::now();
   v1::Trajectory trajectory_;
   std::vector<v1::Message> pending_;  // added since the last generate request
   bool done_ = false;
@@ -185,7 +206,8 @@ v1::ScaffoldOptions WithDefaults(const v1::ScaffoldOptions& options) {
 
 v1::Trajectory RunScaffold(const Sandbox& sandbox, const v1::RunEpisode& episode,
                            const GenerateFn& generate, const ToolObserver& on_tool) {
-  return Episode(sandbox, episode, generate, on_tool).Run();
+  return Episode(sandbox, episode, generate, on_tool)
+      .Run(episode.has_resume() ? &episode.resume() : nullptr);
 }
 
 }  // namespace loom::sandbox

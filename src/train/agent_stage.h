@@ -45,6 +45,13 @@ class AgentStage {
   // and every other running episode's session is released on exit.
   void set_checkpointed(std::set<uint64_t> ids) { checkpointed_ = std::move(ids); }
   void Preempted() { episodes_->KeepOnExit(checkpointed_); }
+  // For a checkpoint: snapshots of the leased episodes waiting for a turn
+  // (sandbox.snapshot_mb; waited for up to sandbox.tool_timeout_s).
+  void TakeSnapshots() {
+    const config::SandboxSection& sandbox = context_.config.sandbox;
+    if (sandbox.snapshot_mb <= 0) return;
+    rollout_->TakeSnapshots(int64_t{sandbox.snapshot_mb} << 20, sandbox.tool_timeout_s);
+  }
 
   // Appends a finished agent sample (its trajectory in `info`) to the log.
   absl::Status Log(const rollout::SampleState& state, const SampleEntry& info);

@@ -171,8 +171,11 @@ absl::Status AsyncLoop::Run(dispatch::RolloutPort& port, BatchTrainer& trainer, 
       for (const auto& [cause, count] : batch.masked_by_cause) masked += count;
       (*record)["episodes_masked"] = masked;
       (*record)["episodes_masked_by_cause"] = batch.masked_by_cause;
-      // Since the run (re)started: resumed episodes that could not be attached again.
-      (*record)["episodes_not_reattached"] = agents_->rollout()->restarted();
+      // Since the run (re)started: resumed episodes that could not be attached
+      // again, and of them those that went on from their snapshots.
+      (*record)["episodes_not_reattached"] =
+          agents_->rollout()->restarted() + agents_->rollout()->restored();
+      (*record)["episodes_restored"] = agents_->rollout()->restored();
     }
     if (hooks.trained) {
       if (absl::Status s = hooks.trained(batch); !s.ok()) return s;

@@ -38,6 +38,7 @@ absl::StatusOr<TrainState> CaptureAsync(const TrainContext& context, AsyncStageS
   grpo.prefill_tokens = loop.totals().prefill_tokens;
   grpo.decode_tokens = loop.totals().decode_tokens;
   loop.engine().ParkAll();
+  if (loop.agents() != nullptr) loop.agents()->TakeSnapshots();
   std::set<uint64_t> attachable;  // episodes a resumed run attaches to again
   for (const auto& [id, entry] : loop.table().entries()) {
     SampleRecord record{id,           entry.dataset,        entry.problem_index, entry.subgroup_id,

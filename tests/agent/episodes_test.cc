@@ -13,6 +13,7 @@
 #include <chrono>
 #include <functional>
 
+#include "absl/strings/escaping.h"
 #include "loom/chat/encoder.h"
 #include "loom/rpc/chat_bridge.h"
 #include "loom/tokenizer/dsv4_tokens.h"
@@ -205,6 +206,11 @@ TEST(EpisodeRecordTest, JsonRoundTripAndMalformedForms) {
     if (k == 1) turn.cut = true;
     record.turns.push_back(turn);
   }
+  v1::EpisodeSnapshot snapshot;
+  snapshot.set_workspace(std::string("\x1f\x8b\x00 archive bytes", 17));
+  snapshot.mutable_trajectory()->set_steps(2);
+  *snapshot.mutable_pending() = record.turns[2].request;
+  record.snapshot = snapshot;
   const nlohmann::json json = agent::EpisodeRecordJson(record);
   auto back = agent::EpisodeRecordFromJson(json, "r");
   ASSERT_TRUE(back.ok()) << back.status();
@@ -217,6 +223,16 @@ TEST(EpisodeRecordTest, JsonRoundTripAndMalformedForms) {
     if (k != 2) EXPECT_EQ(back->turns[k].completion, record.turns[k].completion);
     EXPECT_EQ(back->turns[k].cut, record.turns[k].cut);
   }
+  ASSERT_TRUE(back->snapshot.has_value());
+  EXPECT_EQ(back->snapshot->SerializeAsString(), snapshot.SerializeAsString());
+  // The next turn's, as the last was answered; or the episode's end.
+  record.snapshot->mutable_pending()->set_turn(3);
+  EXPECT_TRUE(agent::EpisodeRecordFromJson(agent::EpisodeRecordJson(record), "r").ok());
+  record.snapshot->clear_pending();
+  record.snapshot->mutable_trajectory()->set_failure_reason("step_limit");
+  EXPECT_TRUE(agent::EpisodeRecordFromJson(agent::EpisodeRecordJson(record), "r").ok());
+  record.snapshot.reset();
+  EXPECT_FALSE(agent::EpisodeRecordFromJson(agent::EpisodeRecordJson(record), "r")->snapshot);
   // Bytes that are not UTF-8 come back as U+FFFD, as the worker would see them.
   EXPECT_EQ(back->turns[2].completion, "bytes \xEF\xBF\xBD\xEF\xBF\xBD of an untrained model");
   auto with = [&](const std::function<void(nlohmann::json&)>& change) {
@@ -238,6 +254,21 @@ TEST(EpisodeRecordTest, JsonRoundTripAndMalformedForms) {
       {with([](auto& j) { j["turns"][1]["cut"] = "yes"; }), "turns[1].cut: must be a boolean"},
       {with([](auto& j) { j["turns"][1].erase("cut"); }),
        "turns[1]: only the last turn may be unanswered"},
+      {with([](auto& j) { j["snapshot"] = "%%%"; }), "`snapshot` must be a base64 EpisodeSnapshot"},
+      {with([](auto& j) { j["snapshot"] = absl::Base64Escape("\xff\xff\xff"); }),
+       "`snapshot` must be a base64 EpisodeSnapshot"},
+      {with([&](auto& j) {
+         v1::EpisodeSnapshot early = snapshot;
+         early.mutable_pending()->set_turn(1);
+         j["snapshot"] = absl::Base64Escape(early.SerializeAsString());
+       }),
+       "`snapshot` waits on turn 1, neither the last turn recorded nor the one after its answer"},
+      {with([&](auto& j) {
+         v1::EpisodeSnapshot endless;
+         endless.mutable_trajectory()->set_steps(3);
+         j["snapshot"] = absl::Base64Escape(endless.SerializeAsString());
+       }),
+       "`snapshot` has neither a pending request nor the episode's end"},
   };
   for (const auto& [bad, expected] : cases) {
     auto parsed = agent::EpisodeRecordFromJson(bad, "ckpt: sample 5: episode");

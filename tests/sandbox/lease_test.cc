@@ -19,15 +19,7 @@ namespace loom {
 namespace {
 
 using testing_support::StartWorkers;
-
-v1::GenerateReply ToolTurn(const std::string& name, const nlohmann::json& args) {
-  v1::GenerateReply reply;
-  v1::ToolCall* call = reply.mutable_assistant()->add_tool_calls();
-  call->set_id("call_" + name);
-  call->set_name(name);
-  call->set_arguments_json(args.dump());
-  return reply;
-}
+using testing_support::ToolTurn;
 
 rpc::PoolOptions Pool(const rpc::LocalWorkers& workers, double lease_s) {
   rpc::PoolOptions options;
@@ -90,10 +82,10 @@ Left LeaveAt(const rpc::PoolOptions& options, int leave_at) {
         }
         return PlayFileTask(r);
       },
-      [&](const std::string& target, const v1::Opened& opened) {
-        left.target = target;
-        left.session_id = opened.session_id();
-        left.lease_s = opened.lease_s();
+      [&](rpc::WorkerSession& session) {
+        left.target = session.target();
+        left.session_id = session.opened().session_id();
+        left.lease_s = session.opened().lease_s();
       });
   EXPECT_TRUE(t.penalty());  // for this client the episode is lost
   return left;
@@ -163,9 +155,9 @@ TEST(LeaseTest, AnEpisodeThatEndedWhileItsClientWasAwayDeliversItsTrajectoryOnAt
           submitted = true;
           return ToolTurn("submit", {{"answer", "done"}});
         },
-        [&](const std::string& t, const v1::Opened& opened) {
-          target = t;
-          session_id = opened.session_id();
+        [&](rpc::WorkerSession& session) {
+          target = session.target();
+          session_id = session.opened().session_id();
         });
   });
   while (!submitted) std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "loom/rpc/channel.h"
@@ -41,6 +42,16 @@ inline absl::StatusOr<std::unique_ptr<rpc::WorkerSession>> OpenOn(
   v1::OpenSession open;
   *open.mutable_environment() = env;
   return rpc::WorkerSession::Open(rpc::MakeChannel({target, token, ""}), token, open, In(60));
+}
+
+// An assistant turn of one tool call, as a scripted policy answers.
+inline v1::GenerateReply ToolTurn(const std::string& name, const nlohmann::json& args) {
+  v1::GenerateReply reply;
+  v1::ToolCall* call = reply.mutable_assistant()->add_tool_calls();
+  call->set_id("call_" + name);
+  call->set_name(name);
+  call->set_arguments_json(args.dump());
+  return reply;
 }
 
 inline v1::ToolCall BashCall(const std::string& command) {

@@ -17,10 +17,12 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/escaping.h"
 #include "loom/chat/encoder.h"
 #include "loom/metrics/metrics_writer.h"
 #include "loom/model/safetensors.h"
@@ -566,27 +568,89 @@ TEST_F(AgentTrainTest, SigtermMidEpisodeThenResumeAttachesToTheRunningEpisodes) 
   std::fflush(stdout);
 }
 
+// The checkpoint's snapshot of an episode (see EpisodeRecord), if it has one.
+std::optional<v1::EpisodeSnapshot> SnapshotOf(const Json& episode) {
+  if (!episode.contains("snapshot")) return std::nullopt;
+  std::string bytes;
+  v1::EpisodeSnapshot snapshot;
+  EXPECT_TRUE(absl::Base64Unescape(episode["snapshot"].get<std::string>(), &bytes));
+  EXPECT_TRUE(snapshot.ParseFromString(bytes));
+  return snapshot;
+}
+
+// Of a checkpoint's episodes, those on the worker that holds the most.
+struct Victim {
+  int index = 0;
+  int episodes = 0;    // recorded on it
+  int restorable = 0;  // of them, with a snapshot to go on from
+  int ended = 0;       // of them, ended as the checkpoint was taken
+};
+
+Victim PickVictim(RemoteAgentRun& run, const std::map<uint64_t, Json>& episodes) {
+  std::map<std::string, int> on;
+  for (const auto& [id, episode] : episodes) ++on[episode["target"].get<std::string>()];
+  Victim victim;
+  const auto& targets = run.workers().targets();
+  victim.index = on[targets[1]] > on[targets[0]] ? 1 : 0;
+  for (const auto& [id, episode] : episodes) {
+    if (episode["target"] != targets[victim.index]) continue;
+    ++victim.episodes;
+    const std::optional<v1::EpisodeSnapshot> snapshot = SnapshotOf(episode);
+    if (snapshot && snapshot->has_pending()) ++victim.restorable;
+    if (snapshot && !snapshot->has_pending()) ++victim.ended;
+  }
+  return victim;
+}
+
 // A worker that dies between the preemption and the resume takes its
-// episodes with it: those start again from their prompts (counted), the
-// others are attached to, and the run finishes on the worker left.
-TEST_F(AgentTrainTest, WorkerKilledBeforeTheResumeStartsItsEpisodesAgain) {
+// sandboxes with it: its episodes go on from the checkpoint's snapshots on
+// the worker left — the same token sequences carried on, the worker's record
+// spanning both — and only one without a snapshot would start again.
+TEST_F(AgentTrainTest, WorkerKilledBeforeTheResumeRestoresItsEpisodesFromSnapshots) {
   TempDir dir;
   RemoteAgentRun run(dir, "run");
   std::map<uint64_t, Json> tokens;
   const std::map<uint64_t, Json> episodes = run.PreemptWithEpisodes(tokens);
   ASSERT_FALSE(episodes.empty()) << "no checkpoint recorded a running episode";
-  const std::string victim = run.workers().targets()[0];
-  int on_victim = 0;
-  for (const auto& [id, episode] : episodes) on_victim += episode["target"] == victim;
-  run.workers().Kill(0);
+  int snapshots = 0;
+  for (const auto& [id, episode] : episodes) snapshots += SnapshotOf(episode).has_value();
+  EXPECT_EQ(snapshots, static_cast<int>(episodes.size())) << "a running episode has no snapshot";
+  const Victim victim = PickVictim(run, episodes);
+  run.workers().Kill(victim.index);
+  const size_t logged_before = ReadJsonl(run.run_dir() + "/trajectories.jsonl").size();
   TrainProcess resumed = run.Train(/*resume=*/true);
   ASSERT_EQ(resumed.Wait(), 0) << testing::ReadAll(run.run_dir() + ".out");
   const auto [resume, step] = LastResumeAndStep(run.run_dir());
   EXPECT_EQ(resume["episodes_resumed"].get<size_t>(), episodes.size()) << resume;
   EXPECT_EQ(step["step"], RemoteAgentRun::kSteps);
-  EXPECT_EQ(step["episodes_not_reattached"], on_victim) << step;
-  std::printf("%zu episodes in the checkpoint, %d of them on the killed worker\n", episodes.size(),
-              on_victim);
+  EXPECT_EQ(step["episodes_restored"], victim.restorable) << step;
+  EXPECT_EQ(step["episodes_not_reattached"], victim.episodes - victim.ended) << step;
+  const std::string victim_target = run.workers().targets()[victim.index];
+  int restored = 0;
+  const std::vector<Json> logged = ReadJsonl(run.run_dir() + "/trajectories.jsonl");
+  for (size_t i = logged_before; i < logged.size(); ++i) {
+    const uint64_t id = logged[i]["sample"].get<uint64_t>();
+    auto episode = episodes.find(id);
+    if (episode == episodes.end() || episode->second["target"] != victim_target) continue;
+    const std::optional<v1::EpisodeSnapshot> snapshot = SnapshotOf(episode->second);
+    if (!snapshot || !snapshot->has_pending()) continue;
+    ++restored;
+    const auto before = tokens[id].get<std::vector<int64_t>>();
+    const auto after = logged[i]["tokens"].get<std::vector<int64_t>>();
+    ASSERT_GE(after.size(), before.size()) << id;
+    EXPECT_TRUE(std::equal(before.begin(), before.end(), after.begin())) << id;
+    const Json& trajectory = logged[i]["trajectory"];
+    EXPECT_FALSE(trajectory["penalty"].get<bool>()) << trajectory.dump();
+    EXPECT_NE(trajectory["worker"], victim_target);
+    // Every message the snapshot held, then the rest.
+    ASSERT_GE(trajectory["messages"].size(),
+              static_cast<size_t>(snapshot->trajectory().messages_size()));
+    EXPECT_EQ(trajectory["messages"][0]["content"], snapshot->trajectory().messages(0).content());
+  }
+  std::printf(
+      "%zu episodes in the checkpoint, %d on the killed worker: %d restored from "
+      "snapshots (%d finished and logged), %d ended at the checkpoint\n",
+      episodes.size(), victim.episodes, victim.restorable, restored, victim.ended);
   std::fflush(stdout);
 }
 
@@ -610,10 +674,11 @@ std::map<uint64_t, Json> LoggedSamples(const std::string& run_dir) {
 }
 
 // With run.deterministic the engine waits for the workers at every step, so
-// an agent run repeats exactly. Preempted mid-episode and resumed — attaching
-// to its episodes — it equals the uninterrupted run: every step's loss and
-// reward, every sample's tokens and the worker's record of its episode.
-TEST_F(AgentTrainTest, DeterministicRunPreemptedMidEpisodeEqualsTheUninterruptedOne) {
+// an agent run repeats exactly. Preempted mid-episode and resumed, it equals
+// the uninterrupted run: every step's loss and reward, every sample's tokens
+// and the worker's record of its episode — whether the resumed run attaches
+// to its episodes or, its worker killed meanwhile, goes on from snapshots.
+void ExpectPreemptedRunEqualsTheUninterruptedOne(bool kill_a_worker) {
   TempDir dir;
   RemoteAgentRun baseline(dir, "baseline", /*deterministic=*/true);
   {
@@ -624,6 +689,12 @@ TEST_F(AgentTrainTest, DeterministicRunPreemptedMidEpisodeEqualsTheUninterrupted
   std::map<uint64_t, Json> tokens;
   const std::map<uint64_t, Json> episodes = run.PreemptWithEpisodes(tokens);
   ASSERT_FALSE(episodes.empty()) << "no checkpoint recorded a running episode";
+  Victim victim;
+  if (kill_a_worker) {
+    victim = PickVictim(run, episodes);
+    EXPECT_EQ(victim.restorable + victim.ended, victim.episodes) << "an episode without snapshot";
+    run.workers().Kill(victim.index);
+  }
   {
     TrainProcess resumed = run.Train(/*resume=*/true);
     ASSERT_EQ(resumed.Wait(), 0) << testing::ReadAll(run.run_dir() + ".out");
@@ -637,14 +708,15 @@ TEST_F(AgentTrainTest, DeterministicRunPreemptedMidEpisodeEqualsTheUninterrupted
     EXPECT_NEAR(got.at(step)["reward_mean"].get<double>(), line["reward_mean"].get<double>(), 1e-6)
         << step;
   }
+  EXPECT_EQ(got.rbegin()->second["episodes_restored"], victim.restorable);
   const std::map<uint64_t, Json> want_samples = LoggedSamples(baseline.run_dir());
   const std::map<uint64_t, Json> got_samples = LoggedSamples(run.run_dir());
-  int compared = 0, attached = 0;
+  int compared = 0, resumed = 0;
   for (const auto& [id, line] : got_samples) {
     auto same = want_samples.find(id);
     if (same == want_samples.end()) continue;  // finished after the baseline stopped
     ++compared;
-    attached += episodes.count(id);
+    resumed += episodes.count(id);
     EXPECT_EQ(line["tokens"], same->second["tokens"]) << "sample " << id;
     const Json& a = line["trajectory"];
     const Json& b = same->second["trajectory"];
@@ -654,10 +726,20 @@ TEST_F(AgentTrainTest, DeterministicRunPreemptedMidEpisodeEqualsTheUninterrupted
     }
   }
   EXPECT_GE(compared, RemoteAgentRun::kSteps * 4);
-  EXPECT_GE(attached, 1) << "no attached episode was compared";
-  std::printf("%d samples equal to the uninterrupted run's, %d of them attached again\n", compared,
-              attached);
+  EXPECT_GE(resumed, 1) << "no resumed episode was compared";
+  std::printf(
+      "%d samples equal to the uninterrupted run's, %d of them resumed (%d from "
+      "snapshots after their worker was killed)\n",
+      compared, resumed, victim.restorable);
   std::fflush(stdout);
+}
+
+TEST_F(AgentTrainTest, DeterministicRunPreemptedMidEpisodeEqualsTheUninterruptedOne) {
+  ExpectPreemptedRunEqualsTheUninterruptedOne(/*kill_a_worker=*/false);
+}
+
+TEST_F(AgentTrainTest, DeterministicRunWhoseWorkerDiedBeforeTheResumeEqualsTheUninterruptedOne) {
+  ExpectPreemptedRunEqualsTheUninterruptedOne(/*kill_a_worker=*/true);
 }
 
 }  // namespace

@@ -13,19 +13,24 @@
 // engine steps and never blocks on the network.
 //
 // With leases (remote workers), a checkpoint records where each running
-// episode is and what its turns were (EpisodeRecord), and a resumed run
-// attaches to it again (Resume): its client thread rebuilds the
-// conversation from the record, answers again what the worker asks again,
-// and goes on. If it cannot attach, the run loop gets kLost and starts the
-// episode again from its prompt.
+// episode is and what its turns were (EpisodeRecord), with a snapshot of each
+// episode that waits for a turn (Snapshots), and a resumed run attaches to it
+// again (Resume): its client thread rebuilds the conversation from the
+// record, answers again what the worker asks again, and goes on. If it
+// cannot attach (the worker is gone, the lease lapsed), an episode with a
+// snapshot goes on from it on any worker; one without, or whose snapshot no
+// worker could take, comes back to the run loop as kLost, to start again
+// from its prompt.
 //
-// Threads: Start, Resume, Poll, Answer, Cut and inflight are for the run loop only.
+// Threads: Start, Resume, Snapshots, Poll, Answer, Cut and inflight are for
+// the run loop only.
 // Client threads touch only the inbox and their reply slot, under mu_. The
 // destructor wakes every waiting client (its episode ends as `policy_lost`),
 // cancels the pool's running episodes (a client inside a tool call returns
 // at once), joins the threads, and releases the leased sessions not kept for
 // a resumed run (KeepOnExit).
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -99,7 +104,10 @@ struct EpisodePlace {
 // What the run loop has seen of one episode, for a checkpoint: where it
 // runs, and each turn's request (whose tokens went into the sample) with the
 // completion handed back for it, or whether the sample was cut there. No
-// turns: the worker's first request has not reached the engine.
+// turns: the worker's first request has not reached the engine. A snapshot,
+// when one was taken, is of the episode waiting on the last turn or, when
+// that turn was answered, on the next; or, without `pending`, the episode's
+// final trajectory (it ended as the checkpoint was taken).
 struct EpisodeRecord {
   struct Turn {
     v1::GenerateRequest request;
@@ -108,10 +116,12 @@ struct EpisodeRecord {
   };
   EpisodePlace place;
   std::vector<Turn> turns;
+  std::optional<v1::EpisodeSnapshot> snapshot;
 };
 
 // An EpisodeRecord as a checkpoint holds it (requests in the protobuf JSON
-// mapping), and back, with a DATA_LOSS status led by `what` when malformed.
+// mapping, a snapshot as base64 of its protobuf bytes), and back, with a
+// DATA_LOSS status led by `what` when malformed.
 nlohmann::json EpisodeRecordJson(const EpisodeRecord& record);
 absl::StatusOr<EpisodeRecord> EpisodeRecordFromJson(const nlohmann::json& json,
                                                     const std::string& what);
@@ -133,8 +143,18 @@ class AgentEpisodes {
   // Starts the episode of sample `id` on `task` at reasoning effort `effort`.
   void Start(uint64_t id, const v1::Task& task, int effort);
   // Attaches again to the episode `record` describes (a checkpoint's), whose
-  // sample is back in the engine as the record left it.
-  void Resume(uint64_t id, int effort, EpisodeRecord record);
+  // sample is back in the engine as the record left it; failing that, goes
+  // on from its snapshot of `task` on any worker.
+  void Resume(uint64_t id, const v1::Task& task, int effort, EpisodeRecord record);
+
+  // Snapshots of the episodes of `ids` (their workspace archives at most
+  // `max_bytes`), each taken by its client thread as the episode waits for a
+  // turn: at once when it waits already, else when its tool calls are done.
+  // An episode that ended instead has a snapshot of its final trajectory
+  // only (no `pending`). Those not in within `timeout_s`, lost, or that
+  // failed are left out (warned).
+  std::map<uint64_t, v1::EpisodeSnapshot> Snapshots(const std::vector<uint64_t>& ids,
+                                                    int64_t max_bytes, double timeout_s);
 
   // Takes every posted event, waiting up to `wait_s` for one when none is there.
   std::vector<AgentEvent> Poll(double wait_s);
@@ -148,6 +168,8 @@ class AgentEpisodes {
 
   // Episodes started whose kDone event has not been taken yet.
   int64_t inflight() const { return inflight_; }
+  // Resumed episodes that went on from their snapshots on a new session.
+  int64_t restored() const { return restored_; }
   // Whether sample `id`'s episode is one of those.
   bool Owns(uint64_t id) const { return threads_.count(id) > 0; }
   // Where sample `id`'s episode runs, once a worker opened it with a lease.
@@ -163,17 +185,29 @@ class AgentEpisodes {
   struct Slot {
     std::optional<std::string> completion;
     bool cut = false;
+    int64_t snapshot_bytes = 0;  // > 0: a snapshot is asked for
+    std::optional<absl::StatusOr<v1::EpisodeSnapshot>> snapshot;
+  };
+  // A client thread's episode: its conversation and, once opened, its session.
+  struct Client {
+    AgentConversation conversation;
+    rpc::WorkerSession* session = nullptr;
   };
 
   void RunClient(uint64_t id, v1::Task task, int effort);
-  void RunResumed(uint64_t id, int effort, EpisodeRecord record);
+  void RunResumed(uint64_t id, v1::Task task, int effort, EpisodeRecord record);
   // Posts the request's tokens, then waits for the generated turn.
-  absl::StatusOr<v1::GenerateReply> Turn(uint64_t id, AgentConversation& conversation,
+  absl::StatusOr<v1::GenerateReply> Turn(uint64_t id, Client& client,
                                          const v1::GenerateRequest& request);
-  // Waits for the turn whose tokens the sample already holds.
-  absl::StatusOr<v1::GenerateReply> AwaitTurn(uint64_t id, AgentConversation& conversation,
-                                              int turn);
+  // Waits for the turn whose tokens the sample already holds, taking the
+  // snapshots asked for meanwhile.
+  absl::StatusOr<v1::GenerateReply> AwaitTurn(uint64_t id, Client& client, int turn);
+  // Notes where a leased episode runs, for Place and the release at exit.
+  void Placed(uint64_t id, const rpc::WorkerSession& session);
   void Post(AgentEvent event);
+  // Episode `id` is over, with trajectory `done` (null: lost): a snapshot
+  // asked of it is only that trajectory.
+  void Ended(uint64_t id, const v1::Trajectory* done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Posts an episode's trajectory and waits until the run loop took it: only
   // then may its worker forget the episode (a checkpoint taken before lists
   // it as running). False when the trainer stopped first.
@@ -182,13 +216,15 @@ class AgentEpisodes {
   rpc::WorkerPool& pool_;
   const tokenizer::Tokenizer& tokenizer_;
   const AgentOptions options_;
-  int64_t inflight_ = 0;                     // run loop only
+  int64_t inflight_ = 0;  // run loop only
+  std::atomic<int64_t> restored_{0};
   std::map<uint64_t, std::thread> threads_;  // run loop only; joined when kDone is taken
   std::set<uint64_t> keep_on_exit_;          // run loop only
 
   std::mutex mu_;
   std::condition_variable inbox_cv_;
   std::condition_variable reply_cv_;
+  std::condition_variable snapshot_cv_;
   std::deque<AgentEvent> inbox_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Slot> slots_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, EpisodePlace> places_ ABSL_GUARDED_BY(mu_);

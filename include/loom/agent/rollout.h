@@ -58,13 +58,17 @@ class AgentRollout {
 
   // A resumed run: attaches again to the episode of `record`, whose sample
   // is back in the engine as the checkpoint had it (a held one imported as
-  // finished). If the episode cannot be attached, the sample is dropped and
-  // the episode starts again from `request` and `task`, as Start would
-  // (counted in restarted()). A record without turns (no sample) has its
-  // session released and the episode starts again at once.
+  // finished), or goes on from the record's snapshot on a new session. If
+  // neither works, the sample is dropped and the episode starts again from
+  // `request` and `task`, as Start would (counted in restarted()). A record without turns (no
+  // sample) has its session released and the episode starts again at once.
   void Resume(rollout::SampleRequest request, const v1::Task& task, int effort,
               EpisodeRecord record);
 
+  // For a checkpoint: snapshots (workspace archives at most `max_bytes`) of
+  // the leased episodes that go on, kept in their records while they hold;
+  // waits up to `timeout_s`.
+  void TakeSnapshots(int64_t max_bytes, double timeout_s);
   // For a checkpoint: sample `id`'s episode as far as the engine has seen it,
   // when it runs on a leased session.
   std::optional<EpisodeRecord> Record(uint64_t id);
@@ -72,6 +76,8 @@ class AgentRollout {
   const rollout::SampleState* Held(uint64_t id) const;
   // Resumed episodes that could not be attached and started again.
   int64_t restarted() const { return restarted_; }
+  // Resumed episodes that could not be attached and went on from snapshots.
+  int64_t restored() const { return episodes_.restored(); }
 
   // Applies posted events to the engine (waiting up to `wait_s` for one) and
   // returns the samples whose episodes ended.

@@ -23,6 +23,7 @@ struct SandboxSection {
   int tool_timeout_s = 30;           // wall clock per tool call
   int max_turn_tokens = 0;           // generated tokens per assistant turn; 0 = no cap
   double lease_s = 600;              // remote workers keep a preempted trainer's episodes this long
+  int snapshot_mb = 16;  // largest workspace a checkpoint snapshots per episode; 0 = none
 
   template <class V>
   void Visit(V& v) {
@@ -73,6 +74,17 @@ struct SandboxSection {
                 "stop with the trainer, so their episodes always start again. 0 = no lease.")
                 .Unit("s")
                 .Min(0));
+    v.Field(
+        "snapshot_mb", snapshot_mb,
+        Doc("Every checkpoint also snapshots each remote leased episode that waits for its next "
+            "turn: its workspace (as a tar archive up to this size, kept in the checkpoint), "
+            "its record so far and the request it waits on. A resumed run that cannot attach "
+            "to the episode (its worker is gone, or the lease lapsed) goes on from the "
+            "snapshot on any worker; without one it starts the episode again. /tmp and "
+            "running processes are not kept. Capped by the worker's --max-snapshot-mb. 0 = "
+            "no snapshots.")
+            .Unit("MiB")
+            .Range(0, 60));
   }
 
   void Validate(ErrorSink& errors) const {

@@ -47,6 +47,11 @@ class WorkerSession {
   // After Attach: answers the episode's requests (first whatever the worker
   // sends again) until its trajectory comes.
   absl::StatusOr<v1::Trajectory> Continue(const Policy& policy);
+  // Only from inside the policy, while the episode waits for a turn: the
+  // episode's snapshot (see v1::EpisodeSnapshot), its workspace archive at
+  // most `max_bytes`. FAILED_PRECONDITION with the worker's reason when it
+  // took none.
+  absl::StatusOr<v1::EpisodeSnapshot> Snapshot(int64_t max_bytes);
   // Ends the stream and returns the worker's final status.
   absl::Status Close();
   // Breaks the stream from any thread: a call waiting on the worker returns

@@ -57,15 +57,16 @@ class WorkerPool {
   // Opens a session on the best worker, retrying elsewhere on refusal.
   absl::StatusOr<std::unique_ptr<WorkerSession>> OpenSession(const v1::OpenSession& open);
 
-  // Runs one episode; infrastructure failures give a penalty trajectory.
-  // `on_opened`, when given, learns where the episode runs (the worker's
-  // target as configured, and its session) before the first turn: with
-  // `lease_s`, a later client may attach there (ResumeEpisode) after this
-  // one went away.
+  // Runs one episode (or, with `episode.resume`, goes on with a snapshot's);
+  // infrastructure failures give a penalty trajectory.
+  // `on_opened`, when given, gets the session before the first turn: where
+  // the episode runs (its target() as configured, and its session id) —
+  // with `lease_s`, a later client may attach there (ResumeEpisode) after
+  // this one went away — and the session the policy may ask for a Snapshot.
   // `on_done`, when given, gets the trajectory before the session closes;
   // false leaves the session to its lease instead (the trajectory was not
   // kept, so the worker must be able to send it again).
-  using OnOpened = std::function<void(const std::string& target, const v1::Opened& opened)>;
+  using OnOpened = std::function<void(WorkerSession& session)>;
   using OnDone = std::function<bool(const v1::Trajectory& trajectory)>;
   v1::Trajectory RunEpisode(const v1::RunEpisode& episode, const Policy& policy,
                             const OnOpened& on_opened = nullptr, const OnDone& on_done = nullptr);
@@ -74,10 +75,11 @@ class WorkerPool {
   // earlier client, and drives it to its end. An error (NOT_FOUND: the lease
   // lapsed or the episode ended; UNAVAILABLE: the worker is gone; CANCELLED)
   // means nothing was resumed; a failure after attaching gives a penalty
-  // trajectory, as in RunEpisode.
+  // trajectory, as in RunEpisode. `on_opened` as there, once attached.
   absl::StatusOr<v1::Trajectory> ResumeEpisode(const std::string& target,
                                                const std::string& session_id, const Policy& policy,
-                                               const OnDone& on_done = nullptr);
+                                               const OnDone& on_done = nullptr,
+                                               const OnOpened& on_opened = nullptr);
 
   // Ends leased sessions on `target` (worker and session as RunEpisode's
   // `on_opened` named them) that no client will attach to again. Returns how

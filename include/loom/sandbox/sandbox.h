@@ -70,6 +70,14 @@ class Sandbox {
                                      const std::vector<std::string>& args = {},
                                      const std::string& stdin_text = "") const;
 
+  // The workspace as a gzip-compressed tar archive, made inside the sandbox
+  // (so a link the agent planted is archived as a link, never followed out).
+  // RESOURCE_EXHAUSTED when the archive would exceed `max_bytes`.
+  absl::StatusOr<std::string> ArchiveWorkspace(int64_t max_bytes, double timeout_s) const;
+  // Replaces the workspace with an archive's contents, unpacked inside the
+  // sandbox under its caps. INVALID_ARGUMENT when tar cannot read it.
+  absl::Status RestoreWorkspace(const std::string& archive, double timeout_s) const;
+
   // Keeps a copy of the workspace as it is now, outside every mount a
   // command sees: the environment a verification with answer_paths starts
   // from. Taken when an episode starts.
@@ -89,6 +97,9 @@ class Sandbox {
  private:
   Sandbox(const SandboxConfig& config, int slot, std::string dir);
   std::string SnapshotDir() const { return dir_ + ".pristine"; }
+  absl::StatusOr<ProcessResult> Run(const std::string& command, double timeout_s,
+                                    const std::vector<std::string>& args,
+                                    const std::string& stdin_text, size_t output_cap) const;
 
   const SandboxConfig& config_;
   int slot_;

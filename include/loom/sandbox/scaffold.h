@@ -6,6 +6,11 @@
 // without tool calls (its content is the answer), at the step limit or the
 // time limit. Then it verifies and returns the normalised Trajectory.
 //
+// An episode with `resume` (a snapshot of one that ran elsewhere) restores
+// the workspace over the task's environment, takes the snapshot's record as
+// its own, with the time it had spent, and asks again for the turn it was
+// waiting on.
+//
 // Tokens never appear here: the policy (the trainer) owns the token
 // sequence and receives, with each request, the messages to append.
 
@@ -19,8 +24,10 @@ namespace loom::sandbox {
 
 // Returns the policy's reply to one request; a non-OK status means the
 // policy is gone (stream broken, deadline passed): the episode fails with a
-// penalty.
-using GenerateFn = std::function<absl::StatusOr<v1::GenerateReply>(const v1::GenerateRequest&)>;
+// penalty. `so_far` is the episode's record up to the request (its
+// duration_ms the time spent), for a snapshot.
+using GenerateFn = std::function<absl::StatusOr<v1::GenerateReply>(
+    const v1::GenerateRequest& request, const v1::Trajectory& so_far)>;
 
 // The system prompt used when the task's options give none.
 const char* DefaultSystemPrompt();

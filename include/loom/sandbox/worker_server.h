@@ -37,6 +37,7 @@ struct SessionLimits {
   double max_session_s = 3600;  // any session, whatever its deadline
   double max_command_s = 600;   // caps every timeout a client sets (setup, tools, episodes)
   double max_lease_s = 600;  // caps the lease a client asks for (0: no session outlives its client)
+  int max_snapshot_mb = 32;  // caps an episode snapshot's workspace archive (0: no snapshots)
 };
 
 class SandboxService;
