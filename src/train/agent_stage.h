@@ -7,6 +7,7 @@
 // Destroying it ends the episodes still running, then stops local workers.
 // Run loop thread only.
 
+#include <algorithm>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -45,12 +46,16 @@ class AgentStage {
   // and every other running episode's session is released on exit.
   void set_checkpointed(std::set<uint64_t> ids) { checkpointed_ = std::move(ids); }
   void Preempted() { episodes_->KeepOnExit(checkpointed_); }
-  // For a checkpoint: snapshots of the leased episodes waiting for a turn
-  // (sandbox.snapshot_mb; waited for up to sandbox.tool_timeout_s).
+  // For a checkpoint: snapshots of the leased episodes that go on
+  // (sandbox.snapshot_mb), waited for up to sandbox.tool_timeout_s but at
+  // most a third of ckpt.preempt_deadline_s, which the whole checkpoint of a
+  // preemption must meet.
   void TakeSnapshots() {
     const config::SandboxSection& sandbox = context_.config.sandbox;
     if (sandbox.snapshot_mb <= 0) return;
-    rollout_->TakeSnapshots(int64_t{sandbox.snapshot_mb} << 20, sandbox.tool_timeout_s);
+    const double wait_s =
+        std::min<double>(sandbox.tool_timeout_s, context_.config.ckpt.preempt_deadline_s / 3);
+    rollout_->TakeSnapshots(int64_t{sandbox.snapshot_mb} << 20, wait_s);
   }
 
   // Appends a finished agent sample (its trajectory in `info`) to the log.
