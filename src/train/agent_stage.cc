@@ -18,7 +18,7 @@ absl::StatusOr<std::unique_ptr<AgentStage>> AgentStage::Create(const TrainContex
   }
   auto turn_end = chat::ToolCallsEndIds(context.tokenizer);
   if (!turn_end.ok()) return turn_end.status();
-  auto log = metrics::MetricsWriter::Open(context.run_dir.path() + "/trajectories.jsonl");
+  auto log = metrics::MetricsWriter::Open(context.run_dir.trajectories_path());
   if (!log.ok()) return log.status();
   auto clients = rpc::StartSandboxClients(context.config.sandbox);
   if (!clients.ok()) return clients.status();

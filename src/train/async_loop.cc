@@ -110,7 +110,9 @@ absl::StatusOr<std::optional<std::vector<TrainingSample>>> AsyncLoop::NextBatch(
   LOOM_CHECK(taken.has_value(), "a batch the dispatcher called ready could not be taken");
   std::vector<TrainingSample> samples = table_.Take(*taken);
   MaskInfrastructureFailures(samples, masked_);
-  if (samples.empty()) return std::nullopt;  // all lost to infrastructure (one rank only)
+  // All lost to infrastructure: alone, wait for more; among ranks, train on
+  // nothing, so that the step's collectives still meet.
+  if (samples.empty() && (group_ == nullptr || group_->size() == 1)) return std::nullopt;
   return samples;
 }
 

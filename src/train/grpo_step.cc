@@ -151,6 +151,7 @@ GrpoTrainer::Selection GrpoTrainer::Select(const std::vector<TrainingSample>& sa
     it->second.second = std::max(it->second.second, judged.total[i]);
   }
   Selection selection;
+  if (n == 0) return selection;
   selection.subgroups = static_cast<int64_t>(reward_range.size());
   for (const auto& [id, range] : reward_range) selection.informative += range.first < range.second;
   selection.advantages = algo::SubgroupAdvantages(at::tensor(judged.total, at::kFloat),
@@ -230,7 +231,9 @@ absl::StatusOr<GrpoTrainer::LossTotals> GrpoTrainer::Backward(
 absl::StatusOr<nlohmann::json> GrpoTrainer::Train(const Batch& batch) {
   const double start = metrics::ProgressLine::SteadySeconds();
   const int64_t version = context_.policy_version;
-  LOOM_CHECK(!batch.samples.empty(), "empty GRPO batch");
+  // Empty only on a rank whose samples were all lost to infrastructure: it
+  // still takes part in the step's collectives.
+  LOOM_CHECK(!batch.samples.empty() || context_.group != nullptr, "empty GRPO batch");
   const Judged judged = JudgeBatch(batch.samples, version);
   Selection selection = Select(batch.samples, judged, version);
   if (context_.group != nullptr) {
@@ -258,7 +261,7 @@ nlohmann::json GrpoTrainer::Record(const Batch& batch, const Judged& judged,
                                    const Selection& selection, const LossTotals& totals,
                                    const StageOptimizer::Applied& applied,
                                    double train_seconds) const {
-  const double n = static_cast<double>(batch.samples.size());
+  const double n = std::max<double>(static_cast<double>(batch.samples.size()), 1);
   double response_mean = 0;
   for (int64_t len : judged.response_tokens) response_mean += static_cast<double>(len);
   response_mean /= n;
@@ -283,7 +286,8 @@ nlohmann::json GrpoTrainer::Record(const Batch& batch, const Judged& judged,
       {"parse_rate", static_cast<double>(judged.parsed) / n},
       {"skipped_samples", static_cast<int64_t>(batch.samples.size() - selection.scored.size())},
       {"informative_subgroup_fraction",
-       static_cast<double>(selection.informative) / static_cast<double>(selection.subgroups)},
+       static_cast<double>(selection.informative) /
+           static_cast<double>(std::max<int64_t>(selection.subgroups, 1))},
       {"staleness_mean", static_cast<double>(judged.lag_sum) / n},
       {"staleness_max", judged.lag_max},
       {"masked_token_fraction",

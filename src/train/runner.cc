@@ -118,13 +118,6 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
             " --resume auto");
       }
     }
-    for (const auto& dataset : config.tasks.datasets) {
-      if (dataset.environment == "sandbox" && config.HasStage(kGrpoStage)) {
-        return absl::UnimplementedError("tasks.datasets: '" + dataset.name +
-                                        "' runs agent episodes, which do not run on several "
-                                        "ranks yet (docs/scale.md); run it with one rank");
-      }
-    }
   }
   auto dtype = model::ParseDtype(config.model.dtype);
   if (!dtype.ok()) return dtype.status();

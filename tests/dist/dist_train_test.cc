@@ -401,15 +401,6 @@ TEST_F(DistTrainTest, BadLaunchesAreClearErrors) {
             std::string::npos)
       << stages.err;
   EXPECT_FALSE(fs::exists(grpo + "/metrics.jsonl") && !StepLines(grpo + "/metrics.jsonl").empty());
-  // Agent episodes (sandbox datasets) are single-rank too.
-  const std::string agent = dir_ / "agent";
-  auto episodes =
-      RunLoom("launch --nproc 2 -- train --config " + std::string(LOOM_SOURCE_DIR) +
-              "/configs/test/agent.yaml --run-dir " + agent + " --set model.path=" + model_);
-  EXPECT_EQ(episodes.exit_code, 1);
-  EXPECT_NE(ReadAll(agent + "/log.txt").find("runs agent episodes, which do not run on several"),
-            std::string::npos)
-      << episodes.err;
   // A global batch that does not split evenly between the ranks.
   const std::string odd = dir_ / "odd";
   auto uneven = RunLoom("launch --nproc 2 -- train --config " + std::string(LOOM_SOURCE_DIR) +

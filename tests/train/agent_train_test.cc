@@ -39,30 +39,30 @@ namespace {
 using testing::TempDir;
 using Json = nlohmann::json;
 
+// The arguments of `loom train` on the agent test config.
+std::vector<std::string> TrainArgs(const std::string& run_dir, const std::string& model_dir,
+                                   int steps, bool resume = false,
+                                   const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = {"train",
+                                   "--config",
+                                   LOOM_SOURCE_DIR "/configs/test/agent.yaml",
+                                   "--run-dir",
+                                   run_dir,
+                                   "--set",
+                                   "model.path=" + model_dir,
+                                   "--set",
+                                   "train.grpo.steps=" + std::to_string(steps)};
+  if (resume) args.insert(args.end(), {"--resume", "auto"});
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
 // `loom train` on the agent test config as a child process.
 class TrainProcess : public testing::LoomProcess {
  public:
   TrainProcess(const std::string& run_dir, const std::string& model_dir, int steps,
                bool resume = false, const std::vector<std::string>& extra = {})
-      : LoomProcess(Args(run_dir, model_dir, steps, resume, extra), run_dir + ".out") {}
-
- private:
-  static std::vector<std::string> Args(const std::string& run_dir, const std::string& model_dir,
-                                       int steps, bool resume,
-                                       const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {"train",
-                                     "--config",
-                                     LOOM_SOURCE_DIR "/configs/test/agent.yaml",
-                                     "--run-dir",
-                                     run_dir,
-                                     "--set",
-                                     "model.path=" + model_dir,
-                                     "--set",
-                                     "train.grpo.steps=" + std::to_string(steps)};
-    if (resume) args.insert(args.end(), {"--resume", "auto"});
-    args.insert(args.end(), extra.begin(), extra.end());
-    return args;
-  }
+      : LoomProcess(TrainArgs(run_dir, model_dir, steps, resume, extra), run_dir + ".out") {}
 };
 
 // The whole lines of a JSONL file a running trainer may be appending to.
@@ -82,17 +82,28 @@ struct WorkerProcess {
   std::string target;  // 127.0.0.1:PORT, from its --port-file
 };
 
-std::vector<WorkerProcess> WorkerChildren(pid_t parent) {
-  std::vector<WorkerProcess> workers;
+// The processes whose parent is `parent`.
+std::vector<pid_t> Children(pid_t parent) {
+  std::vector<pid_t> children;
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     const std::string name = entry.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     std::ifstream stat(entry.path() / "stat");
     std::string pid, comm, state;
     pid_t ppid = 0;
-    if (!(stat >> pid >> comm >> state >> ppid) || ppid != parent) continue;
+    if ((stat >> pid >> comm >> state >> ppid) && ppid == parent) {
+      children.push_back(std::stoi(name));
+    }
+  }
+  return children;
+}
+
+std::vector<WorkerProcess> WorkerChildren(pid_t parent) {
+  std::vector<WorkerProcess> workers;
+  for (pid_t child : Children(parent)) {
+    const std::string proc = "/proc/" + std::to_string(child);
     std::vector<std::string> args;
-    std::istringstream cmdline(testing::ReadAll(entry.path() / "cmdline"));
+    std::istringstream cmdline(testing::ReadAll(proc + "/cmdline"));
     for (std::string arg; std::getline(cmdline, arg, '\0');) args.push_back(arg);
     auto port_file = std::find(args.begin(), args.end(), "--port-file");
     if (args.size() < 2 || args[1] != "worker" || port_file == args.end() ||
@@ -101,7 +112,7 @@ std::vector<WorkerProcess> WorkerChildren(pid_t parent) {
     }
     std::string port = testing::ReadAll(*(port_file + 1));
     while (!port.empty() && std::isspace(static_cast<unsigned char>(port.back()))) port.pop_back();
-    workers.push_back({std::stoi(name), "127.0.0.1:" + port});
+    workers.push_back({child, "127.0.0.1:" + port});
   }
   return workers;
 }
@@ -740,6 +751,131 @@ TEST_F(AgentTrainTest, DeterministicRunPreemptedMidEpisodeEqualsTheUninterrupted
 
 TEST_F(AgentTrainTest, DeterministicRunWhoseWorkerDiedBeforeTheResumeEqualsTheUninterruptedOne) {
   ExpectPreemptedRunEqualsTheUninterruptedOne(/*kill_a_worker=*/true);
+}
+
+// `loom train` on the agent test config in sync dispatch with
+// run.deterministic and a length reward (so that subgroups differ).
+std::vector<std::string> AgentTrainArgs(const std::string& run_dir, const std::string& model_dir,
+                                        int steps) {
+  return TrainArgs(
+      run_dir, model_dir, steps, /*resume=*/false,
+      {"--set", "async.dispatch=sync", "--set", "async.batch_samples=8", "--set",
+       "async.max_inflight=8", "--set", "run.deterministic=true", "--set", "run.threads=1", "--set",
+       "grpo.length_reward.k0=1", "--set", "grpo.length_reward.l_norm=200"});
+}
+
+std::vector<std::string> Launch2(std::vector<std::string> train) {
+  std::vector<std::string> args = {"launch", "--nproc", "2", "--"};
+  args.insert(args.end(), train.begin(), train.end());
+  return args;
+}
+
+// The rank process `rank` of a `loom launch`.
+pid_t RankChild(pid_t launcher, int rank) {
+  for (pid_t child : Children(launcher)) {
+    std::istringstream environ(testing::ReadAll("/proc/" + std::to_string(child) + "/environ"));
+    for (std::string var; std::getline(environ, var, '\0');) {
+      if (var == "RANK=" + std::to_string(rank)) return child;
+    }
+  }
+  return -1;
+}
+
+// Agent episodes on 2 ranks, each rank with its own local workers: in sync
+// dispatch with run.deterministic they train like 1 rank on the same global
+// batch — the same losses, rewards and episodes — and both ranks hold the
+// same weights after every step.
+TEST_F(AgentTrainTest, TwoRanksRunEpisodesLikeOne) {
+  TempDir dir;
+  const std::string model = dir / "model", one = dir / "one", two = dir / "two";
+  {
+    testing::LoomProcess single(AgentTrainArgs(one, model, 5), one + ".out");
+    ASSERT_EQ(single.Wait(), 0) << testing::ReadAll(one + ".out");
+  }
+  {
+    testing::LoomProcess launched(Launch2(AgentTrainArgs(two, model, 5)), two + ".out");
+    ASSERT_EQ(launched.Wait(), 0) << testing::ReadAll(two + ".out");
+  }
+  const std::map<int, Json> reference = StepLines(one);
+  const std::map<int, Json> rank0 = StepLines(two);
+  std::map<int, Json> rank1;
+  for (const Json& r : ReadJsonl(two + "/metrics.rank1.jsonl")) {
+    if (r.contains("loss")) rank1[r["step"].get<int>()] = r;
+  }
+  ASSERT_EQ(reference.size(), 5u);
+  ASSERT_EQ(rank0.size(), 5u);
+  ASSERT_EQ(rank1.size(), 5u);
+  bool informative = false;
+  for (const auto& [step, line] : reference) {
+    EXPECT_NEAR(rank0.at(step)["loss"].get<double>(), line["loss"].get<double>(), 1e-6) << step;
+    EXPECT_EQ(rank0.at(step)["reward_mean"], line["reward_mean"]) << step;
+    EXPECT_EQ(rank0.at(step)["samples"], 8);
+    EXPECT_EQ(rank0.at(step)["rank_samples"], 4);
+    EXPECT_EQ(rank1.at(step)["rank_samples"], 4);
+    EXPECT_EQ(rank0.at(step)["weights_checksum"], rank1.at(step)["weights_checksum"]) << step;
+    informative = informative || line["loss"].get<double>() != 0;
+  }
+  EXPECT_TRUE(informative) << "no step had rewards to learn from: the test shows nothing";
+  // The same episodes, split between the ranks' logs.
+  auto sequences = [](const std::vector<std::string>& paths) {
+    std::multiset<std::vector<int64_t>> all;
+    for (const std::string& path : paths) {
+      for (const Json& line : ReadJsonl(path))
+        all.insert(line["tokens"].get<std::vector<int64_t>>());
+    }
+    return all;
+  };
+  const auto want = sequences({one + "/trajectories.jsonl"});
+  const auto got = sequences({two + "/trajectories.jsonl", two + "/trajectories.rank1.jsonl"});
+  EXPECT_EQ(want.size(), 40u);
+  EXPECT_GE(ReadJsonl(two + "/trajectories.rank1.jsonl").size(), 20u);
+  EXPECT_TRUE(want == got) << "the 2-rank run's episodes differ from the 1-rank run's";
+}
+
+// A rank whose workers all die loses every episode to infrastructure: its
+// batches are empty after masking, yet it takes part in every step, so the
+// run finishes with the other rank's samples and identical weights.
+TEST_F(AgentTrainTest, ARankThatLostItsWorkersTrainsOnNothingAndKeepsUp) {
+  TempDir dir;
+  const std::string run = dir / "run";
+  testing::LoomProcess launched(Launch2(AgentTrainArgs(run, dir / "model", 5)), run + ".out");
+  // After the first step, kill -9 rank 1's workers.
+  pid_t rank1 = -1;
+  std::vector<WorkerProcess> workers;
+  for (int i = 0; i < 1200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::vector<Json> lines = ReadJsonl(run + "/metrics.jsonl");
+    if (std::none_of(lines.begin(), lines.end(),
+                     [](const Json& r) { return r.contains("loss"); })) {
+      continue;
+    }
+    rank1 = RankChild(launched.pid(), 1);
+    workers = WorkerChildren(rank1);
+    break;
+  }
+  ASSERT_GT(rank1, 0) << testing::ReadAll(run + ".out");
+  ASSERT_EQ(workers.size(), 2u);
+  for (const WorkerProcess& w : workers) ASSERT_EQ(::kill(w.pid, SIGKILL), 0);
+  ASSERT_EQ(launched.Wait(), 0) << testing::ReadAll(run + ".out");
+  const std::map<int, Json> rank0 = StepLines(run);
+  std::map<int, Json> ranked1;
+  for (const Json& r : ReadJsonl(run + "/metrics.rank1.jsonl")) {
+    if (r.contains("loss")) ranked1[r["step"].get<int>()] = r;
+  }
+  ASSERT_EQ(rank0.size(), 5u);
+  ASSERT_EQ(ranked1.size(), 5u);
+  int empty = 0;
+  for (const auto& [step, line] : ranked1) {
+    EXPECT_EQ(rank0.at(step)["weights_checksum"], line["weights_checksum"]) << step;
+    if (line["rank_samples"] == 0) {
+      ++empty;
+      EXPECT_GT(line["episodes_masked"].get<int>(), 0) << line;
+      EXPECT_EQ(rank0.at(step)["samples"], rank0.at(step)["rank_samples"]) << "rank 0 alone";
+    }
+  }
+  EXPECT_GE(empty, 1) << "rank 1 never trained on an empty batch";
+  std::printf("rank 1 trained on nothing at %d of 5 steps\n", empty);
+  std::fflush(stdout);
 }
 
 }  // namespace

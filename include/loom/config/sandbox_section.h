@@ -32,7 +32,7 @@ struct SandboxSection {
                 "addresses are used round-robin (a Kubernetes headless service)."));
     v.Field("local", local,
             Doc("Start this many `loom worker` processes on 127.0.0.1 (stopped on exit) instead "
-                "of using `workers`.")
+                "of using `workers`; with several ranks, each rank starts its own.")
                 .Unit("workers")
                 .Range(0, 256));
     v.Field("local_max_sandboxes", local_max_sandboxes,

@@ -7,13 +7,15 @@
 //   <dir>/checkpoints/    checkpoints and the `latest` pointer
 //   <dir>/stages/<stage>/ each finished stage's weights (a model directory)
 //   <dir>/samples.jsonl   one line per trained sample of the async stages
+//   <dir>/trajectories.jsonl  one line per finished agent sample (agent_stage.h)
 //   <dir>/tb/             TensorBoard event files: every metrics number, the config
 //   <dir>/ctl/            live-change requests and replies (control.h)
 //   <dir>/live/           the live config: current.json, history.jsonl
 //
 // In a multi-rank run every rank opens the same directory; rank 0 writes
 // config.yaml, checkpoints, stages/ and tb/, and each other rank r its own
-// log.rank<r>.txt, metrics.rank<r>.jsonl and samples.rank<r>.jsonl.
+// log.rank<r>.txt, metrics.rank<r>.jsonl, samples.rank<r>.jsonl and
+// trajectories.rank<r>.jsonl.
 //
 // Created by `loom train` before any work starts; owned by the run loop.
 
@@ -39,6 +41,9 @@ class RunDir {
   std::string checkpoints_path() const { return path_ + "/checkpoints"; }
   std::string stage_path(const std::string& stage) const { return path_ + "/stages/" + stage; }
   std::string samples_path() const { return path_ + "/samples" + RankSuffix() + ".jsonl"; }
+  std::string trajectories_path() const {
+    return path_ + "/trajectories" + RankSuffix() + ".jsonl";
+  }
   std::string tensorboard_path() const { return path_ + "/tb"; }
 
  private:
