@@ -60,8 +60,9 @@ class AgentRollout {
   // is back in the engine as the checkpoint had it (a held one imported as
   // finished), or goes on from the record's snapshot on a new session. If
   // neither works, the sample is dropped and the episode starts again from
-  // `request` and `task`, as Start would (counted in restarted()). A record without turns (no
-  // sample) has its session released and the episode starts again at once.
+  // `request` and `task`, as Start would (counted in restarted()). A record
+  // without turns (no sample) has its session released and the episode
+  // starts again at once.
   void Resume(rollout::SampleRequest request, const v1::Task& task, int effort,
               EpisodeRecord record);
 

@@ -74,17 +74,16 @@ struct SandboxSection {
                 "stop with the trainer, so their episodes always start again. 0 = no lease.")
                 .Unit("s")
                 .Min(0));
-    v.Field(
-        "snapshot_mb", snapshot_mb,
-        Doc("Every checkpoint also snapshots each remote leased episode that waits for its next "
-            "turn: its workspace (as a tar archive up to this size, kept in the checkpoint), "
-            "its record so far and the request it waits on. A resumed run that cannot attach "
-            "to the episode (its worker is gone, or the lease lapsed) goes on from the "
-            "snapshot on any worker; without one it starts the episode again. /tmp and "
-            "running processes are not kept. Capped by the worker's --max-snapshot-mb. 0 = "
-            "no snapshots.")
-            .Unit("MiB")
-            .Range(0, 60));
+    v.Field("snapshot_mb", snapshot_mb,
+            Doc("Every checkpoint also snapshots each remote leased episode that goes on, as it "
+                "waits for its next turn: its workspace (as a tar archive up to this size), its "
+                "record so far and the request it waits on, kept in the checkpoint and in memory "
+                "until the episode's next turn. A resumed run that cannot attach to the episode "
+                "(its worker is gone, or the lease lapsed) goes on from the snapshot on any "
+                "worker; without one it starts the episode again. /tmp and running processes are "
+                "not kept. Capped by the worker's --max-snapshot-mb. 0 = no snapshots.")
+                .Unit("MiB")
+                .Range(0, 60));
   }
 
   void Validate(ErrorSink& errors) const {
