@@ -246,8 +246,13 @@ std::map<uint64_t, v1::EpisodeSnapshot> AgentEpisodes::Snapshots(const std::vect
   for (uint64_t id : ids) {
     auto slot = slots_.find(id);
     if (slot == slots_.end()) continue;
-    slot->second.snapshot.reset();
-    slot->second.snapshot_bytes = max_bytes;
+    Slot& s = slot->second;
+    s.snapshot.reset();
+    if (s.ended) {
+      s.snapshot = EndSnapshot(s);  // its end waits in the inbox
+    } else {
+      s.snapshot_bytes = max_bytes;
+    }
     asked.push_back(id);
   }
   reply_cv_.notify_all();
@@ -509,16 +514,21 @@ void AgentEpisodes::Post(AgentEvent event) {
 
 void AgentEpisodes::Ended(uint64_t id, const v1::Trajectory* done) {
   auto slot = slots_.find(id);
-  if (slot == slots_.end() || slot->second.snapshot_bytes <= 0) return;
-  slot->second.snapshot_bytes = 0;
-  if (done != nullptr) {
-    v1::EpisodeSnapshot end;
-    *end.mutable_trajectory() = *done;
-    slot->second.snapshot = std::move(end);
-  } else {
-    slot->second.snapshot = absl::FailedPreconditionError("the episode was lost");
-  }
+  if (slot == slots_.end()) return;
+  Slot& s = slot->second;
+  s.ended = true;
+  if (done != nullptr) s.end = *done;
+  if (s.snapshot_bytes <= 0) return;
+  s.snapshot_bytes = 0;
+  s.snapshot = EndSnapshot(s);
   snapshot_cv_.notify_all();
+}
+
+absl::StatusOr<v1::EpisodeSnapshot> AgentEpisodes::EndSnapshot(const Slot& slot) {
+  if (!slot.end) return absl::FailedPreconditionError("the episode was lost");
+  v1::EpisodeSnapshot end;
+  *end.mutable_trajectory() = *slot.end;
+  return end;
 }
 
 std::vector<AgentEvent> AgentEpisodes::Poll(double wait_s) {

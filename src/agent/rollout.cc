@@ -47,13 +47,13 @@ void AgentRollout::StartAgain(uint64_t id, const std::string& why) {
 }
 
 void AgentRollout::TakeSnapshots(int64_t max_bytes, double timeout_s) {
-  // Every leased episode that goes on: one that waits on the engine's turn
+  // Every leased episode with a sample: one that waits on the engine's turn
   // now, or runs the tools of a turn answered (snapshotted as it asks for
-  // the next; the request stays unapplied in the inbox).
+  // the next; the request stays unapplied in the inbox), or was cut (and so
+  // recorded by its end).
   std::vector<uint64_t> running;
   for (const auto& [id, record] : records_) {
-    if (record.turns.empty() || record.turns.back().cut || held_.count(id) > 0) continue;
-    if (episodes_.Place(id)) running.push_back(id);
+    if (!record.turns.empty() && episodes_.Place(id)) running.push_back(id);
   }
   if (running.empty()) return;
   std::map<uint64_t, v1::EpisodeSnapshot> taken =

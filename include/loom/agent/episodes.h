@@ -187,6 +187,8 @@ class AgentEpisodes {
     bool cut = false;
     int64_t snapshot_bytes = 0;  // > 0: a snapshot is asked for
     std::optional<absl::StatusOr<v1::EpisodeSnapshot>> snapshot;
+    bool ended = false;                 // its kDone or kLost is posted
+    std::optional<v1::Trajectory> end;  // the kDone's trajectory
   };
   // A client thread's episode: its conversation and, once opened, its session.
   struct Client {
@@ -206,8 +208,10 @@ class AgentEpisodes {
   void Placed(uint64_t id, const rpc::WorkerSession& session);
   void Post(AgentEvent event);
   // Episode `id` is over, with trajectory `done` (null: lost): a snapshot
-  // asked of it is only that trajectory.
+  // asked of it, now or until the run loop takes its end, is only that
+  // trajectory (EndSnapshot).
   void Ended(uint64_t id, const v1::Trajectory* done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static absl::StatusOr<v1::EpisodeSnapshot> EndSnapshot(const Slot& slot);
   // Posts an episode's trajectory and waits until the run loop took it: only
   // then may its worker forget the episode (a checkpoint taken before lists
   // it as running). False when the trainer stopped first.
