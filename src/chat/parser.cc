@@ -24,9 +24,13 @@ absl::Status Error(std::string_view reason) {
   return absl::InvalidArgumentError(std::string(reason));
 }
 
-// Shows at most 60 bytes of `s` in an error message.
+// Shows at most 60 bytes of `s` in an error message, cut between UTF-8
+// characters (the message travels in protobuf strings, which must be UTF-8).
 std::string Quote(std::string_view s) {
-  return StrCat("'", std::string(s.substr(0, 60)), s.size() > 60 ? "...'" : "'");
+  if (s.size() <= 60) return StrCat("'", std::string(s), "'");
+  size_t cut = 60;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return StrCat("'", std::string(s.substr(0, cut)), "...'");
 }
 
 struct Read {

@@ -100,6 +100,16 @@ TEST(ChatBridgeTest, MalformedInputsAreErrorsNotCrashes) {
     v1::GenerateReply reply = rpc::ReplyFromCompletion(text, chat::ThinkingMode::kThinking, 0);
     EXPECT_EQ(reply.result_case(), v1::GenerateReply::kParseError) << text;
   }
+  // A parse error quotes the completion, cut between characters: the reply
+  // still crosses the wire (protobuf strings must be UTF-8).
+  const std::string cut_in_a_character = "hm</think>42" + kEos + std::string(59, 'a') + "ééé";
+  v1::GenerateReply quoted =
+      rpc::ReplyFromCompletion(cut_in_a_character, chat::ThinkingMode::kThinking, 0);
+  ASSERT_EQ(quoted.result_case(), v1::GenerateReply::kParseError);
+  EXPECT_NE(quoted.parse_error().find(std::string(59, 'a') + "...'"), std::string::npos)
+      << quoted.parse_error();
+  v1::GenerateReply received;
+  EXPECT_TRUE(received.ParseFromString(quoted.SerializeAsString()));
   v1::GenerateReply ok =
       rpc::ReplyFromCompletion("hm</think>42" + kEos, chat::ThinkingMode::kThinking, 3);
   ASSERT_TRUE(ok.has_assistant());
