@@ -149,6 +149,10 @@ AgentConversation::AgentConversation(const tokenizer::Tokenizer& tokenizer, int 
                                      int64_t eos_id)
     : tokenizer_(tokenizer), eos_id_(eos_id) {
   options_.thinking_mode = chat::ThinkingMode::kThinking;
+  // An episode keeps its earlier turns' reasoning, as the format does when
+  // tools are listed, also when the worker leaves their schemas out: the
+  // tokens already in the engine never change.
+  options_.drop_thinking = false;
   if (effort > 0) {
     options_.reasoning_effort.kind = chat::ReasoningEffort::Kind::kNumeric;
     options_.reasoning_effort.b = effort;

@@ -48,6 +48,8 @@ v1::ScaffoldOptions ScaffoldOptionsFrom(const config::SandboxSection& section) {
   options.set_max_steps(section.max_steps);
   options.set_max_time_s(section.max_time_s);
   options.set_tool_timeout_s(section.tool_timeout_s);
+  options.set_system_prompt(section.system_prompt);
+  options.set_hide_tool_schemas(!section.tool_schemas);
   return options;
 }
 

@@ -63,16 +63,7 @@ class Episode {
 
  private:
   void Start() {
-    v1::Message system;
-    system.set_role("system");
-    system.set_content(options_.system_prompt().empty() ? DefaultSystemPrompt()
-                                                        : options_.system_prompt());
-    system.set_tools_json(ToolSchemasJson());
-    Add(std::move(system));
-    v1::Message user;
-    user.set_role("user");
-    user.set_content(task_.problem());
-    Add(std::move(user));
+    for (v1::Message& message : OpeningMessages(task_, options_)) Add(std::move(message));
   }
 
   // Takes over a snapshot's episode: its workspace, record and elapsed time,
@@ -120,12 +111,7 @@ class Episode {
                    result.duration_ms(), result.timed_out() ? " timed-out" : "");
       if (on_tool_) on_tool_(result);
     }
-    v1::Message tool;
-    tool.set_role("tool");
-    tool.set_tool_call_id(call.id());
-    tool.set_content(RenderToolResult(result));
-    *tool.mutable_result() = result;
-    Add(std::move(tool));
+    Add(ToolMessage(call, result));
     if (call.name() == "submit" && result.error().empty() && !done_) Submit(SubmittedAnswer(call));
   }
 
@@ -194,6 +180,27 @@ const char* DefaultSystemPrompt() {
   return "You are an agent working in a Linux sandbox. Your files are in /workspace. Use the "
          "tools to inspect, compute and edit; when you are done, call submit with your final "
          "answer.";
+}
+
+std::vector<v1::Message> OpeningMessages(const v1::Task& task, const v1::ScaffoldOptions& options) {
+  v1::Message system;
+  system.set_role("system");
+  system.set_content(options.system_prompt().empty() ? DefaultSystemPrompt()
+                                                     : options.system_prompt());
+  if (!options.hide_tool_schemas()) system.set_tools_json(ToolSchemasJson());
+  v1::Message user;
+  user.set_role("user");
+  user.set_content(task.problem());
+  return {std::move(system), std::move(user)};
+}
+
+v1::Message ToolMessage(const v1::ToolCall& call, const v1::ToolResult& result) {
+  v1::Message tool;
+  tool.set_role("tool");
+  tool.set_tool_call_id(call.id());
+  tool.set_content(RenderToolResult(result));
+  *tool.mutable_result() = result;
+  return tool;
 }
 
 v1::ScaffoldOptions WithDefaults(const v1::ScaffoldOptions& options) {

@@ -1,5 +1,6 @@
 #include "loom/tasks/agent_tasks.h"
 
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -43,23 +44,81 @@ if __name__ == "__main__":
     unittest.main()
 )";
 
+struct Product {
+  uint64_t a = 0, b = 0;
+  std::string answer;  // a * b in decimal
+};
+
+Product ArithmeticValues(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<uint64_t> digits(100000000ULL, 999999999ULL);
+  Product p;
+  p.a = digits(rng);
+  p.b = digits(rng);
+  unsigned __int128 product = static_cast<unsigned __int128>(p.a) * p.b;
+  do {
+    p.answer.insert(p.answer.begin(), static_cast<char>('0' + static_cast<int>(product % 10)));
+    product /= 10;
+  } while (product > 0);
+  return p;
+}
+
+// The lookup task's secret: one digit, in the file the problem names, which
+// only a tool call reveals. It is the only digit in the conversation.
+std::string LookupDigit(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return std::string(1, static_cast<char>('0' + rng() % 10));
+}
+
+constexpr char kLookupFile[] = "code.txt";
+
+v1::ToolCall Call(const std::string& name, const std::string& key, const std::string& value) {
+  v1::ToolCall call;
+  call.set_name(name);
+  call.set_arguments_json(nlohmann::json{{key, value}}.dump());
+  return call;
+}
+
+// A turn that calls one tool and the output the tool gives.
+DemonstrationTurn CallTurn(const std::string& reasoning, v1::ToolCall call,
+                           const std::string& output) {
+  DemonstrationTurn turn;
+  turn.assistant.set_role("assistant");
+  turn.assistant.set_reasoning_content(reasoning);
+  *turn.assistant.add_tool_calls() = std::move(call);
+  v1::ToolResult& result = turn.results.emplace_back();
+  result.set_stdout(output);
+  return turn;
+}
+
+// The final turn: `answer` as content, no tool call.
+DemonstrationTurn AnswerTurn(const std::string& reasoning, const std::string& answer) {
+  DemonstrationTurn turn;
+  turn.assistant.set_role("assistant");
+  turn.assistant.set_reasoning_content(reasoning);
+  turn.assistant.set_content(answer);
+  return turn;
+}
+
 }  // namespace
 
 v1::Task ArithmeticTask(uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<uint64_t> digits(100000000ULL, 999999999ULL);
-  uint64_t a = digits(rng), b = digits(rng);
-  unsigned __int128 product = static_cast<unsigned __int128>(a) * b;
-  std::string answer;
-  do {
-    answer.insert(answer.begin(), static_cast<char>('0' + static_cast<int>(product % 10)));
-    product /= 10;
-  } while (product > 0);
+  const Product p = ArithmeticValues(seed);
   v1::Task task;
   task.set_id(absl::StrCat("arithmetic-", seed));
   task.set_problem(
-      absl::StrCat("What is ", a, " * ", b, "? Submit the exact integer with no separators."));
-  task.mutable_verification()->set_exact_answer(answer);
+      absl::StrCat("What is ", p.a, " * ", p.b, "? Submit the exact integer with no separators."));
+  task.mutable_verification()->set_exact_answer(p.answer);
+  return task;
+}
+
+v1::Task LookupTask(uint64_t seed) {
+  const std::string digit = LookupDigit(seed);
+  v1::Task task;
+  task.set_id(absl::StrCat("lookup-", seed));
+  task.set_problem(absl::StrCat("The file ", kLookupFile, " holds a digit. Submit the digit."));
+  (*task.mutable_environment()->mutable_files())[kLookupFile] = digit + "\n";
+  task.mutable_verification()->set_exact_answer(digit);
   return task;
 }
 
@@ -88,7 +147,24 @@ v1::Task FixRepoTask(uint64_t seed) {
 v1::Task BuiltinTask(const std::string& kind, uint64_t seed) {
   if (kind == "arithmetic") return ArithmeticTask(seed);
   if (kind == "fix_repo") return FixRepoTask(seed);
+  if (kind == "lookup") return LookupTask(seed);
   return v1::Task();
+}
+
+std::vector<DemonstrationTurn> BuiltinDemonstration(const std::string& kind, uint64_t seed) {
+  if (kind == "arithmetic") {
+    const Product p = ArithmeticValues(seed);
+    return {CallTurn("Too large to do by heart; python computes it.",
+                     Call("python", "code", absl::StrCat("print(", p.a, " * ", p.b, ")")),
+                     p.answer + "\n"),
+            AnswerTurn("python printed the product.", p.answer)};
+  }
+  if (kind == "lookup") {
+    const std::string digit = LookupDigit(seed);
+    return {CallTurn("I read the file.", Call("read_file", "path", kLookupFile), digit + "\n"),
+            AnswerTurn("", digit)};
+  }
+  return {};
 }
 
 }  // namespace loom::tasks

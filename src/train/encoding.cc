@@ -1,5 +1,6 @@
 #include "loom/train/encoding.h"
 
+#include "loom/agent/demonstration.h"
 #include "loom/chat/encoder.h"
 #include "loom/chat/message.h"
 #include "loom/chat/parser.h"
@@ -81,6 +82,23 @@ absl::StatusOr<SftExample> EncodeSftExample(const tasks::Problem& problem, int e
   std::fill(example.loss_mask.begin() + static_cast<int64_t>(prompt->size()),
             example.loss_mask.end(), 1);
   return example;
+}
+
+absl::StatusOr<SftExample> EncodeAgentSftExample(const tasks::Problem& problem,
+                                                 const std::string& kind,
+                                                 const v1::ScaffoldOptions& options, int effort,
+                                                 const tokenizer::Tokenizer& tokenizer,
+                                                 int64_t eos_id) {
+  std::vector<tasks::DemonstrationTurn> turns =
+      tasks::BuiltinDemonstration(kind, problem.task_seed);
+  if (turns.empty()) {
+    return absl::FailedPreconditionError("problem " + problem.id + ": the agentic task " + kind +
+                                         " has no demonstration to train SFT on");
+  }
+  auto example = agent::EncodeDemonstration(tasks::BuiltinTask(kind, problem.task_seed), turns,
+                                            options, tokenizer, effort, eos_id);
+  if (!example.ok()) return example.status();
+  return SftExample{std::move(example->tokens), std::move(example->loss_mask)};
 }
 
 Judgement JudgeCompletion(const tasks::Problem& problem, const std::vector<int64_t>& completion,

@@ -11,6 +11,7 @@
 #include "loom/algo/sft_loss.h"
 #include "loom/dispatch/dispatcher.h"
 #include "loom/metrics/progress.h"
+#include "loom/rpc/sandbox_clients.h"
 #include "loom/train/batching.h"
 #include "loom/train/control.h"
 #include "loom/train/encoding.h"
@@ -46,8 +47,13 @@ class SftSampler {
     const auto& levels = context_.config.effort.levels;
     const int effort = levels[std::uniform_int_distribution<size_t>(0, levels.size() - 1)(rng_)];
     tasks::Problem problem = context_.datasets[d]->Train(next_index_[d]++);
-    return EncodeSftExample(problem, context_.config.effort.PromptEffort(effort),
-                            context_.tokenizer, tasks.datasets[d].restate_effort);
+    const int shown = context_.config.effort.PromptEffort(effort);
+    if (tasks.datasets[d].environment == "sandbox") {
+      return EncodeAgentSftExample(problem, tasks.datasets[d].kind,
+                                   rpc::ScaffoldOptionsFrom(context_.config.sandbox), shown,
+                                   context_.tokenizer, context_.special_tokens.eos);
+    }
+    return EncodeSftExample(problem, shown, context_.tokenizer, tasks.datasets[d].restate_effort);
   }
 
   // The next `n` examples.

@@ -11,11 +11,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <functional>
 
 #include "absl/strings/escaping.h"
+#include "loom/agent/demonstration.h"
 #include "loom/chat/encoder.h"
 #include "loom/rpc/chat_bridge.h"
+#include "loom/tasks/agent_tasks.h"
 #include "loom/tokenizer/dsv4_tokens.h"
 #include "loom/tokenizer/tiny.h"
 #include "sandbox/worker_fixture.h"
@@ -32,8 +35,9 @@ std::unique_ptr<tokenizer::Tokenizer> Tiny() {
 }
 
 // A completion with one tool call, as the model writes it after `<think>`.
-std::string ToolCall(const std::string& tool, const std::string& param, const std::string& value) {
-  return "Let me use a tool.</think>\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"" + tool +
+std::string ToolCall(const std::string& tool, const std::string& param, const std::string& value,
+                     const std::string& reasoning = "Let me use a tool.") {
+  return reasoning + "</think>\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"" + tool +
          "\">\n<｜DSML｜parameter name=\"" + param + "\" string=\"true\">" + value +
          "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
 }
@@ -59,17 +63,30 @@ class AgentEpisodesTest : public ::testing::Test {
   void SetUp() override {
     workers_ = testing_support::StartWorkers(1, 2);
     ASSERT_TRUE(workers_);
-    rpc::PoolOptions pool;
-    pool.targets = workers_->targets();
-    pool.episode_timeout_s = 60;
-    pool_ = std::make_unique<rpc::WorkerPool>(pool);
     tok_ = Tiny();
     eos_ = *tok_->TokenToId(tokenizer::dsv4::kEos);
+    Reopen(Options());
+  }
+
+  AgentOptions Options() const {
     AgentOptions options;
     options.scaffold.set_max_steps(4);
     options.turn_timeout_s = 30;
     options.eos_id = eos_;
+    return options;
+  }
+
+  // New episodes (on a new pool: the old one stops with them) with
+  // `options`, `task` and an empty sequence.
+  void Reopen(const AgentOptions& options, v1::Task task = ProductTask()) {
+    episodes_.reset();
+    rpc::PoolOptions pool;
+    pool.targets = workers_->targets();
+    pool.episode_timeout_s = 60;
+    pool_ = std::make_unique<rpc::WorkerPool>(pool);
     episodes_ = std::make_unique<AgentEpisodes>(*pool_, *tok_, options);
+    task_ = std::move(task);
+    seq_ = Sequence();
   }
 
   // Plays the run loop until sample 1's episode ends: each prompt or
@@ -78,7 +95,7 @@ class AgentEpisodesTest : public ::testing::Test {
   // answer.
   v1::Trajectory Play(const std::vector<std::string>& completions,
                       const std::function<void(int)>& on_turn = nullptr) {
-    episodes_->Start(1, ProductTask(), 50);
+    episodes_->Start(1, task_, 50);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     int turn = 0;
     while (std::chrono::steady_clock::now() < deadline) {
@@ -110,6 +127,7 @@ class AgentEpisodesTest : public ::testing::Test {
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   int64_t eos_ = 0;
   std::unique_ptr<AgentEpisodes> episodes_;
+  v1::Task task_;
   Sequence seq_;
 };
 
@@ -157,6 +175,79 @@ TEST_F(AgentEpisodesTest, ToolCallsFormatErrorsAndSubmitRoundTrip) {
   EXPECT_EQ(t.messages(2).tool_calls(0).name(), "python");
 }
 
+// A built-in demonstration, encoded for SFT, is the episode a real worker
+// runs when the policy writes the demonstration's turns (written out here by
+// hand in the DSV4 format): the same tokens, the loss on the same ones; and
+// the episode solves its task. With or without the tool schemas.
+TEST_F(AgentEpisodesTest, DemonstrationEncodesTheEpisodeItScripts) {
+  for (bool hide_schemas : {false, true}) {
+    for (const std::string kind : {"lookup", "arithmetic"}) {
+      SCOPED_TRACE(kind + (hide_schemas ? " without schemas" : " with schemas"));
+      AgentOptions options = Options();
+      options.scaffold.set_hide_tool_schemas(hide_schemas);
+      if (hide_schemas) options.scaffold.set_system_prompt("Use the tools, then answer.");
+      Reopen(options, tasks::BuiltinTask(kind, 11));
+      const std::string answer = task_.verification().exact_answer();
+      std::vector<std::string> completions;
+      if (kind == "lookup") {
+        const std::string file = task_.environment().files().begin()->first;
+        completions = {ToolCall("read_file", "path", file, "I read the file."),
+                       "</think>" + answer + kEos};
+      } else {
+        unsigned long long a = 0, b = 0;  // NOLINT(runtime/int): sscanf's type
+        ASSERT_EQ(std::sscanf(task_.problem().c_str(), "What is %llu * %llu", &a, &b), 2);
+        completions = {ToolCall("python", "code",
+                                "print(" + std::to_string(a) + " * " + std::to_string(b) + ")",
+                                "Too large to do by heart; python computes it."),
+                       "python printed the product.</think>" + answer + kEos};
+      }
+      const v1::Trajectory t = Play(completions);
+      EXPECT_FALSE(t.penalty()) << t.failure_reason();
+      EXPECT_EQ(t.verdict().reward(), 1.0) << t.verdict().details();
+      EXPECT_EQ(t.steps(), 2);
+
+      auto demo = EncodeDemonstration(task_, tasks::BuiltinDemonstration(kind, 11),
+                                      options.scaffold, *tok_, 50, eos_);
+      ASSERT_TRUE(demo.ok()) << demo.status();
+      EXPECT_EQ(demo->tokens, seq_.tokens);
+      EXPECT_EQ(demo->loss_mask, seq_.loss_mask);
+      const std::string prompt = *tok_->Decode(
+          std::vector<int32_t>(seq_.tokens.begin(), seq_.tokens.begin() + seq_.prompt_length));
+      EXPECT_EQ(prompt.find("Available Tool Schemas") == std::string::npos, hide_schemas);
+      EXPECT_EQ(prompt.find("Use the tools, then answer.") != std::string::npos, hide_schemas);
+    }
+  }
+  // A wrong digit scores 0.
+  Reopen(Options(), tasks::BuiltinTask("lookup", 11));
+  const std::string file = task_.environment().files().begin()->first;
+  const std::string wrong(1, task_.verification().exact_answer() == "7" ? '3' : '7');
+  const v1::Trajectory t = Play({ToolCall("read_file", "path", file), "</think>" + wrong + kEos});
+  EXPECT_EQ(t.verdict().reward(), 0.0);
+}
+
+// Demonstrations that no episode could follow are refused, saying why.
+TEST_F(AgentEpisodesTest, MalformedDemonstrationsAreRefused) {
+  const v1::Task task = tasks::BuiltinTask("lookup", 3);
+  const std::vector<tasks::DemonstrationTurn> good = tasks::BuiltinDemonstration("lookup", 3);
+  ASSERT_EQ(good.size(), 2u);
+  auto refused = [&](std::vector<tasks::DemonstrationTurn> turns, int max_steps) {
+    v1::ScaffoldOptions options;
+    options.set_max_steps(max_steps);
+    auto demo = EncodeDemonstration(task, turns, options, *tok_, 0, eos_);
+    EXPECT_FALSE(demo.ok());
+    return std::string(demo.status().message());
+  };
+  EXPECT_NE(refused(good, 1).find("exceed max_steps 1"), std::string::npos);
+  EXPECT_NE(refused({}, 4).find("no turns"), std::string::npos);
+  auto no_result = good;
+  no_result[0].results.clear();
+  EXPECT_NE(refused(no_result, 4).find("turn 0: 1 tool calls but 0 results"), std::string::npos);
+  EXPECT_NE(refused({good[0]}, 4).find("the last turn must answer"), std::string::npos);
+  EXPECT_NE(refused({good[1], good[1]}, 4).find("only the last turn may answer"),
+            std::string::npos);
+  EXPECT_TRUE(tasks::BuiltinDemonstration("fix_repo", 3).empty());
+}
+
 TEST_F(AgentEpisodesTest, CutSampleStopsItsEpisodeUnsolved) {
   v1::Trajectory t = Play({"thinking without end"});
   EXPECT_FALSE(t.penalty());
@@ -176,7 +267,7 @@ TEST_F(AgentEpisodesTest, WorkerKilledMidEpisodeFailsItWithPenalty) {
 }
 
 TEST_F(AgentEpisodesTest, StoppingTheTrainerEndsWaitingEpisodes) {
-  episodes_->Start(1, ProductTask(), 50);
+  episodes_->Start(1, task_, 50);
   bool prompted = false;
   for (int i = 0; i < 300 && !prompted; ++i) {
     for (const AgentEvent& event : episodes_->Poll(0.1)) {

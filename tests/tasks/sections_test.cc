@@ -86,7 +86,8 @@ TEST(SectionsTest, SandboxEnvironmentTakesOnlyAgenticKinds) {
   Sections sections;
   EXPECT_EQ(Errors("tasks:\n  datasets:\n"
                    "    - {name: a, kind: arithmetic, environment: sandbox}\n"
-                   "    - {name: b, kind: fix_repo, environment: sandbox}\n",
+                   "    - {name: b, kind: fix_repo, environment: sandbox}\n"
+                   "    - {name: c, kind: lookup, environment: sandbox}\n",
                    &sections),
             "");
   EXPECT_EQ(sections.tasks.datasets[1].environment, "sandbox");
@@ -94,13 +95,16 @@ TEST(SectionsTest, SandboxEnvironmentTakesOnlyAgenticKinds) {
       "tasks:\n  datasets:\n"
       "    - {name: a, kind: sort, environment: sandbox}\n"
       "    - {name: b, kind: fix_repo}\n"
-      "    - {name: c, environment: docker}\n");
+      "    - {name: c, environment: docker}\n"
+      "    - {name: d, kind: lookup}\n");
   EXPECT_NE(errors.find("tasks.datasets[0].kind: environment sandbox runs the built-in agentic"),
             std::string::npos)
       << errors;
   EXPECT_NE(errors.find("tasks.datasets[1].kind: fix_repo is an agentic task"), std::string::npos)
       << errors;
   EXPECT_NE(errors.find("tasks.datasets[2].environment"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("tasks.datasets[3].kind: lookup is an agentic task"), std::string::npos)
+      << errors;
 }
 
 TEST(SectionsTest, DuplicateDatasetNames) {

@@ -880,3 +880,64 @@ TEST_F(AgentTrainTest, ARankThatLostItsWorkersTrainsOnNothingAndKeepsUp) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// The demo config (configs/agent.yaml), shortened: SFT on the lookup task's
+// built-in demonstrations, then GRPO episodes whose system prompt is the
+// config's, without the tool schemas. A task kind without demonstrations
+// cannot be trained with SFT, and the run says so.
+TEST_F(AgentTrainTest, SftTrainsOnDemonstrationsOfTheAgentTask) {
+  TempDir dir;
+  auto args = [&](const std::string& run, const std::string& kind) {
+    return std::vector<std::string>{"train",
+                                    "--config",
+                                    LOOM_SOURCE_DIR "/configs/agent.yaml",
+                                    "--run-dir",
+                                    dir / run,
+                                    "--set",
+                                    "model.path=" + (dir / (run + "-model")),
+                                    "--set",
+                                    "train.sft.steps=3",
+                                    "--set",
+                                    "train.grpo.steps=1",
+                                    "--set",
+                                    "tasks.datasets[0].kind=" + kind};
+  };
+  testing::LoomProcess train(args("lookup", "lookup"), dir / "lookup.out");
+  ASSERT_EQ(train.Wait(), 0) << testing::ReadAll(dir / "lookup.out");
+  auto metrics = metrics::ReadMetrics(dir / "lookup/metrics.jsonl");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  int sft_steps = 0, grpo_steps = 0;
+  for (const Json& r : *metrics) {
+    if (!r.contains("loss")) continue;
+    if (r["stage"] == "sft") {
+      ++sft_steps;
+      EXPECT_GT(r["loss_tokens"].get<int64_t>(), 0) << r.dump();
+    } else {
+      ++grpo_steps;
+      EXPECT_EQ(r["episodes_masked"], 0) << r.dump();
+    }
+  }
+  EXPECT_EQ(sft_steps, 3);
+  EXPECT_EQ(grpo_steps, 1);
+  const std::vector<Json> records = ReadJsonl(dir / "lookup/trajectories.jsonl");
+  ASSERT_FALSE(records.empty());
+  for (const Json& record : records) {
+    const Json& t = record["trajectory"];
+    EXPECT_EQ(t["messages"][0]["content"], "Use the tools, then answer.");
+    EXPECT_EQ(t["messages"][0]["tools_json"], "");
+    EXPECT_EQ(t["messages"][1]["content"], "The file code.txt holds a digit. Submit the digit.");
+  }
+
+  testing::LoomProcess refused(args("fix", "fix_repo"), dir / "fix.out");
+  EXPECT_NE(refused.Wait(), 0);
+  const std::string out = testing::ReadAll(dir / "fix.out");
+  EXPECT_NE(out.find("the agentic task fix_repo has no demonstration to train SFT on"),
+            std::string::npos)
+      << out;
+}
+
+}  // namespace
+}  // namespace loom

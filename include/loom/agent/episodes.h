@@ -72,6 +72,9 @@ class AgentConversation {
   // observation); it stays in the token sequence as an empty assistant turn.
   v1::GenerateReply Reply(const std::string& completion, int turn);
 
+  // How messages are encoded: thinking mode, with the effort line.
+  const chat::EncodeOptions& options() const { return options_; }
+
  private:
   const tokenizer::Tokenizer& tokenizer_;
   chat::EncodeOptions options_;

@@ -22,6 +22,8 @@ struct SandboxSection {
   int max_time_s = 300;              // scaffold time limit per episode
   int tool_timeout_s = 30;           // wall clock per tool call
   int max_turn_tokens = 0;           // generated tokens per assistant turn; 0 = no cap
+  bool tool_schemas = true;          // list the tools' schemas in the system prompt
+  std::string system_prompt;         // "" = the worker's default
   double lease_s = 600;              // remote workers keep a preempted trainer's episodes this long
   int snapshot_mb = 16;  // largest workspace a checkpoint snapshots per episode; 0 = none
 
@@ -66,6 +68,15 @@ struct SandboxSection {
                 "all turns) limits it.")
                 .Unit("tokens")
                 .Min(0));
+    v.Field("system_prompt", system_prompt,
+            Doc("The system prompt of every episode (the tool schemas follow it). Empty: the "
+                "worker's default, which says the agent works in a Linux sandbox with its files "
+                "in /workspace and submits its answer with the submit tool."));
+    v.Field("tool_schemas", tool_schemas,
+            Doc("List the tools' JSON schemas in each episode's system prompt (about 1k tokens "
+                "in the DSML format). false leaves them out, for a model that learned its tools "
+                "from demonstrations (SFT on the dataset's built-in demonstrations); the tools "
+                "stay callable."));
     v.Field("lease_s", lease_s,
             Doc("How long a remote worker keeps a running episode after the trainer went away "
                 "(preempted): a run resumed within it attaches to the episode, which goes on "

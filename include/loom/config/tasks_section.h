@@ -42,8 +42,10 @@ struct DatasetSection {
                 "problem shown at its own effort, so that a small model learns to read the "
                 "effort line) or a JSON-lines file. With `environment: sandbox`: a built-in "
                 "agentic task (arithmetic: a 9-digit product the python tool "
-                "helps with; fix_repo: a tiny Python package with a failing test).")
-                .OneOf({"arithmetic", "sort", "reverse", "effort", "jsonl", "fix_repo"}));
+                "helps with; fix_repo: a tiny Python package with a failing test; lookup: a "
+                "digit that only a file in the workspace holds). arithmetic and lookup come "
+                "with demonstrations, which an SFT stage trains on.")
+                .OneOf({"arithmetic", "sort", "reverse", "effort", "jsonl", "fix_repo", "lookup"}));
     v.Field("environment", environment,
             Doc("none: single-turn prompts judged by the verifier. sandbox: each sample is a "
                 "multi-turn agent episode on a sandbox worker (see `sandbox:`); its tool results "
@@ -122,13 +124,14 @@ struct DatasetSection {
     }
     if (kind == "jsonl" && path.empty()) errors.Error("path", "is required for kind jsonl");
     if (kind != "jsonl" && !path.empty()) errors.Error("path", "is only for kind jsonl");
-    if (environment == "sandbox" && kind != "arithmetic" && kind != "fix_repo") {
+    if (environment == "sandbox" && kind != "arithmetic" && kind != "fix_repo" &&
+        kind != "lookup") {
       errors.Error("kind",
-                   "environment sandbox runs the built-in agentic tasks: arithmetic or "
-                   "fix_repo");
+                   "environment sandbox runs the built-in agentic tasks: arithmetic, fix_repo "
+                   "or lookup");
     }
-    if (environment != "sandbox" && kind == "fix_repo") {
-      errors.Error("kind", "fix_repo is an agentic task: set environment: sandbox");
+    if (environment != "sandbox" && (kind == "fix_repo" || kind == "lookup")) {
+      errors.Error("kind", kind + " is an agentic task: set environment: sandbox");
     }
   }
 };

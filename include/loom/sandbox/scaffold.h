@@ -15,6 +15,7 @@
 // sequence and receives, with each request, the messages to append.
 
 #include <functional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "loom/sandbox/sandbox.h"
@@ -31,6 +32,13 @@ using GenerateFn = std::function<absl::StatusOr<v1::GenerateReply>(
 
 // The system prompt used when the task's options give none.
 const char* DefaultSystemPrompt();
+
+// The messages an episode of `task` opens with: the system prompt (with the
+// tool schemas unless `options` hide them) and the problem as the user turn.
+std::vector<v1::Message> OpeningMessages(const v1::Task& task, const v1::ScaffoldOptions& options);
+
+// The tool message that answers `call` with `result`.
+v1::Message ToolMessage(const v1::ToolCall& call, const v1::ToolResult& result);
 
 // Fills defaults (max_steps 8, max_time_s 300, tool_timeout_s 30).
 v1::ScaffoldOptions WithDefaults(const v1::ScaffoldOptions& options);

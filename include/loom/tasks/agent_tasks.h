@@ -7,9 +7,15 @@
 //    the python tool helps; reward: the exact answer.
 //  - fix_repo: a tiny Python package whose test fails because of a bug;
 //    reward: its tests pass (fail-to-pass and pass-to-pass lists).
+//  - lookup: a digit that only a file in the workspace holds; reward: the
+//    digit. An easy first tool task.
+//
+// arithmetic and lookup also come with a demonstration: the turns of an
+// episode that solves the task with its tools, for SFT.
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "loom/v1/sandbox.pb.h"
 
@@ -17,9 +23,20 @@ namespace loom::tasks {
 
 v1::Task ArithmeticTask(uint64_t seed);
 v1::Task FixRepoTask(uint64_t seed);
+v1::Task LookupTask(uint64_t seed);
 
-// Either kind by name ("arithmetic", "fix_repo"); INVALID_ARGUMENT otherwise
-// is the caller's job: unknown names return a task with an empty id.
+// A kind by name ("arithmetic", "fix_repo", "lookup"); INVALID_ARGUMENT
+// otherwise is the caller's job: unknown names return a task with an empty id.
 v1::Task BuiltinTask(const std::string& kind, uint64_t seed);
+
+// One assistant turn of a demonstration: the message (reasoning, content,
+// tool calls without ids) and what each of its tool calls returns.
+struct DemonstrationTurn {
+  v1::Message assistant;
+  std::vector<v1::ToolResult> results;
+};
+
+// The demonstration of BuiltinTask(kind, seed); empty for a kind without one.
+std::vector<DemonstrationTurn> BuiltinDemonstration(const std::string& kind, uint64_t seed);
 
 }  // namespace loom::tasks

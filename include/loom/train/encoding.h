@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "loom/tasks/problem.h"
 #include "loom/tokenizer/tokenizer.h"
+#include "loom/v1/sandbox.pb.h"
 
 namespace loom::train {
 
@@ -31,6 +32,16 @@ struct SftExample {
 absl::StatusOr<SftExample> EncodeSftExample(const tasks::Problem& problem, int effort,
                                             const tokenizer::Tokenizer& tokenizer,
                                             bool restate_effort = false);
+
+// An agent dataset's problem (`environment: sandbox`, built-in task `kind`):
+// the episode of the task's built-in demonstration as the rollout would
+// hold it, the loss on its assistant turns (agent/demonstration.h).
+// FAILED_PRECONDITION when `kind` has no demonstration.
+absl::StatusOr<SftExample> EncodeAgentSftExample(const tasks::Problem& problem,
+                                                 const std::string& kind,
+                                                 const v1::ScaffoldOptions& options, int effort,
+                                                 const tokenizer::Tokenizer& tokenizer,
+                                                 int64_t eos_id);
 
 // What a completion (the generated tokens after the prompt) earned.
 struct Judgement {
