@@ -10,35 +10,23 @@
 namespace loom::agent {
 namespace {
 
-absl::Status AppendMessages(const v1::GenerateRequest& request,
-                            std::vector<chat::Message>& history) {
-  for (const v1::Message& m : request.append()) {
-    absl::StatusOr<chat::Message> message = rpc::ToChatMessage(m);
-    if (!message.ok()) return message.status();
-    history.push_back(*std::move(message));
-  }
-  return absl::OkStatus();
-}
-
-// The ids the policy generates for `assistant` after `history`: its rendering
-// in the conversation, without the EOS the engine does not generate after a
-// tool-call block.
-absl::StatusOr<std::vector<int64_t>> GeneratedIds(const std::vector<chat::Message>& history,
+// The ids the policy generates for `assistant` after the conversation so
+// far (`so_far`, encoded as `prior`): its rendering in the conversation,
+// without the EOS the engine does not generate after a tool-call block.
+absl::StatusOr<std::vector<int64_t>> GeneratedIds(const AgentConversation& conversation,
+                                                  const std::vector<int64_t>& prior,
                                                   const chat::Message& assistant,
-                                                  const chat::EncodeOptions& options,
                                                   const tokenizer::Tokenizer& tokenizer,
                                                   int64_t eos_id) {
-  absl::StatusOr<std::vector<int32_t>> before = chat::EncodeIds(history, options, tokenizer);
-  if (!before.ok()) return before.status();
-  std::vector<chat::Message> with = history;
+  std::vector<chat::Message> with = conversation.messages();
   with.push_back(assistant);
-  absl::StatusOr<std::vector<int32_t>> after = chat::EncodeIds(with, options, tokenizer);
+  absl::StatusOr<std::vector<int32_t>> after =
+      chat::EncodeIds(with, conversation.options(), tokenizer);
   if (!after.ok()) return after.status();
-  if (after->size() <= before->size() ||
-      !std::equal(before->begin(), before->end(), after->begin())) {
+  if (after->size() <= prior.size() || !std::equal(prior.begin(), prior.end(), after->begin())) {
     return absl::InvalidArgumentError("the conversation before the turn is not a prefix of it");
   }
-  std::vector<int64_t> ids(after->begin() + static_cast<int64_t>(before->size()), after->end());
+  std::vector<int64_t> ids(after->begin() + static_cast<int64_t>(prior.size()), after->end());
   if (!assistant.tool_calls.empty() && ids.back() == eos_id) ids.pop_back();
   return ids;
 }
@@ -56,7 +44,6 @@ absl::StatusOr<DemonstrationExample> EncodeDemonstration(
         "task ", task.id(), ": ", turns.size(), " turns exceed max_steps ", scaffold.max_steps()));
   }
   AgentConversation conversation(tokenizer, effort, eos_id);
-  std::vector<chat::Message> history;  // the chat view, to render each turn
   DemonstrationExample example;
   auto add = [&example](const std::vector<int64_t>& ids, uint8_t loss) {
     example.tokens.insert(example.tokens.end(), ids.begin(), ids.end());
@@ -72,12 +59,11 @@ absl::StatusOr<DemonstrationExample> EncodeDemonstration(
     absl::StatusOr<std::vector<int64_t>> observed = conversation.Observe(request);
     if (!observed.ok()) return absl::InvalidArgumentError(at + observed.status().ToString());
     add(*observed, 0);
-    if (absl::Status s = AppendMessages(request, history); !s.ok()) return s;
 
     absl::StatusOr<chat::Message> assistant = rpc::ToChatMessage(turns[t].assistant);
     if (!assistant.ok()) return absl::InvalidArgumentError(at + assistant.status().ToString());
     absl::StatusOr<std::vector<int64_t>> generated =
-        GeneratedIds(history, *assistant, conversation.options(), tokenizer, eos_id);
+        GeneratedIds(conversation, example.tokens, *assistant, tokenizer, eos_id);
     if (!generated.ok()) return absl::InvalidArgumentError(at + generated.status().ToString());
     add(*generated, 1);
     absl::StatusOr<std::string> text =
@@ -87,9 +73,6 @@ absl::StatusOr<DemonstrationExample> EncodeDemonstration(
     if (!reply.has_assistant()) {
       return absl::InvalidArgumentError(at + "does not parse back: " + reply.parse_error());
     }
-    absl::StatusOr<chat::Message> parsed = rpc::ToChatMessage(reply.assistant());
-    if (!parsed.ok()) return absl::InvalidArgumentError(at + parsed.status().ToString());
-    history.push_back(*std::move(parsed));
 
     const auto& calls = reply.assistant().tool_calls();
     if (calls.size() != static_cast<int>(turns[t].results.size())) {

@@ -74,6 +74,9 @@ class AgentConversation {
 
   // How messages are encoded: thinking mode, with the effort line.
   const chat::EncodeOptions& options() const { return options_; }
+  // The conversation so far, as encoded (an unparsable turn as an empty
+  // assistant message).
+  const std::vector<chat::Message>& messages() const { return messages_; }
 
  private:
   const tokenizer::Tokenizer& tokenizer_;
