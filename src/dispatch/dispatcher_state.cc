@@ -1,5 +1,7 @@
 // Dispatcher checkpoint state (ExportState / ImportState).
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "loom/dispatch/dispatcher.h"
 
@@ -95,22 +97,33 @@ json Dispatcher::ExportState() const {
           {"ready", ready}};
 }
 
-absl::Status Dispatcher::ImportState(const json& state) {
+// Everything ExportState() writes, parsed and checked for consistency.
+struct Dispatcher::ParsedState {
+  int64_t policy_state = 0, budget = 0, inflight = 0, ready_samples = 0, finished_total = 0;
+  uint64_t next_id = 0, rng_state = 0;
+  std::vector<int64_t> dataset_inflight;
+  std::vector<uint64_t> cursors;
+  std::map<uint64_t, PromptState> prompts;
+  std::map<uint64_t, InflightSample> samples;
+  std::vector<ReadySubgroup> ready;
+};
+
+absl::StatusOr<Dispatcher::ParsedState> Dispatcher::ParseState(const json& state) const {
   try {
     if (state.at("policy").get<std::string>() != policy_->name()) {
       return absl::DataLossError("dispatch state is for policy '" +
                                  state.at("policy").get<std::string>() + "', the run uses '" +
                                  policy_->name() + "'");
     }
-    auto dataset_inflight = state.at("dataset_inflight").get<std::vector<int64_t>>();
-    auto cursors = state.at("cursors").get<std::vector<uint64_t>>();
-    if (cursors.size() != options_.datasets.size() ||
-        dataset_inflight.size() != options_.datasets.size()) {
-      return absl::DataLossError("dispatch state has " + std::to_string(cursors.size()) +
+    ParsedState parsed;
+    parsed.dataset_inflight = state.at("dataset_inflight").get<std::vector<int64_t>>();
+    parsed.cursors = state.at("cursors").get<std::vector<uint64_t>>();
+    if (parsed.cursors.size() != options_.datasets.size() ||
+        parsed.dataset_inflight.size() != options_.datasets.size()) {
+      return absl::DataLossError("dispatch state has " + std::to_string(parsed.cursors.size()) +
                                  " datasets, the run has " +
                                  std::to_string(options_.datasets.size()));
     }
-    std::map<uint64_t, PromptState> prompts;
     for (const auto& p : state.at("prompts")) {
       PromptState prompt;
       prompt.group = GroupFromJson(p.at("group"));
@@ -120,50 +133,85 @@ absl::Status Dispatcher::ImportState(const json& state) {
       for (const auto& left : p.at("subgroup_unfinished")) {
         prompt.subgroup_unfinished[left.at(0).get<uint64_t>()] = left.at(1).get<int>();
       }
-      prompts[prompt.group.prompt_id] = std::move(prompt);
+      parsed.prompts[prompt.group.prompt_id] = std::move(prompt);
     }
-    std::map<uint64_t, InflightSample> samples;
     for (const auto& s : state.at("samples")) {
       const uint64_t prompt_id = s.at(1).get<uint64_t>();
       const int dataset = s.at(3).get<int>();
-      if (!prompts.count(prompt_id) || dataset < 0 ||
+      if (!parsed.prompts.count(prompt_id) || dataset < 0 ||
           dataset >= static_cast<int>(options_.datasets.size())) {
         return absl::DataLossError("dispatch state: sample " + s.at(0).dump() +
                                    " refers to an unknown prompt or dataset");
       }
-      samples[s.at(0).get<uint64_t>()] = {prompt_id, s.at(2).get<uint64_t>(), dataset,
-                                          s.at(4).get<int64_t>()};
+      parsed.samples[s.at(0).get<uint64_t>()] = {prompt_id, s.at(2).get<uint64_t>(), dataset,
+                                                 s.at(4).get<int64_t>()};
     }
-    std::vector<ReadySubgroup> ready;
-    for (const auto& r : state.at("ready")) ready.push_back(ReadyFromJson(r));
-    const auto policy_state = state.at("policy_state").get<int64_t>();
-    const auto budget = state.at("budget").get<int64_t>();
-    const auto inflight = state.at("inflight").get<int64_t>();
-    const auto ready_samples = state.at("ready_samples").get<int64_t>();
-    const auto finished_total = state.at("finished_total").get<int64_t>();
-    const auto next_id = state.at("next_id").get<uint64_t>();
-    const auto rng_state = state.at("rng_state").get<uint64_t>();
-    if (inflight != static_cast<int64_t>(samples.size())) {
-      return absl::DataLossError("dispatch state: inflight " + std::to_string(inflight) + " but " +
-                                 std::to_string(samples.size()) + " samples listed");
+    for (const auto& r : state.at("ready")) parsed.ready.push_back(ReadyFromJson(r));
+    parsed.policy_state = state.at("policy_state").get<int64_t>();
+    parsed.budget = state.at("budget").get<int64_t>();
+    parsed.inflight = state.at("inflight").get<int64_t>();
+    parsed.ready_samples = state.at("ready_samples").get<int64_t>();
+    parsed.finished_total = state.at("finished_total").get<int64_t>();
+    parsed.next_id = state.at("next_id").get<uint64_t>();
+    parsed.rng_state = state.at("rng_state").get<uint64_t>();
+    if (parsed.inflight != static_cast<int64_t>(parsed.samples.size())) {
+      return absl::DataLossError("dispatch state: inflight " + std::to_string(parsed.inflight) +
+                                 " but " + std::to_string(parsed.samples.size()) +
+                                 " samples listed");
     }
-    // Everything parsed and consistent: commit.
-    policy_->SetState(policy_state);
-    budget_ = budget;
-    inflight_ = inflight;
-    ready_samples_ = ready_samples;
-    finished_total_ = finished_total;
-    next_id_ = next_id;
-    rng_state_ = rng_state;
-    dataset_inflight_ = std::move(dataset_inflight);
-    cursors_ = std::move(cursors);
-    prompts_ = std::move(prompts);
-    samples_ = std::move(samples);
-    ready_ = std::move(ready);
-    return absl::OkStatus();
+    return parsed;
   } catch (const json::exception& e) {
     return absl::DataLossError(std::string("dispatch state is malformed: ") + e.what());
   }
+}
+
+absl::Status Dispatcher::ImportState(const json& state) {
+  auto parsed = ParseState(state);
+  if (!parsed.ok()) return parsed.status();
+  policy_->SetState(parsed->policy_state);
+  budget_ = parsed->budget;
+  inflight_ = parsed->inflight;
+  ready_samples_ = parsed->ready_samples;
+  finished_total_ = parsed->finished_total;
+  next_id_ = parsed->next_id;
+  rng_state_ = parsed->rng_state;
+  dataset_inflight_ = std::move(parsed->dataset_inflight);
+  cursors_ = std::move(parsed->cursors);
+  prompts_ = std::move(parsed->prompts);
+  samples_ = std::move(parsed->samples);
+  ready_ = std::move(parsed->ready);
+  return absl::OkStatus();
+}
+
+absl::Status Dispatcher::AdoptState(const json& state) {
+  auto parsed = ParseState(state);
+  if (!parsed.ok()) return parsed.status();
+  for (const auto& [id, prompt] : parsed->prompts) {
+    if (prompts_.count(id)) {
+      return absl::DataLossError("dispatch state to take over: prompt " + std::to_string(id) +
+                                 " is this rank's too");
+    }
+  }
+  prompts_.merge(parsed->prompts);
+  samples_.merge(parsed->samples);
+  ready_.insert(ready_.end(), parsed->ready.begin(), parsed->ready.end());
+  inflight_ += parsed->inflight;
+  ready_samples_ += parsed->ready_samples;
+  finished_total_ += parsed->finished_total;
+  for (size_t d = 0; d < dataset_inflight_.size(); ++d) {
+    dataset_inflight_[d] += parsed->dataset_inflight[d];
+  }
+  next_id_ = std::max(next_id_, parsed->next_id);  // no id it used is given again
+  return absl::OkStatus();
+}
+
+absl::Status Dispatcher::ContinueStreamOf(const json& state) {
+  auto parsed = ParseState(state);
+  if (!parsed.ok()) return parsed.status();
+  next_id_ = std::max(next_id_, parsed->next_id);
+  cursors_ = std::move(parsed->cursors);
+  rng_state_ = parsed->rng_state;
+  return absl::OkStatus();
 }
 
 }  // namespace loom::dispatch

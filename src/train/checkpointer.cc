@@ -4,8 +4,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iterator>
+#include <vector>
 
-#include "absl/strings/numbers.h"
 #include "loom/ckpt/checkpoint.h"
 #include "loom/config/files.h"
 #include "loom/train/preemption.h"
@@ -115,37 +116,75 @@ absl::Status Checkpointer::StageRankShare(const TrainState& state) const {
   return WriteRankState(state, dir);
 }
 
+std::string Checkpointer::ShareDir(int rank) const {
+  return rank == 0 ? resume_dir_ : resume_dir_ + "/ranks/rank" + std::to_string(rank);
+}
+
+int Checkpointer::WrittenRanks() const {
+  int ranks = 1;
+  while (fs::exists(ShareDir(ranks) + "/state.json")) ++ranks;
+  return ranks;
+}
+
 absl::Status Checkpointer::TakeRankShare() {
   if (!resume_state_ || !resume_state_->grpo) return absl::OkStatus();
   const int world = group_ != nullptr ? group_->size() : 1;
-  if (world > 1 && group_->rank() != 0) return TakeOwnShare();
-  // Rank 0: shares of ranks this run does not have are not resumed.
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(resume_dir_ + "/ranks", ec)) {
-    const std::string name = entry.path().filename().string();
-    int r = 0;
-    if (name.rfind("rank", 0) != 0 || !absl::SimpleAtoi(name.substr(4), &r) || r < world) continue;
-    spdlog::warn(
-        "{} was written by more ranks: rank {}'s in-flight and finished samples are not resumed "
-        "(their prompts are not trained; later prompts are)",
-        resume_dir_, r);
+  const int rank = group_ != nullptr ? group_->rank() : 0;
+  const int written = WrittenRanks();
+  if (rank != 0) {
+    // Rank 0's loop was read with the checkpoint; this rank's replaces it.
+    if (rank < written) {
+      auto share = ReadRankState(ShareDir(rank));
+      if (!share.ok()) return share.status();
+      resume_state_->grpo = *std::move(share);
+    } else {
+      resume_state_->grpo = GrpoCursor{};  // a new rank: its loop starts empty
+    }
   }
-  return absl::OkStatus();
-}
+  if (written == world) return absl::OkStatus();
 
-absl::Status Checkpointer::TakeOwnShare() {
-  const std::string dir = resume_dir_ + "/ranks/rank" + std::to_string(group_->rank());
-  if (!fs::exists(dir)) {
-    // More ranks than the checkpoint was written with: this one starts its
-    // share of the prompt stream afresh.
-    spdlog::warn("{} has no share for rank {} (written by fewer ranks): its loop starts empty",
-                 resume_dir_, group_->rank());
-    resume_state_->grpo = GrpoCursor{};
-    return absl::OkStatus();
+  RankChange change;
+  change.written_ranks = written;
+  uint64_t furthest = 0;
+  for (int r = 0; r < written; ++r) {
+    auto dispatcher = ReadDispatcherState(ShareDir(r));
+    if (!dispatcher.ok()) return dispatcher.status();
+    const auto next_id = dispatcher->find("next_id");
+    if (next_id == dispatcher->end() || !next_id->is_number_unsigned()) {
+      return absl::DataLossError(ShareDir(r) + "/state.json: grpo.dispatcher has no next_id");
+    }
+    if (change.stream.is_null() || next_id->get<uint64_t>() > furthest) {
+      furthest = next_id->get<uint64_t>();
+      change.stream = *std::move(dispatcher);
+    }
   }
-  auto share = ReadRankState(dir);
-  if (!share.ok()) return share.status();
-  resume_state_->grpo = *std::move(share);
+  GrpoCursor& own = *resume_state_->grpo;
+  for (int gone = world; gone < written; ++gone) {
+    if (gone % world != rank) continue;
+    auto share = ReadRankState(ShareDir(gone));
+    if (!share.ok()) return share.status();
+    spdlog::info(
+        "{} was written by {} ranks: rank {} takes over rank {}'s {} in-flight and {} "
+        "finished samples",
+        resume_dir_, written, rank, gone, share->inflight.size(), share->finished.size());
+    auto append = [](std::vector<rollout::SampleState>& into,
+                     std::vector<rollout::SampleState>& from) {
+      into.insert(into.end(), std::make_move_iterator(from.begin()),
+                  std::make_move_iterator(from.end()));
+    };
+    append(own.inflight, share->inflight);
+    append(own.finished, share->finished);
+    own.records.insert(own.records.end(), share->records.begin(), share->records.end());
+    own.prefill_tokens += share->prefill_tokens;
+    own.decode_tokens += share->decode_tokens;
+    change.adopted_ranks.push_back(gone);
+    change.adopted.push_back(std::move(share->dispatcher));
+  }
+  auto by_id = [](const auto& a, const auto& b) { return a.id < b.id; };
+  std::sort(own.inflight.begin(), own.inflight.end(), by_id);
+  std::sort(own.finished.begin(), own.finished.end(), by_id);
+  std::sort(own.records.begin(), own.records.end(), by_id);
+  resume_state_->rank_change = std::move(change);
   return absl::OkStatus();
 }
 

@@ -117,8 +117,17 @@ absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop,
   if (absl::Status s = loop.optimizer.LoadStateDict(state->optimizer); !s.ok()) return s;
   // A rank the checkpoint had no share for (written by fewer ranks) starts
   // its dispatcher afresh.
+  dispatch::Dispatcher& dispatcher = loop.loop.dispatcher();
   if (!grpo.dispatcher.is_null()) {
-    if (absl::Status s = loop.loop.dispatcher().ImportState(grpo.dispatcher); !s.ok()) return s;
+    if (absl::Status s = dispatcher.ImportState(grpo.dispatcher); !s.ok()) return s;
+  }
+  if (state->rank_change) {
+    for (const nlohmann::json& adopted : state->rank_change->adopted) {
+      if (absl::Status s = dispatcher.AdoptState(adopted); !s.ok()) return s;
+    }
+    if (absl::Status s = dispatcher.ContinueStreamOf(state->rank_change->stream); !s.ok()) {
+      return s;
+    }
   }
   std::map<uint64_t, agent::EpisodeRecord> episodes;  // running on leased sessions
   for (const SampleRecord& r : grpo.records) {
@@ -195,6 +204,10 @@ absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop,
     continue_episode(entry, std::move(episode));
     ++resumed;
   }
+  const int written_ranks =
+      state->rank_change ? state->rank_change->written_ranks : context.world_size();
+  const std::vector<int> taken_over =
+      state->rank_change ? state->rank_change->adopted_ranks : std::vector<int>{};
   loop.loop.totals().prefill_tokens = grpo.prefill_tokens;
   loop.loop.totals().decode_tokens = grpo.decode_tokens;
   loop.step = state->cursor.step;
@@ -211,7 +224,9 @@ absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop,
                                 {"kv_tokens_restored", kv_tokens},
                                 {"finished_restored", finished},
                                 {"episodes_resumed", resumed},
-                                {"episodes_restarted", restarted}});
+                                {"episodes_restarted", restarted},
+                                {"ranks_written", written_ranks},
+                                {"ranks_taken_over", taken_over}});
 }
 
 absl::Status SftBoundary(TrainContext& context, AdamW& optimizer, const SftCursor& cursor,

@@ -248,6 +248,16 @@ absl::StatusOr<GrpoCursor> ReadRankState(const std::string& dir) {
   return *std::move(state->grpo);
 }
 
+absl::StatusOr<nlohmann::json> ReadDispatcherState(const std::string& dir) {
+  const std::string path = dir + "/state.json";
+  auto text = ReadFile(path);
+  if (!text.ok()) return absl::DataLossError(path + ": " + std::string(text.status().message()));
+  auto state = ParseState(*text, path);
+  if (!state.ok()) return state.status();
+  if (!state->grpo) return absl::DataLossError(path + ": no loop state (`grpo`)");
+  return std::move(state->grpo->dispatcher);
+}
+
 absl::Status RestoreTorchRng(const std::string& dir) {
   auto tensors = model::ReadSafetensors(dir + "/rng.safetensors");
   if (!tensors.ok()) return absl::DataLossError(std::string(tensors.status().message()));

@@ -262,6 +262,90 @@ TEST(PolicyTest, RanksDealTheOneRankStreamRoundRobin) {
   EXPECT_EQ(Dispatcher::Create(bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Resuming on fewer ranks: a rank takes over the groups of a rank that is
+// gone, and every rank continues the one-rank stream from the furthest point
+// any rank reached, with the new stride: the very groups (dataset, problem,
+// ids) one rank would make there, so no id is given twice.
+TEST(PolicyTest, FewerRanksTakeOverTheGoneRanksGroupsAndContinueTheStream) {
+  constexpr int kGroups = 20;
+  DispatchOptions single = Options("sample");
+  single.max_inflight = single.batch_samples = 4 * kGroups;
+  single.datasets = {{"arith", 1.0, 0}, {"sort", 2.0, 0}};
+  FakeEngine whole = Engine();
+  Make(single)->Refill(whole);
+  ASSERT_EQ(whole.admitted().size(), static_cast<size_t>(kGroups));
+
+  // Three ranks, which had dispatched 2, 1 and 3 groups when they stopped.
+  const size_t made[] = {2, 1, 3};
+  std::vector<nlohmann::json> states;
+  std::vector<std::vector<uint64_t>> held(3);  // each old rank's sample ids
+  for (int rank = 0; rank < 3; ++rank) {
+    DispatchOptions share = single;
+    share.max_inflight = 4 * static_cast<int>(made[rank]);
+    share.batch_samples = 4;
+    share.rank = rank;
+    share.ranks = 3;
+    FakeEngine engine = Engine();
+    auto dispatcher = Make(share);
+    dispatcher->Refill(engine);
+    ASSERT_EQ(engine.admitted().size(), made[rank]);
+    for (size_t k = 0; k < made[rank]; ++k) {
+      for (uint64_t id : SamplesOf(engine, k)) held[rank].push_back(id);
+    }
+    states.push_back(dispatcher->ExportState());
+  }
+  std::set<uint64_t> old_ids;
+  for (const auto& ids : held) old_ids.insert(ids.begin(), ids.end());
+
+  // Two ranks now: rank 0 takes over rank 2's groups; rank 2 went furthest
+  // (3 rounds of 3 groups), so both go on from group 9 of the stream.
+  for (int rank = 0; rank < 2; ++rank) {
+    DispatchOptions share = single;
+    share.max_inflight = share.batch_samples = 4 * kGroups / 2;
+    share.rank = rank;
+    share.ranks = 2;
+    auto dispatcher = Make(share);
+    ASSERT_TRUE(dispatcher->ImportState(states[rank]).ok());
+    std::vector<uint64_t> mine = held[rank];
+    if (rank == 0) {
+      ASSERT_TRUE(dispatcher->AdoptState(states[2]).ok());
+      mine.insert(mine.end(), held[2].begin(), held[2].end());
+      // Its own state again: every prompt would be held twice.
+      EXPECT_TRUE(absl::IsDataLoss(dispatcher->AdoptState(states[0])));
+    }
+    ASSERT_TRUE(dispatcher->ContinueStreamOf(states[2]).ok());
+    EXPECT_EQ(dispatcher->inflight(), static_cast<int64_t>(mine.size()));
+    for (uint64_t id : mine) dispatcher->OnSampleFinished(id);
+    EXPECT_EQ(dispatcher->inflight(), 0);
+    EXPECT_EQ(dispatcher->ready_samples(), static_cast<int64_t>(mine.size()));
+
+    FakeEngine engine = Engine();
+    dispatcher->Refill(engine);
+    ASSERT_FALSE(engine.admitted().empty());
+    for (size_t k = 0; k < engine.admitted().size(); ++k) {
+      const PromptGroup& group = engine.admitted()[k];
+      const size_t g = 9 + 2 * k + static_cast<size_t>(rank);
+      ASSERT_LT(g, whole.admitted().size());
+      EXPECT_EQ(group.prompt_id, whole.admitted()[g].prompt_id)
+          << "rank " << rank << " group " << k;
+      EXPECT_EQ(group.dataset, whole.admitted()[g].dataset);
+      EXPECT_EQ(group.problem_index, whole.admitted()[g].problem_index);
+      EXPECT_EQ(SamplesOf(engine, k), SamplesOf(whole, g));
+      for (uint64_t id : SamplesOf(engine, k)) EXPECT_FALSE(old_ids.count(id)) << id;
+    }
+  }
+
+  // A state of another dataset list continues nothing.
+  DispatchOptions one_dataset = Options("sample");
+  FakeEngine engine = Engine();
+  auto other = Make(one_dataset);
+  other->Refill(engine);
+  auto dispatcher = Make(single);
+  EXPECT_TRUE(absl::IsDataLoss(dispatcher->ContinueStreamOf(other->ExportState())));
+  EXPECT_TRUE(absl::IsDataLoss(dispatcher->AdoptState(other->ExportState())));
+  EXPECT_EQ(dispatcher->inflight(), 0);
+}
+
 // BatchReady says what TakeBatch would do, and changes nothing.
 TEST(PolicyTest, BatchReadyPredictsTakeBatch) {
   auto dispatcher = Make(Options("sample"));

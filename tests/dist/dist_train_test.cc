@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -41,6 +43,17 @@ std::vector<nlohmann::json> StepLines(const std::string& path) {
     if (r.is_object() && r.contains("loss") && !r.contains("eval_accuracy")) steps.push_back(r);
   }
   return steps;
+}
+
+// Every JSON object line of a file, in order.
+std::vector<nlohmann::json> JsonLines(const std::string& path) {
+  std::vector<nlohmann::json> objects;
+  std::istringstream lines(ReadAll(path));
+  for (std::string line; std::getline(lines, line);) {
+    auto r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (r.is_object()) objects.push_back(r);
+  }
+  return objects;
 }
 
 // Eval lines (rank 0's metrics), in order.
@@ -335,12 +348,39 @@ TEST_F(DistTrainTest, GrpoOnTwoRanksTrainsLikeOneAndResumesExactly) {
   }
   EXPECT_NE(ReadAll(run + "/log.rank1.txt").find("in-flight samples restored"), std::string::npos);
 
-  auto on_one = RunLoom(command(grpo, "--run-dir " + run + "-on-1 --resume auto"));
+  // On 1 rank: rank 0 takes over rank 1's samples, and trains every sample
+  // either rank had in the checkpoint, each once, under ids never given twice.
+  const std::string on_one_dir = run + "-on-1";
+  auto on_one = RunLoom(command(grpo, "--run-dir " + on_one_dir + " --resume auto"));
   ASSERT_EQ(on_one.exit_code, 0) << on_one.err;
-  EXPECT_EQ(StepLines(run + "-on-1/metrics.jsonl").back()["step"], 12);
-  EXPECT_NE(ReadAll(run + "-on-1/log.txt")
-                .find("rank 1's in-flight and finished samples are not resumed"),
-            std::string::npos);
+  EXPECT_EQ(StepLines(on_one_dir + "/metrics.jsonl").back()["step"], 12);
+  EXPECT_NE(ReadAll(on_one_dir + "/log.txt").find("rank 0 takes over rank 1's"), std::string::npos);
+  const std::string checkpoint = on_one_dir + "/checkpoints/" + latest;
+  std::set<uint64_t> saved;  // every sample in the checkpoint, either rank's
+  for (const std::string& share : {checkpoint, checkpoint + "/ranks/rank1"}) {
+    auto state = nlohmann::json::parse(ReadAll(share + "/state.json"));
+    for (const auto& record : state["grpo"]["records"]) saved.insert(record["id"].get<uint64_t>());
+  }
+  ASSERT_FALSE(saved.empty());
+  nlohmann::json resume;
+  for (const auto& line : JsonLines(on_one_dir + "/metrics.jsonl")) {
+    if (line.value("event", "") == "resume") resume = line;
+  }
+  ASSERT_TRUE(resume.is_object());
+  EXPECT_EQ(resume["ranks_written"], 2);
+  EXPECT_EQ(resume["ranks_taken_over"], nlohmann::json::array({1}));
+  EXPECT_EQ(resume["inflight_restored"].get<size_t>() + resume["finished_restored"].get<size_t>(),
+            saved.size());
+  const int64_t resumed_at = resume["step"].get<int64_t>();
+  std::map<uint64_t, int> times_trained;  // per sample id, over the whole run
+  for (const char* file : {"/samples.jsonl", "/samples.rank1.jsonl"}) {
+    for (const auto& line : JsonLines(on_one_dir + file)) {
+      ++times_trained[line["id"].get<uint64_t>()];
+      if (line["step"].get<int64_t>() > resumed_at) saved.erase(line["id"].get<uint64_t>());
+    }
+  }
+  EXPECT_TRUE(saved.empty()) << saved.size() << " samples of the checkpoint were never trained";
+  for (const auto& [id, times] : times_trained) EXPECT_EQ(times, 1) << "sample " << id;
 }
 
 // OPD on 2 ranks from two teachers of other architectures: in sync dispatch

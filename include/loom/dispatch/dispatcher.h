@@ -120,6 +120,19 @@ class Dispatcher {
   // options. DATA_LOSS for a malformed or mismatched state (nothing changed).
   absl::Status ImportState(const nlohmann::json& state);
 
+  // Resuming on fewer ranks: takes over the ExportState() of a rank that is
+  // gone, after ImportState() of this rank's own. Its prompts, in-flight
+  // samples and ready subgroups join this rank's, to finish and be trained
+  // here; no id it gave out is given again. DATA_LOSS for a malformed state
+  // or a prompt both hold (nothing changed).
+  absl::Status AdoptState(const nlohmann::json& state);
+
+  // Resuming on another number of ranks: continues the prompt stream where
+  // the rank whose ExportState() is `state` left it (its cursors, dataset
+  // draws and ids), with this dispatcher's own rank and stride. Every rank
+  // given the same state draws disjoint shares of one stream again.
+  absl::Status ContinueStreamOf(const nlohmann::json& state);
+
  private:
   struct InflightSample {
     uint64_t prompt_id;
@@ -135,7 +148,11 @@ class Dispatcher {
     std::map<uint64_t, int> subgroup_unfinished;  // subgroup id -> samples left
   };
 
+  struct ParsedState;
+
   Dispatcher(DispatchOptions options, std::unique_ptr<DispatchPolicy> policy);
+  // ExportState() output, checked against these options.
+  absl::StatusOr<ParsedState> ParseState(const nlohmann::json& state) const;
 
   PolicyView View() const;
   bool StalenessAllowsDispatch() const;

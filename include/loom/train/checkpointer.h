@@ -88,8 +88,11 @@ class Checkpointer {
   // of a checkpoint, its writing there, and (resuming) its reading back.
   std::string RankStagingDir(int rank) const;
   absl::Status StageRankShare(const TrainState& state) const;
+  // Resuming an async stage: this rank's loop from the checkpoint, and on
+  // another number of ranks the shares it takes over (RankChange).
   absl::Status TakeRankShare();
-  absl::Status TakeOwnShare();  // rank > 0: its own share replaces rank 0's loop
+  std::string ShareDir(int rank) const;  // where rank `rank`'s loop was written
+  int WrittenRanks() const;              // how many ranks wrote the checkpoint
   absl::Status ResolveAndRead(const std::string& resume_spec);
 
   const config::RunConfig& config_;

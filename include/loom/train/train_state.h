@@ -79,11 +79,27 @@ struct GrpoCursor {
   int64_t decode_tokens = 0;
 };
 
+// Resuming an async stage on another number of ranks than wrote the
+// checkpoint: how this rank's loop picks up (set by the Checkpointer on
+// reading, never written).
+struct RankChange {
+  int written_ranks = 1;
+  // Dispatcher states of the ranks that are gone whose samples this rank
+  // took over (rank g goes to rank g mod world); their samples and records
+  // are already in this rank's GrpoCursor.
+  std::vector<int> adopted_ranks;
+  std::vector<nlohmann::json> adopted;
+  // Dispatcher state of the rank furthest along the prompt stream: every
+  // rank continues the stream from there.
+  nlohmann::json stream;
+};
+
 struct TrainState {
   RunCursor cursor;
   model::TensorMap optimizer;  // AdamW::StateDict()
   std::optional<SftCursor> sft;
   std::optional<GrpoCursor> grpo;
+  std::optional<RankChange> rank_change;
 };
 
 // Writes `state`, the model (with `tokenizer_json` copied beside it), the
@@ -106,6 +122,9 @@ absl::StatusOr<TrainState> ReadTrainState(const std::string& dir);
 // `dir`; ReadRankState reads it back (DATA_LOSS naming the file).
 absl::Status WriteRankState(const TrainState& state, const std::string& dir);
 absl::StatusOr<GrpoCursor> ReadRankState(const std::string& dir);
+// Only the dispatcher state of the loop in `dir` (rank 0's checkpoint
+// directory or a rank's share), without its samples.
+absl::StatusOr<nlohmann::json> ReadDispatcherState(const std::string& dir);
 
 // Restores the LibTorch default CPU generator from dir/rng.safetensors.
 absl::Status RestoreTorchRng(const std::string& dir);
