@@ -416,13 +416,30 @@ std::string LatestCheckpoint(const std::string& run_dir) {
   return run_dir + "/checkpoints/" + latest;
 }
 
+// The directories of a checkpoint that hold a loop's share: its own (rank
+// 0's) and ranks/rank<r>/ for the other ranks that wrote it.
+std::vector<std::string> ShareDirs(const std::string& checkpoint) {
+  std::vector<std::string> dirs = {checkpoint};
+  for (int r = 1; std::filesystem::exists(checkpoint + "/ranks/rank" + std::to_string(r)); ++r) {
+    dirs.push_back(checkpoint + "/ranks/rank" + std::to_string(r));
+  }
+  return dirs;
+}
+
+std::vector<std::string> Launch2(std::vector<std::string> train) {
+  std::vector<std::string> args = {"launch", "--nproc", "2", "--"};
+  args.insert(args.end(), train.begin(), train.end());
+  return args;
+}
+
 // Remote workers (started here, so they outlive every trainer) and a run
-// on them that is preempted while episodes run, until its checkpoint holds
-// episodes to attach to again.
+// on them, on `ranks` ranks, that is preempted while episodes run, until its
+// checkpoint holds episodes to attach to again.
 class RemoteAgentRun {
  public:
-  RemoteAgentRun(const TempDir& dir, const std::string& name, bool deterministic = false)
-      : dir_(dir), run_dir_(dir / name), deterministic_(deterministic) {
+  RemoteAgentRun(const TempDir& dir, const std::string& name, bool deterministic = false,
+                 int ranks = 1)
+      : dir_(dir), run_dir_(dir / name), deterministic_(deterministic), ranks_(ranks) {
     rpc::LocalWorkerOptions local;
     local.binary = LOOM_BINARY;
     local.count = 2;
@@ -434,29 +451,37 @@ class RemoteAgentRun {
   rpc::LocalWorkers& workers() { return *workers_; }
   const std::string& run_dir() const { return run_dir_; }
 
-  TrainProcess Train(bool resume) {
+  // `loom train` on the workers, on `ranks` ranks (0: as many as the run
+  // was made with).
+  testing::LoomProcess Train(bool resume, int ranks = 0) {
     const auto& t = workers_->targets();
-    std::vector<std::string> args = {"--set", "async.batch_samples=8",
-                                     "--set", "sandbox.local=0",
-                                     "--set", "sandbox.workers=[" + t[0] + ", " + t[1] + "]"};
+    std::vector<std::string> extra = {"--set", "async.batch_samples=8",
+                                      "--set", "sandbox.local=0",
+                                      "--set", "sandbox.workers=[" + t[0] + ", " + t[1] + "]"};
     if (deterministic_) {
-      args.insert(args.end(), {"--set", "run.deterministic=true", "--set", "run.threads=1"});
+      extra.insert(extra.end(), {"--set", "run.deterministic=true", "--set", "run.threads=1"});
     }
-    return TrainProcess(run_dir_, dir_ / "model", kSteps, resume, args);
+    std::vector<std::string> args = TrainArgs(run_dir_, dir_ / "model", kSteps, resume, extra);
+    if ((ranks == 0 ? ranks_ : ranks) == 2) args = Launch2(args);
+    return testing::LoomProcess(args, run_dir_ + ".out");
   }
 
   // Preempts the run (resuming it each time) while an episode runs, until
   // its checkpoint records episodes to attach to (on leased sessions, with
-  // turns in their samples); returns them by sample id, with their tokens
-  // then in `tokens`.
+  // turns in their samples) — on 2 ranks, in both ranks' shares; returns
+  // them by sample id, with their tokens then in `tokens`.
   std::map<uint64_t, Json> PreemptWithEpisodes(std::map<uint64_t, Json>& tokens) {
     std::map<uint64_t, Json> episodes;
+    std::set<size_t> shares_with_episodes;
     rpc::PoolOptions options;
     options.targets = workers_->targets();
     rpc::WorkerPool pool(options);
-    for (int attempt = 0; attempt < 5 && episodes.empty(); ++attempt) {
+    for (int attempt = 0; attempt < 5 && shares_with_episodes.size() < static_cast<size_t>(ranks_);
+         ++attempt) {
+      episodes.clear();
+      shares_with_episodes.clear();
       const size_t before = ReadJsonl(run_dir_ + "/trajectories.jsonl").size();
-      TrainProcess train = Train(/*resume=*/attempt > 0 || resumed_);
+      testing::LoomProcess train = Train(/*resume=*/attempt > 0 || resumed_);
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
       // Two episodes more than before, then one running.
       bool running = false;
@@ -468,12 +493,16 @@ class RemoteAgentRun {
       EXPECT_TRUE(running) << testing::ReadAll(run_dir_ + ".out");
       train.Signal(SIGTERM);
       EXPECT_EQ(train.Wait(), 0) << testing::ReadAll(run_dir_ + ".out");
-      const std::string checkpoint = LatestCheckpoint(run_dir_);
-      const Json state = Json::parse(testing::ReadAll(checkpoint + "/state.json"));
-      for (const Json& r : state["grpo"]["records"]) {
-        // An episode without turns has no sample yet: it starts again.
-        if (r.contains("episode") && !r["episode"]["turns"].empty()) {
-          episodes[r["id"].get<uint64_t>()] = r["episode"];
+      const std::vector<std::string> shares = ShareDirs(LatestCheckpoint(run_dir_));
+      EXPECT_EQ(shares.size(), static_cast<size_t>(ranks_));
+      for (size_t i = 0; i < shares.size(); ++i) {
+        const Json state = Json::parse(testing::ReadAll(shares[i] + "/state.json"));
+        for (const Json& r : state["grpo"]["records"]) {
+          // An episode without turns has no sample yet: it starts again.
+          if (r.contains("episode") && !r["episode"]["turns"].empty()) {
+            episodes[r["id"].get<uint64_t>()] = r["episode"];
+            shares_with_episodes.insert(i);
+          }
         }
       }
       // The workers keep exactly the episodes recorded to attach to; the
@@ -487,15 +516,17 @@ class RemoteAgentRun {
         for (const rpc::WorkerLoad& load : pool.Loads()) live += load.live;
       }
       EXPECT_EQ(live, static_cast<int>(episodes.size()));
-      auto tensors = model::ReadSafetensors(checkpoint + "/samples.safetensors");
-      EXPECT_TRUE(tensors.ok()) << tensors.status();
       tokens.clear();
-      for (const auto& [name, tensor] : tensors.ok() ? *tensors : model::TensorMap()) {
-        const size_t slash = name.find('/');
-        if (name.substr(slash + 1) != "tokens") continue;
-        const at::Tensor ids = tensor.contiguous();
-        tokens[std::stoull(name.substr(0, slash))] =
-            std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+      for (const std::string& share : shares) {
+        auto tensors = model::ReadSafetensors(share + "/samples.safetensors");
+        EXPECT_TRUE(tensors.ok()) << tensors.status();
+        for (const auto& [name, tensor] : tensors.ok() ? *tensors : model::TensorMap()) {
+          const size_t slash = name.find('/');
+          if (name.substr(slash + 1) != "tokens") continue;
+          const at::Tensor ids = tensor.contiguous();
+          tokens[std::stoull(name.substr(0, slash))] =
+              std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+        }
       }
     }
     resumed_ = true;
@@ -508,9 +539,25 @@ class RemoteAgentRun {
   const TempDir& dir_;
   const std::string run_dir_;
   const bool deterministic_;
+  const int ranks_;
   std::unique_ptr<rpc::LocalWorkers> workers_;
   bool resumed_ = false;
 };
+
+// The sandboxes live on `targets` once they settle (within 2 s).
+int LiveSandboxes(const std::vector<std::string>& targets) {
+  rpc::PoolOptions options;
+  options.targets = targets;
+  rpc::WorkerPool pool(options);
+  int live = 0;
+  for (int i = 0; i < 100; ++i) {
+    live = 0;
+    for (const rpc::WorkerLoad& load : pool.Loads()) live += load.live;
+    if (live == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return live;
+}
 
 // The resume event of a run's last start, and its last step line.
 std::pair<Json, Json> LastResumeAndStep(const std::string& run_dir) {
@@ -539,7 +586,7 @@ TEST_F(AgentTrainTest, SigtermMidEpisodeThenResumeAttachesToTheRunningEpisodes) 
   }
   const size_t logged_before = ReadJsonl(run.run_dir() + "/trajectories.jsonl").size();
 
-  TrainProcess resumed = run.Train(/*resume=*/true);
+  testing::LoomProcess resumed = run.Train(/*resume=*/true);
   ASSERT_EQ(resumed.Wait(), 0) << testing::ReadAll(run.run_dir() + ".out");
   const auto [resume, step] = LastResumeAndStep(run.run_dir());
   EXPECT_EQ(resume["episodes_resumed"].get<size_t>(), episodes.size()) << resume;
@@ -564,18 +611,81 @@ TEST_F(AgentTrainTest, SigtermMidEpisodeThenResumeAttachesToTheRunningEpisodes) 
   }
   EXPECT_GE(continued, 1) << "no attached episode finished";
   // The run ended for good: the workers keep none of its episodes for later.
-  rpc::PoolOptions options;
-  options.targets = run.workers().targets();
-  rpc::WorkerPool pool(options);
-  int live = 0;
-  for (int i = 0; i < 100; ++i) {
-    live = 0;
-    for (const rpc::WorkerLoad& load : pool.Loads()) live += load.live;
-    if (live == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_EQ(live, 0) << "sandboxes left on the workers after the run";
+  EXPECT_EQ(LiveSandboxes(run.workers().targets()), 0)
+      << "sandboxes left on the workers after the run";
   std::printf("%zu episodes attached again, %d finished and logged\n", episodes.size(), continued);
+  std::fflush(stdout);
+}
+
+// The resume events of a metrics file, in order.
+std::vector<Json> ResumeEvents(const std::string& path) {
+  std::vector<Json> events;
+  for (const Json& r : ReadJsonl(path)) {
+    if (r.value("event", "") == "resume") events.push_back(r);
+  }
+  return events;
+}
+
+// A 2-rank run preempted while episodes run leaves both ranks' episodes on
+// the workers they share. Resumed on 2 ranks, each rank attaches to its own
+// again; preempted again and resumed on 1 rank, rank 0 takes over rank 1's
+// share and attaches to the episodes of both: none starts again, each
+// continues its checkpointed tokens, and no sandbox is left behind.
+TEST_F(AgentTrainTest, TwoRankRunPreemptedMidEpisodeResumesOnTwoRanksThenOnOne) {
+  TempDir dir;
+  RemoteAgentRun run(dir, "run", /*deterministic=*/false, /*ranks=*/2);
+  const std::string metrics0 = run.run_dir() + "/metrics.jsonl",
+                    metrics1 = run.run_dir() + "/metrics.rank1.jsonl";
+  std::map<uint64_t, Json> tokens;
+  const std::map<uint64_t, Json> first = run.PreemptWithEpisodes(tokens);
+  ASSERT_FALSE(first.empty()) << "no checkpoint recorded a running episode";
+  const size_t resumes = ResumeEvents(metrics0).size();
+  ASSERT_EQ(ResumeEvents(metrics1).size(), resumes);
+
+  const std::map<uint64_t, Json> second = run.PreemptWithEpisodes(tokens);
+  ASSERT_FALSE(second.empty()) << "no checkpoint recorded a running episode";
+  const std::vector<Json> on_rank0 = ResumeEvents(metrics0), on_rank1 = ResumeEvents(metrics1);
+  ASSERT_GT(on_rank0.size(), resumes);
+  ASSERT_GT(on_rank1.size(), resumes);
+  EXPECT_EQ(on_rank0[resumes]["ranks_written"], 2);
+  EXPECT_EQ(on_rank0[resumes]["episodes_resumed"].get<size_t>() +
+                on_rank1[resumes]["episodes_resumed"].get<size_t>(),
+            first.size())
+      << on_rank0[resumes] << on_rank1[resumes];
+  const std::string checkpoint = LatestCheckpoint(run.run_dir());
+  const Json rank1_state = Json::parse(testing::ReadAll(checkpoint + "/ranks/rank1/state.json"));
+  size_t of_rank1 = 0;
+  for (const Json& r : rank1_state["grpo"]["records"])
+    of_rank1 += second.count(r["id"].get<uint64_t>());
+  ASSERT_GE(of_rank1, 1u) << "rank 1 had no running episode to take over";
+  const size_t logged_before = ReadJsonl(run.run_dir() + "/trajectories.jsonl").size();
+  testing::LoomProcess on_one = run.Train(/*resume=*/true, /*ranks=*/1);
+  ASSERT_EQ(on_one.Wait(), 0) << testing::ReadAll(run.run_dir() + ".out");
+  const auto [resume, step] = LastResumeAndStep(run.run_dir());
+  EXPECT_EQ(resume["ranks_written"], 2) << resume;
+  EXPECT_EQ(resume["ranks_taken_over"], Json::array({1})) << resume;
+  EXPECT_EQ(resume["episodes_resumed"].get<size_t>(), second.size()) << resume;
+  EXPECT_EQ(step["step"], RemoteAgentRun::kSteps);
+  EXPECT_EQ(step["episodes_not_reattached"], 0) << step;
+  int continued = 0;
+  const std::vector<Json> logged = ReadJsonl(run.run_dir() + "/trajectories.jsonl");
+  for (size_t i = logged_before; i < logged.size(); ++i) {
+    const uint64_t id = logged[i]["sample"].get<uint64_t>();
+    if (!second.count(id)) continue;
+    ++continued;
+    const auto before = tokens[id].get<std::vector<int64_t>>();
+    const auto after = logged[i]["tokens"].get<std::vector<int64_t>>();
+    ASSERT_GE(after.size(), before.size()) << id;
+    EXPECT_TRUE(std::equal(before.begin(), before.end(), after.begin())) << id;
+    EXPECT_FALSE(logged[i]["trajectory"]["penalty"].get<bool>()) << logged[i]["trajectory"];
+  }
+  EXPECT_GE(continued, 1) << "no attached episode finished";
+  EXPECT_EQ(LiveSandboxes(run.workers().targets()), 0)
+      << "sandboxes left on the workers after the run";
+  std::printf(
+      "%zu episodes attached again on 2 ranks; %zu in the next checkpoint (%zu of rank 1's) "
+      "attached again on 1 rank, %d finished and logged\n",
+      first.size(), second.size(), of_rank1, continued);
   std::fflush(stdout);
 }
 
@@ -629,7 +739,7 @@ TEST_F(AgentTrainTest, WorkerKilledBeforeTheResumeRestoresItsEpisodesFromSnapsho
   const Victim victim = PickVictim(run, episodes);
   run.workers().Kill(victim.index);
   const size_t logged_before = ReadJsonl(run.run_dir() + "/trajectories.jsonl").size();
-  TrainProcess resumed = run.Train(/*resume=*/true);
+  testing::LoomProcess resumed = run.Train(/*resume=*/true);
   ASSERT_EQ(resumed.Wait(), 0) << testing::ReadAll(run.run_dir() + ".out");
   const auto [resume, step] = LastResumeAndStep(run.run_dir());
   EXPECT_EQ(resume["episodes_resumed"].get<size_t>(), episodes.size()) << resume;
@@ -693,7 +803,7 @@ void ExpectPreemptedRunEqualsTheUninterruptedOne(bool kill_a_worker) {
   TempDir dir;
   RemoteAgentRun baseline(dir, "baseline", /*deterministic=*/true);
   {
-    TrainProcess train = baseline.Train(/*resume=*/false);
+    testing::LoomProcess train = baseline.Train(/*resume=*/false);
     ASSERT_EQ(train.Wait(), 0) << testing::ReadAll(baseline.run_dir() + ".out");
   }
   RemoteAgentRun run(dir, "preempted", /*deterministic=*/true);
@@ -707,7 +817,7 @@ void ExpectPreemptedRunEqualsTheUninterruptedOne(bool kill_a_worker) {
     run.workers().Kill(victim.index);
   }
   {
-    TrainProcess resumed = run.Train(/*resume=*/true);
+    testing::LoomProcess resumed = run.Train(/*resume=*/true);
     ASSERT_EQ(resumed.Wait(), 0) << testing::ReadAll(run.run_dir() + ".out");
   }
   const std::map<int, Json> want = StepLines(baseline.run_dir());
@@ -762,12 +872,6 @@ std::vector<std::string> AgentTrainArgs(const std::string& run_dir, const std::s
       {"--set", "async.dispatch=sync", "--set", "async.batch_samples=8", "--set",
        "async.max_inflight=8", "--set", "run.deterministic=true", "--set", "run.threads=1", "--set",
        "grpo.length_reward.k0=1", "--set", "grpo.length_reward.l_norm=200"});
-}
-
-std::vector<std::string> Launch2(std::vector<std::string> train) {
-  std::vector<std::string> args = {"launch", "--nproc", "2", "--"};
-  args.insert(args.end(), train.begin(), train.end());
-  return args;
 }
 
 // The rank process `rank` of a `loom launch`.
