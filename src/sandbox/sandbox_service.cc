@@ -56,11 +56,12 @@ class EpisodeClient {
   }
 
   // Sends `message` and, with `reply`, reads the client's answer. When the
-  // stream breaks, a leased session waits for a client to attach and sends
-  // again on its stream (`after_attach` instead, when given: what a new
-  // client is owed). Without `reply`, a leased session waits for the client
-  // to close its side, so a message it never read is sent again. False when
-  // no client is left.
+  // client goes away, a leased session waits for a client to attach and
+  // sends again on its stream (`after_attach` instead, when given: what a
+  // new client is owed). Without `reply`, a leased session waits for the
+  // client to close its side, so a message it never read is sent again.
+  // False when no client is left, or when a client that is still there
+  // sent no readable answer (broken()).
   bool Exchange(const v1::WorkerMessage& message, v1::ClientMessage* reply,
                 const v1::WorkerMessage* after_attach = nullptr) {
     const v1::WorkerMessage* next = &message;
@@ -80,7 +81,10 @@ class EpisodeClient {
       }
       link_.watch->Working();
       if (ok) return true;
-      if (lease_s_ <= 0) break;
+      // The client did not go away, yet no answer came: its message does not
+      // parse, or it closed its side without one. Nobody would attach.
+      broken_ = reply != nullptr && !link_.context->IsCancelled();
+      if (lease_s_ <= 0 || broken_) break;
       spdlog::info("session {}: the client left mid-episode; kept for {} s", id_, lease_s_);
       std::shared_ptr<Leases::Handover> attached = leases_.Await(id_, lease_s_);
       if (attached == nullptr) {
@@ -93,6 +97,8 @@ class EpisodeClient {
     gone_ = true;
     return false;
   }
+
+  bool broken() const { return broken_; }
 
   // The attached stream, if any, goes back to its handler with `status`.
   void Release(grpc::Status status) {
@@ -117,6 +123,7 @@ class EpisodeClient {
   const double lease_s_;
   std::shared_ptr<Leases::Handover> handover_;
   bool gone_ = false;
+  bool broken_ = false;
 };
 
 }  // namespace
@@ -286,6 +293,13 @@ grpc::Status SandboxService::RunEpisode(const ClientLink& link, const Sandbox& s
       v1::WorkerMessage snapshot;
       *snapshot.mutable_snapshot() = Snapshot(sandbox, so_far, request, answer.snapshot(), id);
       ok = client.Exchange(snapshot, &answer, &ask);
+    }
+    if (!ok && client.broken()) {
+      protocol_error =
+          Invalid(absl::StrCat("the answer to turn ", request.turn(),
+                               " could not be read (a message that does not parse, or the client "
+                               "closed its side without one)"));
+      return absl::InvalidArgumentError(protocol_error.error_message());
     }
     if (!ok) return absl::UnavailableError("the client closed the session");
     if (!answer.has_generated() || answer.generated().turn() != request.turn()) {

@@ -234,5 +234,27 @@ TEST(LeaseTest, AttachingToWhatIsNotThereIsRefused) {
   EXPECT_TRUE(absl::IsNotFound(pool.ResumeEpisode(target, left.session_id, play).status()));
 }
 
+// A client that is still there but whose answer the worker cannot read (a
+// string that is not UTF-8 does not parse) is told so at once: its episode
+// does not wait out the lease for a client that never left.
+TEST(LeaseTest, AnAnswerThatDoesNotParseEndsTheEpisodeAtOnce) {
+  auto workers = StartWorkers(1, 1);
+  ASSERT_TRUE(workers);
+  rpc::WorkerPool pool(Pool(*workers, 30));
+  const auto start = std::chrono::steady_clock::now();
+  v1::Trajectory t = pool.RunEpisode(FileTask(), [](const v1::GenerateRequest& r) {
+    v1::GenerateReply reply;
+    reply.set_turn(r.turn());
+    reply.set_parse_error("cut at \xE2\x80");  // a UTF-8 character cut in two
+    return absl::StatusOr<v1::GenerateReply>(reply);
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 10) << "waited for a client that was still there";
+  EXPECT_TRUE(t.penalty());
+  EXPECT_NE(t.failure_reason().find("could not be read"), std::string::npos) << t.failure_reason();
+  EXPECT_EQ(Settled(pool).live, 0);
+}
+
 }  // namespace
 }  // namespace loom
