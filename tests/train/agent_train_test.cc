@@ -544,6 +544,33 @@ class RemoteAgentRun {
   bool resumed_ = false;
 };
 
+// The samples of `episodes` (records by sample id) logged in `trajectories`
+// from line `from` on, each checked to carry on the token sequence the
+// checkpoint held (`tokens`) without penalty, its worker's record spanning
+// both trainers (every turn the checkpoint had, then more). Returns how many
+// were logged.
+int ExpectCarriedOn(const std::string& trajectories, size_t from,
+                    const std::map<uint64_t, Json>& episodes,
+                    const std::map<uint64_t, Json>& tokens) {
+  int continued = 0;
+  const std::vector<Json> logged = ReadJsonl(trajectories);
+  for (size_t i = from; i < logged.size(); ++i) {
+    const uint64_t id = logged[i]["sample"].get<uint64_t>();
+    auto episode = episodes.find(id);
+    if (episode == episodes.end()) continue;
+    ++continued;
+    const auto before = tokens.at(id).get<std::vector<int64_t>>();
+    const auto after = logged[i]["tokens"].get<std::vector<int64_t>>();
+    EXPECT_GE(after.size(), before.size()) << id;
+    if (after.size() < before.size()) continue;
+    EXPECT_TRUE(std::equal(before.begin(), before.end(), after.begin())) << id;
+    const Json& trajectory = logged[i]["trajectory"];
+    EXPECT_GE(trajectory["steps"].get<size_t>(), episode->second["turns"].size()) << id;
+    EXPECT_FALSE(trajectory["penalty"].get<bool>()) << trajectory.dump();
+  }
+  return continued;
+}
+
 // The sandboxes live on `targets` once they settle (within 2 s).
 int LiveSandboxes(const std::vector<std::string>& targets) {
   rpc::PoolOptions options;
@@ -592,23 +619,8 @@ TEST_F(AgentTrainTest, SigtermMidEpisodeThenResumeAttachesToTheRunningEpisodes) 
   EXPECT_EQ(resume["episodes_resumed"].get<size_t>(), episodes.size()) << resume;
   EXPECT_EQ(step["step"], RemoteAgentRun::kSteps);
   EXPECT_EQ(step["episodes_not_reattached"], 0) << step;
-  int continued = 0;
-  const std::vector<Json> logged = ReadJsonl(run.run_dir() + "/trajectories.jsonl");
-  for (size_t i = logged_before; i < logged.size(); ++i) {
-    const uint64_t id = logged[i]["sample"].get<uint64_t>();
-    auto episode = episodes.find(id);
-    if (episode == episodes.end()) continue;
-    ++continued;
-    // The same token sequence, carried on from where the checkpoint held it.
-    const auto before = tokens[id].get<std::vector<int64_t>>();
-    const auto after = logged[i]["tokens"].get<std::vector<int64_t>>();
-    ASSERT_GE(after.size(), before.size()) << id;
-    EXPECT_TRUE(std::equal(before.begin(), before.end(), after.begin())) << id;
-    // The worker's record spans both trainers: every turn the checkpoint had, then more.
-    const Json& trajectory = logged[i]["trajectory"];
-    EXPECT_GE(trajectory["steps"].get<size_t>(), episode->second["turns"].size()) << id;
-    EXPECT_FALSE(trajectory["penalty"].get<bool>()) << trajectory.dump();
-  }
+  const int continued =
+      ExpectCarriedOn(run.run_dir() + "/trajectories.jsonl", logged_before, episodes, tokens);
   EXPECT_GE(continued, 1) << "no attached episode finished";
   // The run ended for good: the workers keep none of its episodes for later.
   EXPECT_EQ(LiveSandboxes(run.workers().targets()), 0)
@@ -667,18 +679,8 @@ TEST_F(AgentTrainTest, TwoRankRunPreemptedMidEpisodeResumesOnTwoRanksThenOnOne) 
   EXPECT_EQ(resume["episodes_resumed"].get<size_t>(), second.size()) << resume;
   EXPECT_EQ(step["step"], RemoteAgentRun::kSteps);
   EXPECT_EQ(step["episodes_not_reattached"], 0) << step;
-  int continued = 0;
-  const std::vector<Json> logged = ReadJsonl(run.run_dir() + "/trajectories.jsonl");
-  for (size_t i = logged_before; i < logged.size(); ++i) {
-    const uint64_t id = logged[i]["sample"].get<uint64_t>();
-    if (!second.count(id)) continue;
-    ++continued;
-    const auto before = tokens[id].get<std::vector<int64_t>>();
-    const auto after = logged[i]["tokens"].get<std::vector<int64_t>>();
-    ASSERT_GE(after.size(), before.size()) << id;
-    EXPECT_TRUE(std::equal(before.begin(), before.end(), after.begin())) << id;
-    EXPECT_FALSE(logged[i]["trajectory"]["penalty"].get<bool>()) << logged[i]["trajectory"];
-  }
+  const int continued =
+      ExpectCarriedOn(run.run_dir() + "/trajectories.jsonl", logged_before, second, tokens);
   EXPECT_GE(continued, 1) << "no attached episode finished";
   EXPECT_EQ(LiveSandboxes(run.workers().targets()), 0)
       << "sandboxes left on the workers after the run";
