@@ -12,49 +12,13 @@
 #include "loom/chat/special_tokens.h"
 #include "loom/config/check.h"
 #include "loom/rpc/chat_bridge.h"
+#include "loom/sandbox/tools.h"
 
 namespace loom::agent {
 namespace {
 
 std::vector<int64_t> Widen(const std::vector<int32_t>& ids) {
   return std::vector<int64_t>(ids.begin(), ids.end());
-}
-
-// `text` with every byte that is not part of a well-formed UTF-8 character
-// replaced by U+FFFD: an untrained model emits arbitrary bytes, and protobuf
-// strings must be UTF-8.
-std::string ValidUtf8(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    const size_t n = c < 0x80           ? 1
-                     : (c >> 5) == 0x6  ? 2
-                     : (c >> 4) == 0xE  ? 3
-                     : (c >> 3) == 0x1E ? 4
-                                        : 0;
-    bool ok = n > 0 && i + n <= text.size() && !(n == 2 && c < 0xC2);
-    for (size_t k = 1; ok && k < n; ++k) {
-      ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
-    }
-    if (ok && n == 3) {
-      const unsigned char d = static_cast<unsigned char>(text[i + 1]);
-      ok = !(c == 0xE0 && d < 0xA0) && !(c == 0xED && d >= 0xA0);  // overlong, surrogate
-    }
-    if (ok && n == 4) {
-      const unsigned char d = static_cast<unsigned char>(text[i + 1]);
-      ok = c <= 0xF4 && !(c == 0xF0 && d < 0x90) && !(c == 0xF4 && d >= 0x90);
-    }
-    if (ok) {
-      out.append(text, i, n);
-      i += n;
-    } else {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -69,7 +33,7 @@ nlohmann::json EpisodeRecordJson(const EpisodeRecord& record) {
                "protobuf cannot print a generate request as JSON");
     nlohmann::json j = {{"request", nlohmann::json::parse(request)}};
     // Reply() reads a completion through ValidUtf8 too, so this replays the same.
-    if (turn.completion) j["completion"] = ValidUtf8(*turn.completion);
+    if (turn.completion) j["completion"] = sandbox::ValidUtf8(*turn.completion);
     if (turn.cut) j["cut"] = true;
     turns.push_back(std::move(j));
   }
@@ -187,7 +151,7 @@ absl::StatusOr<std::vector<int64_t>> AgentConversation::Observe(
 
 v1::GenerateReply AgentConversation::Reply(const std::string& completion, int turn) {
   v1::GenerateReply reply =
-      rpc::ReplyFromCompletion(ValidUtf8(completion), options_.thinking_mode, turn);
+      rpc::ReplyFromCompletion(sandbox::ValidUtf8(completion), options_.thinking_mode, turn);
   chat::Message assistant;
   assistant.role = chat::Role::kAssistant;
   if (reply.has_assistant()) {

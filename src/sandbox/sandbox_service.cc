@@ -213,8 +213,8 @@ grpc::Status SandboxService::Session(grpc::ServerContext* context, Stream* strea
     v1::ToolResult* result = opened.mutable_opened()->mutable_setup();
     result->set_name("setup");
     result->set_exit_code(run->exit_code);
-    result->set_stdout(run->stdout_text);
-    result->set_stderr(run->stderr_text);
+    result->set_stdout(ValidUtf8(run->stdout_text));
+    result->set_stderr(ValidUtf8(run->stderr_text));
     result->set_timed_out(run->timed_out);
     result->set_duration_ms(run->duration_ms);
   }

@@ -5,6 +5,7 @@
 // relative), so a tool can never touch the worker's files.
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "loom/sandbox/sandbox.h"
@@ -35,7 +36,15 @@ absl::StatusOr<ToolInvocation> ParseToolCall(const v1::ToolCall& call, double ma
 // the timeout a bash call may ask for. submit only echoes its answer.
 v1::ToolResult ExecuteTool(const Sandbox& sandbox, const v1::ToolCall& call, double max_timeout_s);
 
-// The text of the tool message the model sees for `result`.
+// `text` with every byte that is not part of a well-formed UTF-8 character
+// replaced by U+FFFD. Protobuf strings must be UTF-8, and neither a model nor
+// the commands it runs keep to that: an untrained model emits arbitrary
+// bytes, and `sed` quotes them back in its error messages. A message with
+// such a string does not parse at the other end of the stream.
+std::string ValidUtf8(std::string_view text);
+
+// The text of the tool message the model sees for `result`. A command's
+// stdout and stderr are passed through ValidUtf8 when the result is made.
 std::string RenderToolResult(const v1::ToolResult& result);
 
 // The submitted answer of a submit call ("" if the arguments are unusable).
