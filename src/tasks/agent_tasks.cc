@@ -128,8 +128,8 @@ v1::Task FixRepoTask(uint64_t seed) {
   v1::Task task;
   task.set_id(absl::StrCat("fix_repo-", seed));
   task.set_problem(
-      "The repository in /workspace has a failing unit test (run `python3 -m unittest` there). "
-      "Fix the bug in calc.py without changing the tests, then submit a one-line summary.");
+      "calc.py fails its unit test (`python3 -m unittest`). Fix calc.py, not the tests, then "
+      "answer in one line.");
   auto& files = *task.mutable_environment()->mutable_files();
   files["calc.py"] = kCalcModule;
   files["test_calc.py"] =
@@ -151,7 +151,20 @@ v1::Task BuiltinTask(const std::string& kind, uint64_t seed) {
   return v1::Task();
 }
 
-std::vector<DemonstrationTurn> BuiltinDemonstration(const std::string& kind, uint64_t seed) {
+namespace {
+
+// Whether the demonstration of task `seed` makes its task's slip: a share
+// `fraction` of seeds, drawn apart from the task's own values.
+bool Slips(uint64_t seed, double fraction) {
+  if (fraction <= 0) return false;
+  std::mt19937_64 rng(seed ^ 0x736c6970ULL);
+  return std::uniform_real_distribution<double>(0, 1)(rng) < fraction;
+}
+
+}  // namespace
+
+std::vector<DemonstrationTurn> BuiltinDemonstration(const std::string& kind, uint64_t seed,
+                                                    double slip_fraction) {
   if (kind == "arithmetic") {
     const Product p = ArithmeticValues(seed);
     return {CallTurn("Too large to do by heart; python computes it.",
@@ -163,6 +176,15 @@ std::vector<DemonstrationTurn> BuiltinDemonstration(const std::string& kind, uin
     const std::string digit = LookupDigit(seed);
     return {CallTurn("I read the file.", Call("read_file", "path", kLookupFile), digit + "\n"),
             AnswerTurn("", digit)};
+  }
+  if (kind == "fix_repo") {
+    // The bug is `return low` on line 6 of calc.py; the slip patches the one
+    // on line 4, which no test covers, so test_above still fails.
+    const char* line = Slips(seed, slip_fraction) ? "4" : "6";
+    return {CallTurn(
+                "", Call("bash", "command", absl::StrCat("sed -i '", line, "s/low/high/' calc.py")),
+                ""),
+            AnswerTurn("", "Fixed clamp.")};
   }
   return {};
 }

@@ -85,12 +85,12 @@ absl::StatusOr<SftExample> EncodeSftExample(const tasks::Problem& problem, int e
 }
 
 absl::StatusOr<SftExample> EncodeAgentSftExample(const tasks::Problem& problem,
-                                                 const std::string& kind,
+                                                 const std::string& kind, double slip_fraction,
                                                  const v1::ScaffoldOptions& options, int effort,
                                                  const tokenizer::Tokenizer& tokenizer,
                                                  int64_t eos_id) {
   std::vector<tasks::DemonstrationTurn> turns =
-      tasks::BuiltinDemonstration(kind, problem.task_seed);
+      tasks::BuiltinDemonstration(kind, problem.task_seed, slip_fraction);
   if (turns.empty()) {
     return absl::FailedPreconditionError("problem " + problem.id + ": the agentic task " + kind +
                                          " has no demonstration to train SFT on");

@@ -50,6 +50,7 @@ class SftSampler {
     const int shown = context_.config.effort.PromptEffort(effort);
     if (tasks.datasets[d].environment == "sandbox") {
       return EncodeAgentSftExample(problem, tasks.datasets[d].kind,
+                                   tasks.datasets[d].demonstration_slip_fraction,
                                    rpc::ScaffoldOptionsFrom(context_.config.sandbox), shown,
                                    context_.tokenizer, context_.special_tokens.eos);
     }

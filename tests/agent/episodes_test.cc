@@ -34,6 +34,23 @@ std::unique_ptr<tokenizer::Tokenizer> Tiny() {
   return std::move(*tok);
 }
 
+// The completions a demonstration scripts: each run of its loss-bearing
+// tokens, decoded.
+std::vector<std::string> ScriptedTurns(const DemonstrationExample& demo,
+                                       const tokenizer::Tokenizer& tok) {
+  std::vector<std::string> turns;
+  std::vector<int32_t> run;
+  for (size_t i = 0; i <= demo.tokens.size(); ++i) {
+    if (i < demo.tokens.size() && demo.loss_mask[i] == 1) {
+      run.push_back(static_cast<int32_t>(demo.tokens[i]));
+    } else if (!run.empty()) {
+      turns.push_back(*tok.Decode(run));
+      run.clear();
+    }
+  }
+  return turns;
+}
+
 // A completion with one tool call, as the model writes it after `<think>`.
 std::string ToolCall(const std::string& tool, const std::string& param, const std::string& value,
                      const std::string& reasoning = "Let me use a tool.") {
@@ -181,7 +198,7 @@ TEST_F(AgentEpisodesTest, ToolCallsFormatErrorsAndSubmitRoundTrip) {
 // the episode solves its task. With or without the tool schemas.
 TEST_F(AgentEpisodesTest, DemonstrationEncodesTheEpisodeItScripts) {
   for (bool hide_schemas : {false, true}) {
-    for (const std::string kind : {"lookup", "arithmetic"}) {
+    for (const std::string kind : {"lookup", "arithmetic", "fix_repo"}) {
       SCOPED_TRACE(kind + (hide_schemas ? " without schemas" : " with schemas"));
       AgentOptions options = Options();
       options.scaffold.set_hide_tool_schemas(hide_schemas);
@@ -193,6 +210,9 @@ TEST_F(AgentEpisodesTest, DemonstrationEncodesTheEpisodeItScripts) {
         const std::string file = task_.environment().files().begin()->first;
         completions = {ToolCall("read_file", "path", file, "I read the file."),
                        "</think>" + answer + kEos};
+      } else if (kind == "fix_repo") {
+        completions = {ToolCall("bash", "command", "sed -i '6s/low/high/' calc.py", ""),
+                       "</think>Fixed clamp." + kEos};
       } else {
         unsigned long long a = 0, b = 0;  // NOLINT(runtime/int): sscanf's type
         ASSERT_EQ(std::sscanf(task_.problem().c_str(), "What is %llu * %llu", &a, &b), 2);
@@ -245,7 +265,71 @@ TEST_F(AgentEpisodesTest, MalformedDemonstrationsAreRefused) {
   EXPECT_NE(refused({good[0]}, 4).find("the last turn must answer"), std::string::npos);
   EXPECT_NE(refused({good[1], good[1]}, 4).find("only the last turn may answer"),
             std::string::npos);
-  EXPECT_TRUE(tasks::BuiltinDemonstration("fix_repo", 3).empty());
+  EXPECT_TRUE(tasks::BuiltinDemonstration("sort", 3).empty());
+}
+
+// A command whose output is not UTF-8 (an agent's `sed` quoting the stray
+// bytes of its own command back, found in a GRPO run) must not break the
+// stream: the worker's message with it did not parse at the trainer, whose
+// episode then hung until its deadline and was lost as an infrastructure
+// failure. The bytes reach the model as U+FFFD and the episode goes on.
+TEST_F(AgentEpisodesTest, ToolOutputThatIsNotUtf8ReachesThePolicyAsReplacementCharacters) {
+  const v1::Trajectory t =
+      Play({ToolCall("bash", "command", "printf 'a\\303(\\377b' >&2; printf 'c\\200'"),
+            "</think>9449772114007" + kEos});
+  EXPECT_FALSE(t.penalty()) << t.failure_reason();
+  EXPECT_EQ(t.steps(), 2);
+  EXPECT_EQ(t.verdict().reward(), 1.0) << t.verdict().details();
+  ASSERT_GE(t.messages_size(), 4);
+  const v1::Message& tool = t.messages(3);
+  EXPECT_EQ(tool.role(), "tool");
+  EXPECT_EQ(tool.result().stdout(), "c\xEF\xBF\xBD");
+  EXPECT_EQ(tool.result().stderr(),
+            "a\xEF\xBF\xBD(\xEF\xBF\xBD"
+            "b");
+  ASSERT_EQ(seq_.observations.size(), 1u);
+  const std::string seen =
+      *tok_->Decode(std::vector<int32_t>(seq_.observations[0].begin(), seq_.observations[0].end()));
+  EXPECT_NE(seen.find("c\xEF\xBF\xBD\n[stderr]\na\xEF\xBF\xBD(\xEF\xBF\xBD"
+                      "b"),
+            std::string::npos)
+      << seen;
+}
+
+// fix_repo's slipped demonstrations patch the wrong line: played on the
+// worker, the task's own tests fail them, while the others pass. The slip
+// falls on the asked share of seeds, the same way every time.
+TEST_F(AgentEpisodesTest, SlippedFixRepoDemonstrationsFailTheTests) {
+  int slipped = 0;
+  for (uint64_t seed = 0; seed < 400; ++seed) {
+    const std::string command = tasks::BuiltinDemonstration("fix_repo", seed, 0.75)[0]
+                                    .assistant.tool_calls(0)
+                                    .arguments_json();
+    EXPECT_EQ(command, tasks::BuiltinDemonstration("fix_repo", seed, 0.75)[0]
+                           .assistant.tool_calls(0)
+                           .arguments_json());
+    slipped += command.find("4s/low/high/") != std::string::npos;
+  }
+  EXPECT_GT(slipped, 0.68 * 400);
+  EXPECT_LT(slipped, 0.82 * 400);
+
+  for (double slip : {0.0, 1.0}) {
+    SCOPED_TRACE(slip);
+    Reopen(Options(), tasks::BuiltinTask("fix_repo", 5));
+    auto demo = EncodeDemonstration(task_, tasks::BuiltinDemonstration("fix_repo", 5, slip),
+                                    Options().scaffold, *tok_, 50, eos_);
+    ASSERT_TRUE(demo.ok()) << demo.status();
+    const std::vector<std::string> turns = ScriptedTurns(*demo, *tok_);
+    ASSERT_EQ(turns.size(), 2u);
+    EXPECT_NE(turns[0].find(slip > 0 ? "'4s/low/high/'" : "'6s/low/high/'"), std::string::npos)
+        << turns[0];
+    const v1::Trajectory t = Play(turns);
+    EXPECT_FALSE(t.penalty()) << t.failure_reason();
+    EXPECT_EQ(t.verdict().reward(), slip > 0 ? 0.0 : 1.0) << t.verdict().details();
+    EXPECT_NE(t.verdict().details().find(slip > 0 ? "test_above: FAIL" : "test_above: pass"),
+              std::string::npos)
+        << t.verdict().details();
+  }
 }
 
 TEST_F(AgentEpisodesTest, CutSampleStopsItsEpisodeUnsolved) {
@@ -311,7 +395,9 @@ TEST(EpisodeRecordTest, JsonRoundTripAndMalformedForms) {
   for (int k = 0; k < 3; ++k) {
     EXPECT_EQ(back->turns[k].request.SerializeAsString(),
               record.turns[k].request.SerializeAsString());
-    if (k != 2) EXPECT_EQ(back->turns[k].completion, record.turns[k].completion);
+    if (k != 2) {
+      EXPECT_EQ(back->turns[k].completion, record.turns[k].completion);
+    }
     EXPECT_EQ(back->turns[k].cut, record.turns[k].cut);
   }
   ASSERT_TRUE(back->snapshot.has_value());

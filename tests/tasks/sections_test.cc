@@ -107,6 +107,29 @@ TEST(SectionsTest, SandboxEnvironmentTakesOnlyAgenticKinds) {
       << errors;
 }
 
+// Only fix_repo's demonstrations have a slip to make.
+TEST(SectionsTest, DemonstrationSlipIsForFixRepoOnly) {
+  EXPECT_EQ(Errors("tasks:\n  datasets:\n"
+                   "    - {name: a, kind: fix_repo, environment: sandbox, "
+                   "demonstration_slip_fraction: 0.75}\n"),
+            "");
+  const std::string errors = Errors(
+      "tasks:\n  datasets:\n"
+      "    - {name: a, kind: lookup, environment: sandbox, "
+      "demonstration_slip_fraction: 0.5}\n"
+      "    - {name: b, kind: arithmetic, demonstration_slip_fraction: 0.5}\n"
+      "    - {name: c, kind: fix_repo, environment: sandbox, "
+      "demonstration_slip_fraction: 1.5}\n");
+  EXPECT_NE(errors.find("tasks.datasets[0].demonstration_slip_fraction: is only for the agentic "
+                        "fix_repo task"),
+            std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("tasks.datasets[1].demonstration_slip_fraction"), std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("tasks.datasets[2].demonstration_slip_fraction"), std::string::npos)
+      << errors;
+}
+
 TEST(SectionsTest, DuplicateDatasetNames) {
   const std::string errors =
       Errors("tasks:\n  datasets:\n    - {name: a}\n    - {name: a, kind: sort}\n");

@@ -990,10 +990,10 @@ TEST_F(AgentTrainTest, ARankThatLostItsWorkersTrainsOnNothingAndKeepsUp) {
 namespace loom {
 namespace {
 
-// The demo config (configs/agent.yaml), shortened: SFT on the lookup task's
-// built-in demonstrations, then GRPO episodes whose system prompt is the
-// config's, without the tool schemas. A task kind without demonstrations
-// cannot be trained with SFT, and the run says so.
+// The demo config (configs/agent.yaml), shortened: SFT on the fix_repo
+// task's built-in demonstrations, then GRPO episodes whose system prompt is
+// the config's, without the tool schemas, each verified by the task's tests.
+// A slip fraction on a task without a slip is refused, naming the key.
 TEST_F(AgentTrainTest, SftTrainsOnDemonstrationsOfTheAgentTask) {
   TempDir dir;
   auto args = [&](const std::string& run, const std::string& kind) {
@@ -1011,9 +1011,9 @@ TEST_F(AgentTrainTest, SftTrainsOnDemonstrationsOfTheAgentTask) {
                                     "--set",
                                     "tasks.datasets[0].kind=" + kind};
   };
-  testing::LoomProcess train(args("lookup", "lookup"), dir / "lookup.out");
-  ASSERT_EQ(train.Wait(), 0) << testing::ReadAll(dir / "lookup.out");
-  auto metrics = metrics::ReadMetrics(dir / "lookup/metrics.jsonl");
+  testing::LoomProcess train(args("fix", "fix_repo"), dir / "fix.out");
+  ASSERT_EQ(train.Wait(), 0) << testing::ReadAll(dir / "fix.out");
+  auto metrics = metrics::ReadMetrics(dir / "fix/metrics.jsonl");
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   int sft_steps = 0, grpo_steps = 0;
   for (const Json& r : *metrics) {
@@ -1028,19 +1028,21 @@ TEST_F(AgentTrainTest, SftTrainsOnDemonstrationsOfTheAgentTask) {
   }
   EXPECT_EQ(sft_steps, 3);
   EXPECT_EQ(grpo_steps, 1);
-  const std::vector<Json> records = ReadJsonl(dir / "lookup/trajectories.jsonl");
+  const std::vector<Json> records = ReadJsonl(dir / "fix/trajectories.jsonl");
   ASSERT_FALSE(records.empty());
   for (const Json& record : records) {
     const Json& t = record["trajectory"];
     EXPECT_EQ(t["messages"][0]["content"], "Use the tools, then answer.");
     EXPECT_EQ(t["messages"][0]["tools_json"], "");
-    EXPECT_EQ(t["messages"][1]["content"], "The file code.txt holds a digit. Submit the digit.");
+    EXPECT_NE(t["messages"][1]["content"].get<std::string>().find("calc.py fails its unit test"),
+              std::string::npos);
   }
 
-  testing::LoomProcess refused(args("fix", "fix_repo"), dir / "fix.out");
+  testing::LoomProcess refused(args("lookup", "lookup"), dir / "lookup.out");
   EXPECT_NE(refused.Wait(), 0);
-  const std::string out = testing::ReadAll(dir / "fix.out");
-  EXPECT_NE(out.find("the agentic task fix_repo has no demonstration to train SFT on"),
+  const std::string out = testing::ReadAll(dir / "lookup.out");
+  EXPECT_NE(out.find("tasks.datasets[0].demonstration_slip_fraction: is only for the agentic "
+                     "fix_repo task"),
             std::string::npos)
       << out;
 }

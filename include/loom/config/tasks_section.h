@@ -29,8 +29,9 @@ struct DatasetSection {
   std::string system_prompt;            // "" = no system message
   double answer_only_fraction = 0;      // generators: SFT references without the worked reasoning
   double reversed_answer_fraction = 0;  // generators: SFT references whose answer is reversed
-  bool restate_effort = false;          // SFT references open their reasoning with "effort N"
-  std::string teacher;                  // opd stage: the teacher (opd.teachers[].name)
+  double demonstration_slip_fraction = 0;  // agentic: demonstrations with the task's slip
+  bool restate_effort = false;             // SFT references open their reasoning with "effort N"
+  std::string teacher;                     // opd stage: the teacher (opd.teachers[].name)
 
   template <class V>
   void Visit(V& v) {
@@ -43,8 +44,8 @@ struct DatasetSection {
                 "effort line) or a JSON-lines file. With `environment: sandbox`: a built-in "
                 "agentic task (arithmetic: a 9-digit product the python tool "
                 "helps with; fix_repo: a tiny Python package with a failing test; lookup: a "
-                "digit that only a file in the workspace holds). arithmetic and lookup come "
-                "with demonstrations, which an SFT stage trains on.")
+                "digit that only a file in the workspace holds). Each comes with "
+                "demonstrations, which an SFT stage trains on.")
                 .OneOf({"arithmetic", "sort", "reverse", "effort", "jsonl", "fix_repo", "lookup"}));
     v.Field("environment", environment,
             Doc("none: single-turn prompts judged by the verifier. sandbox: each sample is a "
@@ -107,6 +108,13 @@ struct DatasetSection {
                 "answer that often, so GRPO has plenty of correct samples to reinforce. "
                 "Held-out problems and verifiers are unaffected.")
                 .Range(0, 1));
+    v.Field("demonstration_slip_fraction", demonstration_slip_fraction,
+            Doc("Agentic fix_repo: share of training problems whose SFT demonstration makes a "
+                "systematic slip the tests reject (its one-line sed patches the `return low` on "
+                "line 4 instead of the bug on line 6; chosen per problem, deterministically). "
+                "Above 0.5 the SFT model mostly makes the slip, while sampling still gives the "
+                "fix often enough for GRPO to reinforce it from the sandbox's verdicts.")
+                .Range(0, 1));
     v.Field("restate_effort", restate_effort,
             Doc("SFT references open their reasoning with the line `effort N`, N the effort "
                 "their prompt shows (nothing when efforts are not shown), whether or not they "
@@ -132,6 +140,10 @@ struct DatasetSection {
     }
     if (environment != "sandbox" && (kind == "fix_repo" || kind == "lookup")) {
       errors.Error("kind", kind + " is an agentic task: set environment: sandbox");
+    }
+    if (demonstration_slip_fraction > 0 && (environment != "sandbox" || kind != "fix_repo")) {
+      errors.Error("demonstration_slip_fraction",
+                   "is only for the agentic fix_repo task (environment: sandbox)");
     }
   }
 };

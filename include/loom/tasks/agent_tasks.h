@@ -10,8 +10,8 @@
 //  - lookup: a digit that only a file in the workspace holds; reward: the
 //    digit. An easy first tool task.
 //
-// arithmetic and lookup also come with a demonstration: the turns of an
-// episode that solves the task with its tools, for SFT.
+// Each also comes with a demonstration: the turns of an episode that solves
+// the task with its tools, for SFT.
 
 #include <cstdint>
 #include <string>
@@ -37,6 +37,11 @@ struct DemonstrationTurn {
 };
 
 // The demonstration of BuiltinTask(kind, seed); empty for a kind without one.
-std::vector<DemonstrationTurn> BuiltinDemonstration(const std::string& kind, uint64_t seed);
+// fix_repo: a share `slip_fraction` of seeds (chosen deterministically) get a
+// demonstration with a systematic slip instead, which the verifier fails: the
+// one-line patch goes to the wrong `return low` (line 4, not 6). Like the
+// quickstart's reversed answers, it leaves GRPO one decision to learn.
+std::vector<DemonstrationTurn> BuiltinDemonstration(const std::string& kind, uint64_t seed,
+                                                    double slip_fraction = 0);
 
 }  // namespace loom::tasks

@@ -35,10 +35,12 @@ absl::StatusOr<SftExample> EncodeSftExample(const tasks::Problem& problem, int e
 
 // An agent dataset's problem (`environment: sandbox`, built-in task `kind`):
 // the episode of the task's built-in demonstration as the rollout would
-// hold it, the loss on its assistant turns (agent/demonstration.h).
+// hold it, the loss on its assistant turns (agent/demonstration.h), with
+// the task's slip for a share `slip_fraction` of problems
+// (tasks.datasets[].demonstration_slip_fraction).
 // FAILED_PRECONDITION when `kind` has no demonstration.
 absl::StatusOr<SftExample> EncodeAgentSftExample(const tasks::Problem& problem,
-                                                 const std::string& kind,
+                                                 const std::string& kind, double slip_fraction,
                                                  const v1::ScaffoldOptions& options, int effort,
                                                  const tokenizer::Tokenizer& tokenizer,
                                                  int64_t eos_id);
