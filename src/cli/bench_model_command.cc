@@ -2,9 +2,12 @@
 // ~18M-parameter Llama of TARGETS.md (hidden 512, 6 layers, 8 heads, 4 KV
 // heads, head_dim 64, intermediate 1408) on this machine: greedy decode with
 // the paged KV cache and by recomputation at batch 1/8/64 (16-token prompt),
-// prefill, a training step (forward, backward, AdamW; 8 x 256 tokens), KV
-// bytes per token against theory, and the matmul roofline measured in the
-// same run. The JSON result is the last line of stdout.
+// prefill, a training step (forward, backward, AdamW; 8 x 256 tokens), a
+// forward and backward on episode-length sequences with the CPU tensor cache
+// off and on, KV bytes per token against theory, and the matmul roofline
+// measured in the same run. The JSON result is the last line of stdout.
+
+#include <sys/resource.h>
 
 #include <chrono>
 #include <iostream>
@@ -17,6 +20,9 @@
 
 #include "cli/command.h"
 #include "cli/threads.h"
+#include "loom/config/run_section.h"
+#include "loom/model/batch.h"
+#include "loom/model/cpu_allocator.h"
 #include "loom/model/transformer.h"
 
 namespace loom::cli {
@@ -111,6 +117,55 @@ double TrainTokensPerSecond(model::Transformer& m, int64_t batch, int64_t length
   return batch * length * steps / seconds;
 }
 
+int64_t MinorFaults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// A training step's forward and backward on sequences of agent-episode
+// lengths (235 to 637 tokens, ~4096 in all: one micro-batch), with freed CPU
+// blocks given back to the system (cap 0) and kept for reuse, alternating
+// per round; each timed step follows an untimed one in the same mode.
+json TrainStepCpuCache(model::Transformer& m, int rounds) {
+  std::vector<std::vector<int64_t>> seqs;
+  int64_t tokens = 0;
+  for (int64_t b = 0; tokens < 4096; ++b) {
+    seqs.push_back(Prompt(235 + (b * 151) % 403, b, m.config().vocab_size));
+    tokens += static_cast<int64_t>(seqs.back().size());
+  }
+  const model::PackedBatch packed = model::TeacherForcingBatch(seqs);
+  m.SetRequiresGrad(true);
+  auto step = [&] {
+    for (at::Tensor& p : m.Parameters()) p.mutable_grad() = at::Tensor();
+    (-m.Score(packed)->logprobs.sum() / tokens).backward();
+  };
+  const int64_t default_cap = config::RunSection{}.cpu_cache_mib << 20;
+  double seconds[2] = {0, 0};
+  int64_t faults[2] = {0, 0};
+  for (int r = 0; r < rounds; ++r) {
+    for (int cached : {0, 1}) {
+      model::UseCachingCpuAllocator(cached ? default_cap : 0);
+      step();
+      const int64_t faults_before = MinorFaults();
+      Clock::time_point start = Clock::now();
+      step();
+      seconds[cached] += Since(start);
+      faults[cached] += MinorFaults() - faults_before;
+    }
+  }
+  model::UseCachingCpuAllocator(default_cap);
+  m.SetRequiresGrad(false);
+  return {{"tokens_per_step", tokens},
+          {"sequences", seqs.size()},
+          {"rounds", rounds},
+          {"cache_off_tokens_per_s", tokens * rounds / seconds[0]},
+          {"cache_on_tokens_per_s", tokens * rounds / seconds[1]},
+          {"speedup_cpu_cache", seconds[0] / seconds[1]},
+          {"minor_faults_per_step_off", faults[0] / rounds},
+          {"minor_faults_per_step_on", faults[1] / rounds}};
+}
+
 // GFLOP/s of an [m, k] x [k, n] matmul, best of a few runs.
 double MatmulGflops(int64_t m, int64_t k, int64_t n, int reps) {
   at::Tensor a = at::randn({m, k}), b = at::randn({k, n});
@@ -173,6 +228,7 @@ int RunBench(const BenchOptions& o) {
   r["kv_memory"] = kv;
   r["prefill_tokens_per_s"] = PrefillTokensPerSecond(*m, 8, 256);
   r["train_tokens_per_s"] = TrainTokensPerSecond(*m, 8, 256, o.quick ? 1 : 3);
+  r["train_step_cpu_cache"] = TrainStepCpuCache(*m, o.quick ? 1 : 3);
   const double gemm = DecodeGemmSeconds(config, 64);
   r["roofline"] = {{"matmul_gflops_1024", MatmulGflops(1024, 1024, 1024, 5)},
                    {"matmul_gflops_decode_64x512x1408", MatmulGflops(64, 512, 1408, 20)},

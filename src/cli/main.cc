@@ -13,6 +13,8 @@
 
 #include "cli/command.h"
 #include "loom/config/logging.h"
+#include "loom/config/run_section.h"
+#include "loom/model/cpu_allocator.h"
 
 namespace loom::cli {
 namespace {
@@ -92,6 +94,8 @@ void PreferSleepingThreadPools(char** argv) {
 
 int main(int argc, char** argv) {
   loom::cli::PreferSleepingThreadPools(argv);
+  // Every command reuses large CPU tensor blocks; `loom train` sets the cap from run.cpu_cache_mib.
+  loom::model::UseCachingCpuAllocator(loom::config::RunSection{}.cpu_cache_mib << 20);
   try {
     return loom::cli::Main(argc, argv);
   } catch (const c10::Error& e) {

@@ -12,6 +12,7 @@
 #include "loom/config/logging.h"
 #include "loom/config/run_config.h"
 #include "loom/dist/rank.h"
+#include "loom/model/cpu_allocator.h"
 #include "loom/train/preemption.h"
 #include "loom/train/run_dir.h"
 #include "loom/train/runner.h"
@@ -54,6 +55,7 @@ int RunTrain(const TrainOptions& options, const Context& context) {
     return kExitFailure;
   }
   if (config->run.threads > 0) SetComputeThreads(config->run.threads);
+  model::UseCachingCpuAllocator(config->run.cpu_cache_mib << 20);
   spdlog::info("run '{}' in {} ({} intra-op threads)", config->run.name, run_dir->path(),
                at::get_num_threads());
   train::InstallPreemptionHandlers();
@@ -66,6 +68,9 @@ int RunTrain(const TrainOptions& options, const Context& context) {
     spdlog::error("{}", std::string(s.message()));
     return kExitFailure;
   }
+  const model::CpuCacheStats cache = model::CachingCpuAllocatorStats();
+  spdlog::info("cpu tensor cache: {} hits, {} misses, {} evictions, {} MiB idle", cache.hits,
+               cache.misses, cache.evictions, cache.idle_bytes >> 20);
   spdlog::info("run '{}' finished", config->run.name);
   return kExitOk;
 }

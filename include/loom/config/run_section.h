@@ -13,7 +13,8 @@ struct RunSection {
   std::string dir;   // "" = runs/<name>
   int64_t seed = 0;  // root of every random stream in the run
   bool deterministic = false;
-  int threads = 0;  // intra-op CPU threads; 0 = all cores
+  int threads = 0;               // intra-op CPU threads; 0 = all cores
+  int64_t cpu_cache_mib = 2048;  // idle CPU tensor memory kept for reuse; 0 = none
   std::string log_level = "info";
 
   template <class V>
@@ -36,6 +37,13 @@ struct RunSection {
                 "sandbox workers.")
                 .Unit("threads")
                 .Range(0, 1024));
+    v.Field("cpu_cache_mib", cpu_cache_mib,
+            Doc("Freed CPU tensor blocks of 1 MiB and more kept for reuse, at most this much "
+                "idle memory. Without it every large tensor (attention scores in training) is "
+                "page-faulted in again each micro-batch, which costs several times the compute "
+                "on virtual machines. 0 gives every block back to the system.")
+                .Unit("MiB")
+                .Min(0));
     v.Field("log_level", log_level,
             Doc("Log verbosity for the console and log.txt; --log-level overrides it.")
                 .OneOf({"trace", "debug", "info", "warn", "error", "off"}));
