@@ -236,9 +236,13 @@ TEST_F(ContainmentTest, VerificationKinds) {
   v.mutable_tests()->add_fail_to_pass("yes");
   EXPECT_EQ(Verify(box, v, "", 10).reward(), 1.0);
   v.mutable_tests()->add_pass_to_pass("no");
+  v.mutable_tests()->add_pass_to_pass("yes");
   v1::Verdict verdict = Verify(box, v, "", 10);
   EXPECT_EQ(verdict.reward(), 0.0);
   EXPECT_NE(verdict.details().find("pass_to_pass no: FAIL"), std::string::npos);
+  // The verdict is settled by the first failure: the test after it is not run.
+  EXPECT_NE(verdict.details().find("pass_to_pass yes: not run"), std::string::npos)
+      << verdict.details();
 }
 
 TEST(VerificationTest, MalformedVerificationsAreRejected) {
