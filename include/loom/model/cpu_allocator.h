@@ -6,7 +6,7 @@
 // trims off its heap). A training step whose attention scores are tens of
 // MiB then page-faults its whole working set in again in every micro-batch:
 // on a 2-core VM a [10, 4, 600, 600] float32 scores-and-softmax took 357 ms
-// and 40k page faults, against ~37 ms from reused memory
+// and 40k page faults, against 60 ms with glibc's mmap threshold raised
 // (docs/PERFORMANCE.md, "cpu cache"). This allocator keeps freed blocks of
 // at least 1 MiB, up to a cap of idle bytes (the least recently freed go
 // first), and hands one out again to a request it fits within an eighth.
