@@ -52,7 +52,8 @@ struct GrpoTrainer::Judged {
   int64_t episodes = 0, episode_steps = 0;
   int64_t lag_sum = 0, lag_max = 0;  // policy versions behind, oldest token
   MeanBy reward_by_dataset, reward_by_effort, length_by_dataset, length_by_effort;
-  MeanBy reasoning_by_effort;  // reasoning tokens (inside <think>), what r_len is paid on
+  MeanBy task_reward_by_effort;  // the verifier's reward alone: accuracy per effort
+  MeanBy reasoning_by_effort;    // reasoning tokens (inside <think>), what r_len is paid on
   double reasoning_sum = 0;
 };
 
@@ -125,6 +126,7 @@ GrpoTrainer::Judged GrpoTrainer::JudgeBatch(const std::vector<TrainingSample>& s
     const std::string effort = std::to_string(sample.info.effort);
     judged.reward_by_dataset.Add(dataset, judged.total.back());
     judged.reward_by_effort.Add(effort, judged.total.back());
+    judged.task_reward_by_effort.Add(effort, judged.task.back());
     judged.length_by_dataset.Add(dataset, static_cast<double>(response_tokens));
     judged.length_by_effort.Add(effort, static_cast<double>(response_tokens));
     judged.reasoning_by_effort.Add(effort, static_cast<double>(reasoning));
@@ -278,6 +280,7 @@ nlohmann::json GrpoTrainer::Record(const Batch& batch, const Judged& judged,
       {"reward_length_mean", Mean(judged.length)},
       {"reward_by_dataset", judged.reward_by_dataset.Json()},
       {"reward_by_effort", judged.reward_by_effort.Json()},
+      {"reward_task_by_effort", judged.task_reward_by_effort.Json()},
       {"response_length_mean", response_mean},
       {"response_length_by_dataset", judged.length_by_dataset.Json()},
       {"response_length_by_effort", judged.length_by_effort.Json()},

@@ -246,6 +246,9 @@ TEST(GrpoStepTest, LengthRewardIsPaidAtEachSamplesEffortOnItsReasoning) {
   const nlohmann::json& reward = (*record)["reward_by_effort"];
   EXPECT_NEAR(reward["25"].get<double>(), ((1 - at_25) + 1) / 2, 1e-6) << record->dump();
   EXPECT_NEAR(reward["100"].get<double>(), 1 - at_100, 1e-6) << record->dump();
+  // All three answers are right: the verifier's reward alone is 1 at both efforts.
+  EXPECT_DOUBLE_EQ((*record)["reward_task_by_effort"]["25"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ((*record)["reward_task_by_effort"]["100"].get<double>(), 1.0);
   EXPECT_NEAR((*record)["reasoning_length_by_effort"]["25"].get<double>(), reasoning / 2, 1e-9);
   EXPECT_NEAR((*record)["reasoning_length_by_effort"]["100"].get<double>(), reasoning, 1e-9);
   EXPECT_NEAR((*record)["reward_length_mean"].get<double>(), -(at_25 + at_100) / 3, 1e-6);
