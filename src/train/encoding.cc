@@ -1,5 +1,7 @@
 #include "loom/train/encoding.h"
 
+#include <algorithm>
+
 #include "loom/agent/demonstration.h"
 #include "loom/chat/encoder.h"
 #include "loom/chat/message.h"
@@ -12,6 +14,15 @@ namespace {
 // own effort when it carries one (and efforts are shown at all).
 int ShownEffort(const tasks::Problem& problem, int effort) {
   return effort > 0 && problem.effort > 0 ? problem.effort : effort;
+}
+
+// "effort N" with N's digits units first (75 -> "effort 57"): its last
+// character, the one the choice to work or not follows, is the effort's
+// leading digit, so 25 and 75 (or 50 and 100) differ right there.
+std::string RestatedEffort(int effort) {
+  std::string digits = std::to_string(effort);
+  std::reverse(digits.begin(), digits.end());
+  return "effort " + digits;
 }
 
 // Thinking mode with the numeric effort line for effort b, or none for 0.
@@ -63,8 +74,8 @@ absl::StatusOr<SftExample> EncodeSftExample(const tasks::Problem& problem, int e
   conversation.push_back(*problem.reference);
   if (restate_effort && effort > 0) {
     nlohmann::json& reasoning = conversation.back()["reasoning_content"];
-    reasoning = "effort " + std::to_string(ShownEffort(problem, effort)) + "\n" +
-                reasoning.get<std::string>();
+    const std::string work = reasoning.get<std::string>();
+    reasoning = RestatedEffort(ShownEffort(problem, effort)) + (work.empty() ? "" : "\n" + work);
   }
   auto messages = Messages(conversation, problem.id);
   if (!messages.ok()) return messages.status();

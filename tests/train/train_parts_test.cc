@@ -94,7 +94,9 @@ TEST(EncodingTest, AProblemsOwnEffortWinsOverTheSampledOne) {
             std::string::npos);
 }
 
-// restate_effort: the reasoning opens with the effort the prompt shows.
+// restate_effort: the reasoning opens with the effort the prompt shows,
+// units digit first, so that its leading digit comes right before the
+// choice to work ("\n") or not ("</think>").
 TEST(EncodingTest, RestatedEffortOpensTheReasoning) {
   auto tok = Tiny();
   tasks::Problem problem = Arithmetic(6);
@@ -107,15 +109,17 @@ TEST(EncodingTest, RestatedEffortOpensTheReasoning) {
     }
     return *tok->Decode(masked);
   };
-  EXPECT_EQ(target(problem, 75, true).rfind("effort 75\n" + reasoning + "</think>", 0), 0u)
+  EXPECT_EQ(target(problem, 75, true).rfind("effort 57\n" + reasoning + "</think>", 0), 0u)
       << target(problem, 75, true);
+  EXPECT_EQ(target(problem, 100, true).rfind("effort 001\n" + reasoning + "</think>", 0), 0u);
   EXPECT_EQ(target(problem, 75, false).rfind(reasoning + "</think>", 0), 0u);
   EXPECT_EQ(target(problem, 0, true).rfind(reasoning + "</think>", 0), 0u);
   tasks::Problem own = problem;
   own.effort = 60;
-  EXPECT_EQ(target(own, 75, true).rfind("effort 60\n", 0), 0u);
+  EXPECT_EQ(target(own, 75, true).rfind("effort 06\n", 0), 0u);
   (*problem.reference)["reasoning_content"] = "";  // answer-only references restate it too
-  EXPECT_EQ(target(problem, 25, true).rfind("effort 25\n</think>", 0), 0u);
+  EXPECT_EQ(target(problem, 25, true).rfind("effort 52</think>", 0), 0u)
+      << target(problem, 25, true);
 }
 
 TEST(EncodingTest, JudgeCompletionRewardsOnlyWellFormedCorrectAnswers) {

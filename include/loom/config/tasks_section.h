@@ -30,7 +30,7 @@ struct DatasetSection {
   double answer_only_fraction = 0;      // generators: SFT references without the worked reasoning
   double reversed_answer_fraction = 0;  // generators: SFT references whose answer is reversed
   double demonstration_slip_fraction = 0;  // agentic: demonstrations with the task's slip
-  bool restate_effort = false;             // SFT references open their reasoning with "effort N"
+  bool restate_effort = false;             // SFT reasoning opens with "effort N", units first
   std::string teacher;                     // opd stage: the teacher (opd.teachers[].name)
 
   template <class V>
@@ -116,10 +116,12 @@ struct DatasetSection {
                 "fix often enough for GRPO to reinforce it from the sandbox's verdicts.")
                 .Range(0, 1));
     v.Field("restate_effort", restate_effort,
-            Doc("SFT references open their reasoning with the line `effort N`, N the effort "
-                "their prompt shows (nothing when efforts are not shown), whether or not they "
-                "go on to work the problem: the effort is then right before the model's choice "
-                "of how much to reason. What to do at each effort is left to the length reward."));
+            Doc("SFT references open their reasoning with `effort N`, N the effort their "
+                "prompt shows written units digit first (`effort 57` at 75; nothing when "
+                "efforts are not shown), then a line break and the working, or the end of the "
+                "reasoning for an answer-only reference: the model's choice to work then "
+                "follows the effort's leading digit directly. What to do at each effort is left "
+                "to the length reward."));
     v.Field("teacher", teacher,
             Doc("The opd stage distils this dataset's samples from this teacher (a name in "
                 "opd.teachers); required for every dataset when train.stages has opd."));
