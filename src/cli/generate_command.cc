@@ -90,8 +90,8 @@ absl::Status RunGenerate(const GenerateOptions& o) {
     auto step = (*model)->Step({{&seq, next}}, pool);
     if (!step.ok()) return step.status();
     int64_t token = SampleToken(step->logits[0], o.temperature, o.top_p, gen);
+    completion.push_back(static_cast<int32_t>(token));  // the end of sentence too: it parses
     if (eos && token == *eos) break;
-    completion.push_back(static_cast<int32_t>(token));
     next = {token};
   }
   auto text = (*tok)->Decode(completion);
