@@ -59,7 +59,7 @@ TEST(GenerateCliTest, KeepsTheEndOfSentenceAndParsesTheCompletion) {
   auto made = RunLoom("init-model --arch llama --out " + model +
                       " --seed 3 --set hidden_size=64 --set num_hidden_layers=2");
   ASSERT_EQ(made.exit_code, 0) << made.err;
-  MakeModelAnswerX(model);
+  ASSERT_NO_FATAL_FAILURE(MakeModelAnswerX(model));
   auto run = RunLoom("generate --model " + model +
                      " --prompt 'Say x.' --temperature 0 --max-new-tokens 8 --effort max");
   ASSERT_EQ(run.exit_code, 0) << run.err;
