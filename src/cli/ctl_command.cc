@@ -1,7 +1,8 @@
-// `loom ctl RUN_DIR set KEY=VALUE... [--reason TEXT]` and `loom ctl RUN_DIR
-// show`: change a running trainer's live config, and look at it
-// (docs/operations.md, live changes). Exit codes: 0 accepted (set) or shown,
-// 1 no trainer answered, 2 the change was refused (the run goes on as it was).
+// `loom ctl RUN_DIR set KEY=VALUE... [--reason TEXT]`, `loom ctl RUN_DIR
+// pause|unpause [--reason TEXT]` and `loom ctl RUN_DIR show`: change a
+// running trainer's live config, hold it still, and look at it
+// (docs/operations.md, live changes). Exit codes: 0 accepted or shown, 1 no
+// trainer answered, 2 the change was refused (the run goes on as it was).
 
 #include <iostream>
 #include <memory>
@@ -27,7 +28,8 @@ std::string ChangeText(const nlohmann::json& change) {
 }
 
 int RunSet(const CtlOptions& options) {
-  auto reply = train::SendControlRequest(options.run_dir, options.assignments, options.reason,
+  auto reply = train::SendControlRequest(options.run_dir,
+                                         {{"set", options.assignments}, {"reason", options.reason}},
                                          options.timeout_s);
   if (!reply.ok()) {
     std::cerr << "loom ctl: " << reply.status().message() << "\n";
@@ -53,6 +55,22 @@ int RunSet(const CtlOptions& options) {
   return kExitOk;
 }
 
+int RunPause(const CtlOptions& options, bool pause) {
+  auto reply = train::SendControlRequest(
+      options.run_dir, {{"pause", pause}, {"reason", options.reason}}, options.timeout_s);
+  if (!reply.ok()) {
+    std::cerr << "loom ctl: " << reply.status().message() << "\n";
+    return kExitFailure;
+  }
+  if (options.json) {
+    std::cout << reply->dump() << "\n";
+  } else {
+    std::cout << (pause ? "paused" : "running") << " at config version "
+              << reply->value("config_version", int64_t{-1}) << "\n";
+  }
+  return reply->value("accepted", false) ? kExitOk : kExitUsage;
+}
+
 int RunShow(const CtlOptions& options) {
   auto live = train::ReadLiveConfig(options.run_dir);
   if (!live.ok()) {
@@ -66,7 +84,8 @@ int RunShow(const CtlOptions& options) {
   const nlohmann::json& current = (*live)["current"];
   std::cout << options.run_dir << ": config version " << current.value("config_version", 0)
             << (current.value("running", false)
-                    ? " (trainer running, pid " + std::to_string(current.value("pid", 0)) + ")"
+                    ? " (trainer running, pid " + std::to_string(current.value("pid", 0)) +
+                          (current.value("paused", false) ? ", paused)" : ")")
                     : " (no trainer running)")
             << "\nlive values:\n";
   for (const auto& assignment : current.value("assignments", nlohmann::json::array())) {
@@ -81,10 +100,12 @@ int RunShow(const CtlOptions& options) {
   std::cout << "history:\n";
   for (const auto& entry : (*live)["history"]) {
     std::cout << "  v" << entry.value("config_version", 0) << " " << entry.value("time", "");
-    if (entry.value("event", "") == "resumed") {
+    const std::string event = entry.value("event", "");
+    if (event == "resumed") {
       std::cout << " resumed here; later versions were lost with their checkpoint\n";
       continue;
     }
+    if (!event.empty()) std::cout << " " << event;
     std::cout << " at policy version " << entry.value("policy_version", 0);
     const std::string reason = entry.value("reason", "");
     if (!reason.empty()) std::cout << " (" << reason << ")";
@@ -98,7 +119,8 @@ int RunShow(const CtlOptions& options) {
 
 void SetupCtl(CLI::App& app, Context& context) {
   auto options = std::make_shared<CtlOptions>();
-  CLI::App* cmd = app.add_subcommand("ctl", "Change a running trainer's live config, or show it");
+  CLI::App* cmd =
+      app.add_subcommand("ctl", "Change a running trainer's live config, pause it, or show it");
   cmd->add_option("run_dir", options->run_dir, "The run directory of `loom train`")->required();
   cmd->require_subcommand(1);
 
@@ -114,6 +136,20 @@ void SetupCtl(CLI::App& app, Context& context) {
       ->check(CLI::PositiveNumber);
   set->add_flag("--json", options->json, "Print the trainer's reply as JSON");
   set->callback([options, &context] { context.exit_code = RunSet(*options); });
+
+  for (const bool pause : {true, false}) {
+    CLI::App* sub = cmd->add_subcommand(
+        pause ? "pause" : "unpause",
+        pause ? "Hold rollout and training still at the next boundary; requests are still "
+                "answered, and a signal still checkpoints and stops the run"
+              : "Let a paused run go on");
+    sub->add_option("--reason", options->reason, "Why: kept in the run's live/history.jsonl");
+    sub->add_option("--timeout", options->timeout_s,
+                    "Seconds to wait for the trainer to take the request (default 120)")
+        ->check(CLI::PositiveNumber);
+    sub->add_flag("--json", options->json, "Print the trainer's reply as JSON");
+    sub->callback([options, &context, pause] { context.exit_code = RunPause(*options, pause); });
+  }
 
   CLI::App* show = cmd->add_subcommand("show", "Print the live config, its version and history");
   show->add_flag("--json", options->json, "Print {current, history} as JSON");

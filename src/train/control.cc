@@ -17,6 +17,7 @@
 #include "loom/metrics/metrics_writer.h"
 #include "loom/metrics/progress.h"
 #include "loom/train/live_config.h"
+#include "loom/train/preemption.h"
 
 namespace loom::train {
 namespace fs = std::filesystem;
@@ -42,26 +43,42 @@ std::string UtcNow() {
 
 bool Alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
 
-// The set and reason of a request file, or an error text.
-absl::Status ParseRequest(const std::string& text, std::vector<std::string>& set,
-                          std::string& reason) {
+// A request as `loom ctl` writes it: a change of the live config, or a pause.
+struct Request {
+  std::vector<std::string> set;
+  std::optional<bool> pause;
+  std::string reason;
+};
+
+absl::StatusOr<Request> ParseRequest(const std::string& text) {
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("not a JSON object");
+  Request request;
   const auto assignments = j.find("set");
-  if (assignments == j.end() || !assignments->is_array() || assignments->empty()) {
-    return absl::InvalidArgumentError("set: expected a non-empty list of KEY=VALUE strings");
+  const auto pause = j.find("pause");
+  if ((assignments == j.end()) == (pause == j.end())) {
+    return absl::InvalidArgumentError(
+        "expected either set (a list of KEY=VALUE strings) or pause (true or false)");
   }
-  for (const auto& a : *assignments) {
-    if (!a.is_string()) {
+  if (pause != j.end()) {
+    if (!pause->is_boolean()) return absl::InvalidArgumentError("pause: expected true or false");
+    request.pause = pause->get<bool>();
+  } else {
+    if (!assignments->is_array() || assignments->empty()) {
       return absl::InvalidArgumentError("set: expected a non-empty list of KEY=VALUE strings");
     }
-    set.push_back(a.get<std::string>());
+    for (const auto& a : *assignments) {
+      if (!a.is_string()) {
+        return absl::InvalidArgumentError("set: expected a non-empty list of KEY=VALUE strings");
+      }
+      request.set.push_back(a.get<std::string>());
+    }
   }
   if (const auto r = j.find("reason"); r != j.end()) {
     if (!r->is_string()) return absl::InvalidArgumentError("reason: expected a string");
-    reason = r->get<std::string>();
+    request.reason = r->get<std::string>();
   }
-  return absl::OkStatus();
+  return request;
 }
 
 std::vector<std::string> Lines(const std::string& text) {
@@ -139,10 +156,19 @@ absl::Status ControlInbox::Start() {
 }
 
 bool ControlInbox::Poll() {
-  const double now = metrics::ProgressLine::SteadySeconds();
-  if (last_poll_ >= 0 && now - last_poll_ < kPollInterval) return false;
-  last_poll_ = now;
   const int64_t before = context_.live->version();
+  HandlePending();
+  while (paused_ && !PreemptionRequested()) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kPollInterval));
+    HandlePending();
+  }
+  return context_.live->version() != before;
+}
+
+void ControlInbox::HandlePending() {
+  const double now = metrics::ProgressLine::SteadySeconds();
+  if (last_poll_ >= 0 && now - last_poll_ < kPollInterval) return;
+  last_poll_ = now;
   std::error_code ec;
   std::vector<fs::path> requests;
   for (const auto& entry : fs::directory_iterator(RequestsDir(context_.run_dir.path()), ec)) {
@@ -155,30 +181,61 @@ bool ControlInbox::Poll() {
     Handle(request.stem().string(), claimed);
     ::unlink(claimed.c_str());
   }
-  return context_.live->version() != before;
 }
 
 void ControlInbox::Handle(const std::string& id, const std::string& claimed_path) {
   const double start = metrics::ProgressLine::SteadySeconds();
   nlohmann::json reply = {{"id", id}, {"accepted", false}};
-  std::vector<std::string> assignments;
-  std::string reason;
   auto text = ReadFile(claimed_path);
-  absl::Status parsed = text.ok() ? ParseRequest(*text, assignments, reason) : text.status();
-  if (!parsed.ok()) {
-    reply["errors"] = {"request " + id + ": " + std::string(parsed.message())};
-  } else if (auto changes = context_.live->Apply(assignments); !changes.ok()) {
+  auto request = text.ok() ? ParseRequest(*text) : absl::StatusOr<Request>(text.status());
+  if (!request.ok()) {
+    reply["errors"] = {"request " + id + ": " + std::string(request.status().message())};
+  } else if (request->pause) {
+    Pause(*request->pause, request->reason, reply);
+  } else if (auto changes = context_.live->Apply(request->set); !changes.ok()) {
     reply["errors"] = Lines(std::string(changes.status().message()));
     reply["config_version"] = context_.live->version();
     spdlog::warn("live change refused, config stays at version {}: {}", context_.live->version(),
                  std::string(changes.status().message()));
   } else {
-    Accepted(assignments, reason, *changes, metrics::ProgressLine::SteadySeconds() - start, reply);
+    Accepted(request->set, request->reason, *changes,
+             metrics::ProgressLine::SteadySeconds() - start, reply);
   }
   const std::string path = RepliesDir(context_.run_dir.path()) + "/" + id + ".json";
   if (absl::Status s = WriteFileAtomic(path, reply.dump(2) + "\n"); !s.ok()) {
     spdlog::warn("live change {}: cannot write its reply: {}", id, std::string(s.message()));
   }
+}
+
+void ControlInbox::Pause(bool paused, const std::string& reason, nlohmann::json& reply) {
+  const int64_t version = context_.live->version();
+  reply["accepted"] = true;
+  reply["config_version"] = version;
+  reply["paused"] = paused;
+  if (paused == paused_) return;
+  paused_ = paused;
+  if (paused) {
+    spdlog::info(
+        "paused at policy version {}{}: rollout and training stand still until `loom ctl {} "
+        "unpause` (or a signal to stop)",
+        context_.policy_version, reason.empty() ? "" : " (reason: " + reason + ")",
+        context_.run_dir.path());
+  } else {
+    spdlog::info("unpaused at policy version {}{}", context_.policy_version,
+                 reason.empty() ? "" : " (reason: " + reason + ")");
+  }
+  const nlohmann::json record = {{"config_version", version},
+                                 {"time", UtcNow()},
+                                 {"event", paused ? "paused" : "unpaused"},
+                                 {"reason", reason},
+                                 {"policy_version", context_.policy_version}};
+  auto history = metrics::MetricsWriter::Open(HistoryPath(context_.run_dir.path()));
+  absl::Status written = history.ok() ? history->Write(record) : history.status();
+  if (!written.ok()) {
+    spdlog::warn("live config: cannot record the {}: {}", paused ? "pause" : "unpause",
+                 std::string(written.message()));
+  }
+  WriteCurrent();
 }
 
 void ControlInbox::Accepted(const std::vector<std::string>& assignments, const std::string& reason,
@@ -227,6 +284,7 @@ void ControlInbox::WriteCurrent() const {
   current["config_version"] = context_.live->version();
   current["time"] = UtcNow();
   current["pid"] = ::getpid();
+  current["paused"] = paused_;
   const std::string path = CurrentPath(context_.run_dir.path());
   if (absl::Status s = WriteFileAtomic(path, current.dump(2) + "\n"); !s.ok()) {
     spdlog::warn("live config: {}", std::string(s.message()));
@@ -234,8 +292,7 @@ void ControlInbox::WriteCurrent() const {
 }
 
 absl::StatusOr<nlohmann::json> SendControlRequest(const std::string& run_dir,
-                                                  const std::vector<std::string>& assignments,
-                                                  const std::string& reason, double timeout_s) {
+                                                  const nlohmann::json& body, double timeout_s) {
   if (!fs::exists(run_dir + "/config.yaml")) {
     return absl::NotFoundError(run_dir + " is not a run directory (no config.yaml)");
   }
@@ -247,9 +304,7 @@ absl::StatusOr<nlohmann::json> SendControlRequest(const std::string& run_dir,
       "-" + std::to_string(::getpid());
   const std::string request = RequestsDir(run_dir) + "/" + id + ".json";
   const std::string reply_path = RepliesDir(run_dir) + "/" + id + ".json";
-  if (absl::Status s = WriteFileAtomic(
-          request, nlohmann::json{{"set", assignments}, {"reason", reason}}.dump() + "\n");
-      !s.ok()) {
+  if (absl::Status s = WriteFileAtomic(request, body.dump() + "\n"); !s.ok()) {
     return s;
   }
   using Clock = std::chrono::steady_clock;
@@ -300,6 +355,8 @@ absl::StatusOr<nlohmann::json> ReadLiveConfig(const std::string& run_dir) {
     for (nlohmann::json& line : *lines) history.push_back(std::move(line));
   }
   current["running"] = TrainerPid(run_dir).ok();
+  // A pause holds one trainer process: the next one starts unpaused.
+  current["paused"] = current["running"].get<bool>() && current.value("paused", false);
   return nlohmann::json{{"current", current}, {"history", history}};
 }
 

@@ -1,7 +1,7 @@
 // Live reconfiguration through the real binaries: `loom train` runs an OPD
-// stage (configs/test/live.yaml) while `loom ctl` switches a dataset's
-// teacher, lowers a dataset's cap, parks a dataset and sends changes that
-// must be refused; then the run is preempted and resumed. Every trained
+// stage (configs/test/live.yaml) while `loom ctl` pauses it, switches a
+// dataset's teacher, lowers a dataset's cap, parks a dataset and sends
+// changes that must be refused; then the paused run is preempted and resumed. Every trained
 // sample's line in samples.jsonl is checked against the version it was
 // dispatched under.
 
@@ -92,6 +92,12 @@ TEST_F(LiveChangeTest, TeacherCapAndActiveChangeMidRunAndSurvivePreemption) {
   testing::LoomProcess train(TrainArgs(false), log);
   ASSERT_TRUE(WaitForOpdSteps(train, run_dir_, 2)) << testing::ReadAll(log);
 
+  // Held still while the changes below go in, however fast the steps are.
+  auto paused = Ctl(run_dir_, "pause --reason 'change teachers'");
+  ASSERT_EQ(paused.exit_code, 0) << paused.err << testing::ReadAll(log);
+  EXPECT_NE(paused.out.find("paused at config version 0"), std::string::npos) << paused.out;
+  const int steps_at_pause = OpdSteps(run_dir_);
+
   // v1: sort's samples go to the Qwen3 teacher from now on.
   auto switched = Ctl(run_dir_, "set tasks.datasets.sort.teacher=qwen3 --reason 'try qwen3'");
   ASSERT_EQ(switched.exit_code, 0) << switched.err << testing::ReadAll(log);
@@ -116,14 +122,32 @@ TEST_F(LiveChangeTest, TeacherCapAndActiveChangeMidRunAndSurvivePreemption) {
     EXPECT_NE(result.err.find("the run goes on at config version 1"), std::string::npos)
         << result.err;
   }
-  // A request file that is not JSON gets an answer too.
-  const std::string bad = run_dir_ + "/ctl/requests/0-bad.json";
-  { std::ofstream(bad) << "{not json"; }
-  for (int i = 0; i < 500 && !std::filesystem::exists(run_dir_ + "/ctl/replies/0-bad.json"); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Request files that are not well-formed get an answer too.
+  const std::vector<std::pair<std::string, std::string>> malformed = {
+      {"{not json", "request 0-bad: not a JSON object"},
+      {R"({"pause": "yes"})", "request 0-bad: pause: expected true or false"},
+      {R"({"set": ["tasks.eval_every=1"], "pause": true})",
+       "request 0-bad: expected either set (a list of KEY=VALUE strings) or pause"},
+  };
+  for (const auto& [body, error] : malformed) {
+    const std::string reply_path = run_dir_ + "/ctl/replies/0-bad.json";
+    std::filesystem::remove(reply_path);
+    { std::ofstream(run_dir_ + "/ctl/requests/0-bad.json") << body; }
+    for (int i = 0; i < 500 && !std::filesystem::exists(reply_path); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const std::string reply = testing::ReadAll(reply_path);
+    EXPECT_NE(reply.find(error), std::string::npos) << body << "\n" << reply;
   }
-  const std::string reply = testing::ReadAll(run_dir_ + "/ctl/replies/0-bad.json");
-  EXPECT_NE(reply.find("request 0-bad: not a JSON object"), std::string::npos) << reply;
+
+  auto shown = Ctl(run_dir_, "show");
+  EXPECT_NE(shown.out.find("config version 1 (trainer running, pid"), std::string::npos)
+      << shown.out;
+  EXPECT_NE(shown.out.find(", paused)"), std::string::npos) << shown.out;
+  EXPECT_EQ(OpdSteps(run_dir_), steps_at_pause) << "no step while paused";
+  auto unpaused = Ctl(run_dir_, "unpause");
+  ASSERT_EQ(unpaused.exit_code, 0) << unpaused.err;
+  EXPECT_NE(unpaused.out.find("running at config version 1"), std::string::npos) << unpaused.out;
 
   // v2: arithmetic capped at one prompt's group (5 samples).
   ASSERT_TRUE(WaitForOpdSteps(train, run_dir_, OpdSteps(run_dir_) + 2)) << testing::ReadAll(log);
@@ -134,6 +158,8 @@ TEST_F(LiveChangeTest, TeacherCapAndActiveChangeMidRunAndSurvivePreemption) {
   auto parked = Ctl(run_dir_, "set tasks.datasets.arithmetic.active=false");
   ASSERT_EQ(parked.exit_code, 0) << parked.err;
   ASSERT_TRUE(WaitForOpdSteps(train, run_dir_, OpdSteps(run_dir_) + 2)) << testing::ReadAll(log);
+  // A paused run still checkpoints and stops on a signal.
+  ASSERT_EQ(Ctl(run_dir_, "pause").exit_code, 0);
   train.Signal(SIGTERM);
   ASSERT_EQ(train.Wait(), 0) << testing::ReadAll(log);
 
@@ -142,10 +168,21 @@ TEST_F(LiveChangeTest, TeacherCapAndActiveChangeMidRunAndSurvivePreemption) {
   const nlohmann::json live = nlohmann::json::parse(show.out);
   EXPECT_EQ(live["current"]["config_version"], 3);
   EXPECT_FALSE(live["current"]["running"].get<bool>());
-  ASSERT_EQ(live["history"].size(), 3u);
-  EXPECT_EQ(live["history"][0]["reason"], "try qwen3");
-  EXPECT_GE(live["history"][0]["apply_seconds"].get<double>(), 0.0);
-  EXPECT_EQ(live["history"][1]["changes"][0]["key"], "tasks.datasets.arithmetic.max_inflight");
+  EXPECT_FALSE(live["current"]["paused"].get<bool>());
+  std::vector<nlohmann::json> changes;
+  std::vector<std::string> pauses;
+  for (const auto& entry : live["history"]) {
+    if (entry.contains("event")) {
+      pauses.push_back(entry["event"].get<std::string>() + " " + entry.value("reason", ""));
+    } else {
+      changes.push_back(entry);
+    }
+  }
+  EXPECT_EQ(pauses, (std::vector<std::string>{"paused change teachers", "unpaused ", "paused "}));
+  ASSERT_EQ(changes.size(), 3u);
+  EXPECT_EQ(changes[0]["reason"], "try qwen3");
+  EXPECT_GE(changes[0]["apply_seconds"].get<double>(), 0.0);
+  EXPECT_EQ(changes[1]["changes"][0]["key"], "tasks.datasets.arithmetic.max_inflight");
 
   testing::LoomProcess resumed(TrainArgs(true), log);
   ASSERT_EQ(resumed.Wait(), 0) << testing::ReadAll(log);

@@ -3,13 +3,15 @@
 // directory — no open port:
 //
 //   RUN_DIR/ctl/pid               the running trainer's pid
-//   RUN_DIR/ctl/requests/ID.json  {"set": ["KEY=VALUE", ...], "reason": "..."}, written
-//                                 by `loom ctl` under a temporary name and renamed
+//   RUN_DIR/ctl/requests/ID.json  {"set": ["KEY=VALUE", ...], "reason": "..."} or
+//                                 {"pause": true|false, "reason": "..."}, written by
+//                                 `loom ctl` under a temporary name and renamed
 //   RUN_DIR/ctl/replies/ID.json   the verdict: {"accepted": true, "config_version",
-//                                 "changes"} or {"accepted": false, "errors"}
+//                                 "changes", "paused"} or {"accepted": false, "errors"}
 //   RUN_DIR/live/history.jsonl    every accepted change: version, time, reason, the
-//                                 assignments, the resolved diff, apply_seconds
-//   RUN_DIR/live/current.json     the live version and its values
+//                                 assignments, the resolved diff, apply_seconds; and
+//                                 every pause and unpause (an "event" line)
+//   RUN_DIR/live/current.json     the live version and its values, and whether paused
 //
 // The trainer claims a request by renaming it (ID.json.claimed) before it
 // reads it, so `loom ctl` can still withdraw a request nobody took (its
@@ -39,12 +41,18 @@ class ControlInbox {
 
   // Handles every pending request, looking at most every 0.2 s; called where
   // the run may change course (between engine steps, between SFT steps).
-  // True when the config version changed. A malformed request is answered
-  // with an error; file trouble is logged — neither stops the run.
+  // While a `loom ctl pause` holds, it keeps answering requests and returns
+  // only once unpaused or a preemption signal arrived: rollout and training
+  // stand still meanwhile. True when the config version changed. A malformed
+  // request is answered with an error; file trouble is logged — neither
+  // stops the run. A resumed run starts unpaused.
   bool Poll();
 
  private:
+  void HandlePending();
   void Handle(const std::string& id, const std::string& claimed_path);
+  // Sets the pause, recording a change of it in the history.
+  void Pause(bool paused, const std::string& reason, nlohmann::json& reply);
   // Records an applied change (`apply_seconds`: the checks and the switch,
   // the time rollout stood still for it) and fills the reply.
   void Accepted(const std::vector<std::string>& assignments, const std::string& reason,
@@ -55,15 +63,16 @@ class ControlInbox {
   TrainContext& context_;
   std::string pid_path_;
   double last_poll_ = -1;
+  bool paused_ = false;
 };
 
-// `loom ctl`'s side: sends a change to the trainer of `run_dir` and waits up
-// to `timeout_s` for its verdict (the reply, accepted or not).
-// FAILED_PRECONDITION when no trainer is running there, DEADLINE_EXCEEDED
-// when none took the request in time (it is withdrawn, nothing changed).
+// `loom ctl`'s side: sends a request `body` ({"set": [...]} or {"pause":
+// bool}, with its "reason") to the trainer of `run_dir` and waits up to `timeout_s`
+// for its verdict (the reply, accepted or not). FAILED_PRECONDITION when no
+// trainer is running there, DEADLINE_EXCEEDED when none took the request in
+// time (it is withdrawn, nothing changed).
 absl::StatusOr<nlohmann::json> SendControlRequest(const std::string& run_dir,
-                                                  const std::vector<std::string>& assignments,
-                                                  const std::string& reason, double timeout_s);
+                                                  const nlohmann::json& body, double timeout_s);
 
 // The live config of `run_dir` as `loom ctl show` prints it: current.json
 // and the history. NOT_FOUND when the run never wrote one.
