@@ -229,12 +229,7 @@ void ControlInbox::Pause(bool paused, const std::string& reason, nlohmann::json&
                                  {"event", paused ? "paused" : "unpaused"},
                                  {"reason", reason},
                                  {"policy_version", context_.policy_version}};
-  auto history = metrics::MetricsWriter::Open(HistoryPath(context_.run_dir.path()));
-  absl::Status written = history.ok() ? history->Write(record) : history.status();
-  if (!written.ok()) {
-    spdlog::warn("live config: cannot record the {}: {}", paused ? "pause" : "unpause",
-                 std::string(written.message()));
-  }
+  AppendHistory(record);
   WriteCurrent();
 }
 
@@ -259,12 +254,7 @@ void ControlInbox::Accepted(const std::vector<std::string>& assignments, const s
                                  {"changes", diff},
                                  {"policy_version", context_.policy_version},
                                  {"apply_seconds", apply_seconds}};
-  auto history = metrics::MetricsWriter::Open(HistoryPath(context_.run_dir.path()));
-  absl::Status written = history.ok() ? history->Write(record) : history.status();
-  if (!written.ok()) {
-    spdlog::warn("live config: cannot record version {}: {}", version,
-                 std::string(written.message()));
-  }
+  AppendHistory(record);
   WriteCurrent();
   context_.metrics.SetCommon("config_version", version);
   if (absl::Status s = context_.metrics.Write({{"event", "config_change"},
@@ -277,6 +267,15 @@ void ControlInbox::Accepted(const std::vector<std::string>& assignments, const s
   reply["accepted"] = true;
   reply["config_version"] = version;
   reply["changes"] = diff;
+}
+
+void ControlInbox::AppendHistory(const nlohmann::json& record) const {
+  auto history = metrics::MetricsWriter::Open(HistoryPath(context_.run_dir.path()));
+  absl::Status written = history.ok() ? history->Write(record) : history.status();
+  if (!written.ok()) {
+    spdlog::warn("live config: cannot record {} in the history: {}", record.dump(),
+                 std::string(written.message()));
+  }
 }
 
 void ControlInbox::WriteCurrent() const {

@@ -58,6 +58,8 @@ class ControlInbox {
   void Accepted(const std::vector<std::string>& assignments, const std::string& reason,
                 const std::vector<config::LiveChange>& changes, double apply_seconds,
                 nlohmann::json& reply);
+  // Appends `record` to live/history.jsonl; trouble is logged.
+  void AppendHistory(const nlohmann::json& record) const;
   void WriteCurrent() const;
 
   TrainContext& context_;
