@@ -16,13 +16,15 @@ int ShownEffort(const tasks::Problem& problem, int effort) {
   return effort > 0 && problem.effort > 0 ? problem.effort : effort;
 }
 
-// "effort N" with N's digits units first (75 -> "effort 57"): its last
-// character, the one the choice to work or not follows, is the effort's
-// leading digit, so 25 and 75 (or 50 and 100) differ right there.
+// "effort" and one capital letter per started tenth of the effort, from K
+// on (25 -> "effort KLM", 60 -> "effort KLMNOP", 100 -> "effort KLMNOPQRST"):
+// no digit or small letter the scratchpad could take for its own ("c1" is a
+// carry), and a last letter of its own at every level, right before the
+// choice to work or not.
 std::string RestatedEffort(int effort) {
-  std::string digits = std::to_string(effort);
-  std::reverse(digits.begin(), digits.end());
-  return "effort " + digits;
+  std::string restated = "effort ";
+  for (int tenth = 0; tenth * 10 < effort; ++tenth) restated += static_cast<char>('K' + tenth);
+  return restated;
 }
 
 // Thinking mode with the numeric effort line for effort b, or none for 0.

@@ -44,10 +44,10 @@ class SftSampler {
     }
     std::discrete_distribution<size_t> pick(weights.begin(), weights.end());
     const size_t d = pick(rng_);
-    const auto& levels = context_.config.effort.levels;
-    const int effort = levels[std::uniform_int_distribution<size_t>(0, levels.size() - 1)(rng_)];
+    const config::EffortSection& efforts = context_.config.effort;
+    const int effort = efforts.DrawSftEffort(rng_);
     tasks::Problem problem = context_.datasets[d]->Train(next_index_[d]++);
-    const int shown = context_.config.effort.PromptEffort(effort);
+    const int shown = efforts.PromptEffort(effort);
     if (tasks.datasets[d].environment == "sandbox") {
       return EncodeAgentSftExample(problem, tasks.datasets[d].kind,
                                    tasks.datasets[d].demonstration_slip_fraction,

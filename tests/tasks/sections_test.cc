@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+#include <set>
+
 #include "loom/config/async_section.h"
 #include "loom/config/binder.h"
 #include "loom/config/grpo_section.h"
@@ -61,6 +64,26 @@ TEST(SectionsTest, DefaultsNeedNoKeys) {
   EXPECT_EQ(Errors("{}\n", &s), "");
   EXPECT_EQ(s.async.dispatch, "sample");
   EXPECT_EQ(s.effort.GroupSize(), 8);
+}
+
+// SFT draws its efforts from the levels, or with sft_every_effort from all
+// of 1..100 (so efforts between the levels come up too).
+TEST(SectionsTest, SftEffortsComeFromTheLevelsOrFromEveryEffort) {
+  Sections s;
+  ASSERT_EQ(Errors("effort: {levels: [25, 50, 75, 100]}\n", &s), "");
+  std::mt19937_64 rng(7);
+  std::set<int> drawn;
+  for (int i = 0; i < 2000; ++i) drawn.insert(s.effort.DrawSftEffort(rng));
+  EXPECT_EQ(drawn, (std::set<int>{25, 50, 75, 100}));
+
+  ASSERT_EQ(Errors("effort: {levels: [25, 50, 75, 100], sft_every_effort: true}\n", &s), "");
+  drawn.clear();
+  for (int i = 0; i < 2000; ++i) drawn.insert(s.effort.DrawSftEffort(rng));
+  EXPECT_EQ(drawn.size(), 100u);  // 2000 draws miss one of 100 values with p < 1e-6
+  EXPECT_EQ(*drawn.begin(), 1);
+  EXPECT_EQ(*drawn.rbegin(), 100);
+  EXPECT_NE(Errors("effort: {sft_every_effort: 3}\n").find("effort.sft_every_effort"),
+            std::string::npos);
 }
 
 TEST(SectionsTest, DatasetErrorsNameTheEntry) {

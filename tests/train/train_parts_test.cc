@@ -94,9 +94,10 @@ TEST(EncodingTest, AProblemsOwnEffortWinsOverTheSampledOne) {
             std::string::npos);
 }
 
-// restate_effort: the reasoning opens with the effort the prompt shows,
-// units digit first, so that its leading digit comes right before the
-// choice to work ("\n") or not ("</think>").
+// restate_effort: the reasoning opens with one capital letter per started
+// tenth of the effort the prompt shows, from K on, so that a letter of the
+// level's own comes right before the choice to work ("\n") or not
+// ("</think>").
 TEST(EncodingTest, RestatedEffortOpensTheReasoning) {
   auto tok = Tiny();
   tasks::Problem problem = Arithmetic(6);
@@ -109,16 +110,19 @@ TEST(EncodingTest, RestatedEffortOpensTheReasoning) {
     }
     return *tok->Decode(masked);
   };
-  EXPECT_EQ(target(problem, 75, true).rfind("effort 57\n" + reasoning + "</think>", 0), 0u)
+  EXPECT_EQ(target(problem, 75, true).rfind("effort KLMNOPQR\n" + reasoning + "</think>", 0), 0u)
       << target(problem, 75, true);
-  EXPECT_EQ(target(problem, 100, true).rfind("effort 001\n" + reasoning + "</think>", 0), 0u);
+  EXPECT_EQ(target(problem, 100, true).rfind("effort KLMNOPQRST\n" + reasoning, 0), 0u);
+  EXPECT_EQ(target(problem, 1, true).rfind("effort K\n" + reasoning, 0), 0u);
+  EXPECT_EQ(target(problem, 10, true).rfind("effort K\n" + reasoning, 0), 0u);
+  EXPECT_EQ(target(problem, 11, true).rfind("effort KL\n" + reasoning, 0), 0u);
   EXPECT_EQ(target(problem, 75, false).rfind(reasoning + "</think>", 0), 0u);
   EXPECT_EQ(target(problem, 0, true).rfind(reasoning + "</think>", 0), 0u);
   tasks::Problem own = problem;
   own.effort = 60;
-  EXPECT_EQ(target(own, 75, true).rfind("effort 06\n", 0), 0u);
+  EXPECT_EQ(target(own, 75, true).rfind("effort KLMNOP\n", 0), 0u);
   (*problem.reference)["reasoning_content"] = "";  // answer-only references restate it too
-  EXPECT_EQ(target(problem, 25, true).rfind("effort 52</think>", 0), 0u)
+  EXPECT_EQ(target(problem, 25, true).rfind("effort KLM</think>", 0), 0u)
       << target(problem, 25, true);
 }
 

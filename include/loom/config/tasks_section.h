@@ -30,7 +30,7 @@ struct DatasetSection {
   double answer_only_fraction = 0;      // generators: SFT references without the worked reasoning
   double reversed_answer_fraction = 0;  // generators: SFT references whose answer is reversed
   double demonstration_slip_fraction = 0;  // agentic: demonstrations with the task's slip
-  bool restate_effort = false;             // SFT reasoning opens with "effort N", units first
+  bool restate_effort = false;             // SFT reasoning opens with "effort KLM..."
   std::string teacher;                     // opd stage: the teacher (opd.teachers[].name)
 
   template <class V>
@@ -116,12 +116,13 @@ struct DatasetSection {
                 "fix often enough for GRPO to reinforce it from the sandbox's verdicts.")
                 .Range(0, 1));
     v.Field("restate_effort", restate_effort,
-            Doc("SFT references open their reasoning with `effort N`, N the effort their "
-                "prompt shows written units digit first (`effort 57` at 75; nothing when "
-                "efforts are not shown), then a line break and the working, or the end of the "
-                "reasoning for an answer-only reference: the model's choice to work then "
-                "follows the effort's leading digit directly. What to do at each effort is left "
-                "to the length reward."));
+            Doc("SFT references open their reasoning with `effort` and one capital letter per "
+                "started tenth of the effort their prompt shows, from K on (`effort KLM` at 25, "
+                "`effort KLMNOPQR` at 75; nothing when efforts are not shown), then a line break "
+                "and the working, or the end of the reasoning for an answer-only reference. The "
+                "model's choice to work then follows a letter of the effort's own, and nothing "
+                "in the restatement looks like the working's digits or its carry marks. What to "
+                "do at each effort is left to the length reward."));
     v.Field("teacher", teacher,
             Doc("The opd stage distils this dataset's samples from this teacher (a name in "
                 "opd.teachers); required for every dataset when train.stages has opd."));

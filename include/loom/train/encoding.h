@@ -26,12 +26,12 @@ struct SftExample {
   std::vector<int64_t> tokens;     // [T]
   std::vector<uint8_t> loss_mask;  // [T]
 };
-// `restate_effort`: the reasoning opens with "effort N", N the effort the
-// prompt shows written units first (75 -> "effort 57"), then a line break
-// and the working, or the end of the reasoning for an answer-only reference:
-// the choice to work follows the effort's leading digit directly
-// (tasks.datasets[].restate_effort; nothing when the prompt shows no
-// effort). FAILED_PRECONDITION when the problem has no reference.
+// `restate_effort`: the reasoning opens with "effort" and one capital letter
+// per started tenth of the effort the prompt shows, from K on (75 ->
+// "effort KLMNOPQR"), then a line break and the working, or the end of the
+// reasoning for an answer-only reference: the choice to work follows a
+// letter of the effort's own (tasks.datasets[].restate_effort; nothing when
+// the prompt shows no effort). FAILED_PRECONDITION when the problem has no reference.
 absl::StatusOr<SftExample> EncodeSftExample(const tasks::Problem& problem, int effort,
                                             const tokenizer::Tokenizer& tokenizer,
                                             bool restate_effort = false);
