@@ -66,8 +66,8 @@ TEST(SectionsTest, DefaultsNeedNoKeys) {
   EXPECT_EQ(s.effort.GroupSize(), 8);
 }
 
-// SFT draws its efforts from the levels, or with sft_every_effort from all
-// of 1..100 (so efforts between the levels come up too).
+// SFT draws its efforts from the levels, or with sft_every_effort half the
+// time from all of 1..100 (so efforts between the levels come up too).
 TEST(SectionsTest, SftEffortsComeFromTheLevelsOrFromEveryEffort) {
   Sections s;
   ASSERT_EQ(Errors("effort: {levels: [25, 50, 75, 100]}\n", &s), "");
@@ -78,8 +78,17 @@ TEST(SectionsTest, SftEffortsComeFromTheLevelsOrFromEveryEffort) {
 
   ASSERT_EQ(Errors("effort: {levels: [25, 50, 75, 100], sft_every_effort: true}\n", &s), "");
   drawn.clear();
-  for (int i = 0; i < 2000; ++i) drawn.insert(s.effort.DrawSftEffort(rng));
-  EXPECT_EQ(drawn.size(), 100u);  // 2000 draws miss one of 100 values with p < 1e-6
+  int at_levels = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const int effort = s.effort.DrawSftEffort(rng);
+    drawn.insert(effort);
+    at_levels += effort % 25 == 0;
+  }
+  // Half from the levels, half from 1..100 (4 in 100 of those at a level):
+  // 1040 expected, binomial sd 22.
+  EXPECT_GT(at_levels, 900);
+  EXPECT_LT(at_levels, 1180);
+  EXPECT_EQ(drawn.size(), 100u);  // 1000 uniform draws miss one of 100 values with p < 1e-2
   EXPECT_EQ(*drawn.begin(), 1);
   EXPECT_EQ(*drawn.rbegin(), 100);
   EXPECT_NE(Errors("effort: {sft_every_effort: 3}\n").find("effort.sft_every_effort"),

@@ -15,7 +15,7 @@ struct EffortSection {
   std::vector<int> levels = {100};           // the set B of training efforts
   std::vector<int> samples_per_level = {8};  // M_b: one entry, or one per level
   bool in_prompt = true;                     // render the effort line in prompts
-  bool sft_every_effort = false;             // SFT draws efforts from 1..100, not levels
+  bool sft_every_effort = false;             // SFT draws half its efforts from 1..100
 
   template <class V>
   void Visit(V& v) {
@@ -33,20 +33,22 @@ struct EffortSection {
                 "no effort line, as the V4 encoder renders effort `none`; with a single level the "
                 "line tells the model nothing and costs most of a short prompt's compute."));
     v.Field("sft_every_effort", sft_every_effort,
-            Doc("SFT shows each example at an effort drawn uniformly from 1..100 instead of from "
-                "`levels`, so that efforts between the training levels (60 between 50 and 75) "
-                "have been read, and restated (tasks.datasets[].restate_effort), before GRPO "
-                "trains at the levels only."));
+            Doc("SFT shows half its examples at an effort drawn uniformly from 1..100, the "
+                "other half at one of `levels` as without it, so that efforts between the "
+                "training levels (60 between 50 and 75) have been read, and restated "
+                "(tasks.datasets[].restate_effort), before GRPO trains at the levels only."));
   }
 
   // The effort shown in prompts for level b: b, or 0 (no effort line).
   int PromptEffort(int b) const { return in_prompt ? b : 0; }
 
-  // The effort an SFT example is shown at: uniform over 1..100 with
-  // sft_every_effort, otherwise over the levels.
+  // The effort an SFT example is shown at: uniform over the levels, or with
+  // sft_every_effort half the time uniform over 1..100.
   template <class Rng>
   int DrawSftEffort(Rng& rng) const {
-    if (sft_every_effort) return std::uniform_int_distribution<int>(1, 100)(rng);
+    if (sft_every_effort && std::uniform_int_distribution<int>(0, 1)(rng) == 1) {
+      return std::uniform_int_distribution<int>(1, 100)(rng);
+    }
     return levels[std::uniform_int_distribution<size_t>(0, levels.size() - 1)(rng)];
   }
 
