@@ -112,10 +112,11 @@ TEST(EncodingTest, RestatedEffortOpensTheReasoning) {
   };
   EXPECT_EQ(target(problem, 75, true).rfind("effort KLMNOPQR\n" + reasoning + "</think>", 0), 0u)
       << target(problem, 75, true);
-  EXPECT_EQ(target(problem, 100, true).rfind("effort KLMNOPQRST\n" + reasoning, 0), 0u);
-  EXPECT_EQ(target(problem, 1, true).rfind("effort K\n" + reasoning, 0), 0u);
-  EXPECT_EQ(target(problem, 10, true).rfind("effort K\n" + reasoning, 0), 0u);
-  EXPECT_EQ(target(problem, 11, true).rfind("effort KL\n" + reasoning, 0), 0u);
+  EXPECT_EQ(target(problem, 100, true).rfind("effort KLMNOPQRST\n" + reasoning + "</think>", 0),
+            0u);
+  EXPECT_EQ(target(problem, 1, true).rfind("effort K\n" + reasoning + "</think>", 0), 0u);
+  EXPECT_EQ(target(problem, 10, true).rfind("effort K\n" + reasoning + "</think>", 0), 0u);
+  EXPECT_EQ(target(problem, 11, true).rfind("effort KL\n" + reasoning + "</think>", 0), 0u);
   EXPECT_EQ(target(problem, 75, false).rfind(reasoning + "</think>", 0), 0u);
   EXPECT_EQ(target(problem, 0, true).rfind(reasoning + "</think>", 0), 0u);
   tasks::Problem own = problem;
