@@ -2,7 +2,8 @@
 // ~18M-parameter Llama of TARGETS.md (hidden 512, 6 layers, 8 heads, 4 KV
 // heads, head_dim 64, intermediate 1408) on this machine: greedy decode with
 // the paged KV cache and by recomputation at batch 1/8/64 (16-token prompt),
-// prefill, a training step (forward, backward, AdamW; 8 x 256 tokens), a
+// prefill, a training step (forward, backward, AdamW; 8 x 256 tokens) in
+// float32 and with bfloat16 autocast side by side, a
 // forward and backward on episode-length sequences with the CPU tensor cache
 // off and on, KV bytes per token against theory, and the matmul roofline
 // measured in the same run. The JSON result is the last line of stdout.
@@ -117,6 +118,43 @@ double TrainTokensPerSecond(model::Transformer& m, int64_t batch, int64_t length
   return batch * length * steps / seconds;
 }
 
+// A training step (forward, backward, AdamW) of two copies of one model,
+// float32 and with bfloat16 autocast, alternating per round. Also the first
+// step's loss of each, on the same weights and batch: autocast changes the
+// numerics, and the two losses say by how much.
+json TrainAutocast(const model::ModelConfig& config, int64_t batch, int64_t length, int rounds) {
+  std::vector<std::vector<int64_t>> seqs;
+  for (int64_t b = 0; b < batch; ++b) seqs.push_back(Prompt(length, b, config.vocab_size));
+  const model::PackedBatch packed = model::TeacherForcingBatch(seqs);
+  std::unique_ptr<model::Transformer> models[2];
+  std::unique_ptr<torch::optim::AdamW> optimizers[2];
+  double seconds[2] = {0, 0}, first_loss[2] = {0, 0};
+  for (int autocast : {0, 1}) {
+    models[autocast] =
+        model::Transformer::RandomInit(config, 0, {at::kFloat, at::kCPU, true, autocast == 1});
+    optimizers[autocast] = std::make_unique<torch::optim::AdamW>(models[autocast]->Parameters(),
+                                                                 torch::optim::AdamWOptions(1e-4));
+  }
+  for (int r = 0; r <= rounds; ++r) {  // round 0 warms up
+    for (int autocast : {0, 1}) {
+      Clock::time_point start = Clock::now();
+      optimizers[autocast]->zero_grad();
+      at::Tensor loss = -models[autocast]->Score(packed)->logprobs.sum() / (batch * length);
+      loss.backward();
+      optimizers[autocast]->step();
+      if (r > 0) seconds[autocast] += Since(start);
+      if (r == 0) first_loss[autocast] = loss.item<double>();
+    }
+  }
+  return {{"tokens_per_step", batch * length},
+          {"rounds", rounds},
+          {"float32_tokens_per_s", batch * length * rounds / seconds[0]},
+          {"autocast_bf16_tokens_per_s", batch * length * rounds / seconds[1]},
+          {"speedup_autocast_bf16", seconds[0] / seconds[1]},
+          {"first_loss_float32", first_loss[0]},
+          {"first_loss_autocast_bf16", first_loss[1]}};
+}
+
 int64_t MinorFaults() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -229,6 +267,7 @@ int RunBench(const BenchOptions& o) {
   r["prefill_tokens_per_s"] = PrefillTokensPerSecond(*m, 8, 256);
   r["train_tokens_per_s"] = TrainTokensPerSecond(*m, 8, 256, o.quick ? 1 : 3);
   r["train_step_cpu_cache"] = TrainStepCpuCache(*m, o.quick ? 1 : 3);
+  r["train_autocast"] = TrainAutocast(config, 8, 256, o.quick ? 1 : 3);
   const double gemm = DecodeGemmSeconds(config, 64);
   r["roofline"] = {{"matmul_gflops_1024", MatmulGflops(1024, 1024, 1024, 5)},
                    {"matmul_gflops_decode_64x512x1408", MatmulGflops(64, 512, 1408, 20)},

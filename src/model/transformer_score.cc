@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "autocast.h"
 #include "forward.h"
 #include "logprobs.h"
 #include "loom/model/distill.h"
@@ -96,7 +97,11 @@ absl::StatusOr<ScoreResult> Transformer::Score(const PackedBatch& batch,
     };
     if (batch.replay_routing.defined()) input.replay = batch.replay_routing.to(device);
     ScoreResult result;
-    at::Tensor hidden = RunStack(config_, *weights_, input, &result.routing);
+    at::Tensor hidden;
+    {
+      AutocastGuard autocast(options_.autocast, device.type());
+      hidden = RunStack(config_, *weights_, input, &result.routing);
+    }
     if (options.hidden_rows.defined()) {
       result.hidden = hidden.index_select(0, options.hidden_rows.to(device));
     }

@@ -138,7 +138,9 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
     if (absl::Status s = (*group)->Barrier(); !s.ok()) return s;
   }
   if (absl::Status s = EnsureModel(config.model, config.run.seed); !s.ok()) return s;
-  auto model = model::Transformer::Load((*checkpointer)->ModelDir(), {*dtype, *device, true});
+  const bool autocast = config.model.autocast == "bfloat16";
+  auto model =
+      model::Transformer::Load((*checkpointer)->ModelDir(), {*dtype, *device, true, autocast});
   if (!model.ok()) return model.status();
   if (*group != nullptr) {
     // Every rank starts from rank 0's weights, whatever its files hold.

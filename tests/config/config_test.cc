@@ -120,7 +120,7 @@ TEST(RunConfigTest, AllErrorsAtOnce) {
   TempDir dir;
   const std::string path = dir.Write("many.yaml",
                                      "run:\n  threads: -2\n  log_lvl: info\n"
-                                     "model:\n  dtype: fp8\n");
+                                     "model:\n  dtype: fp8\n  autocast: float16\n");
   auto config = LoadRunConfig(path, {"model.devise=cpu"});
   std::string text = ErrorText(config);
   EXPECT_EQ(text,
@@ -129,7 +129,8 @@ TEST(RunConfigTest, AllErrorsAtOnce) {
                 ":2:3: run.threads: out of range: expected a value between 0 and 1024, got -2\n" +
                 path + ":3:3: run.log_lvl: unknown key (did you mean 'log_level'?)\n" + path +
                 ":4:1: model.path: required key is missing\n" + path +
-                ":5:3: model.dtype: expected one of 'float32' 'bfloat16', got 'fp8'\n" +
+                ":5:3: model.dtype: expected one of 'float32' 'bfloat16', got 'fp8'\n" + path +
+                ":6:3: model.autocast: expected one of 'none' 'bfloat16', got 'float16'\n" +
                 "--set model.devise=cpu: model.devise: unknown key (did you mean 'device'?)");
 }
 

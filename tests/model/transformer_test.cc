@@ -177,6 +177,40 @@ TEST_P(ArchTest, Bfloat16FollowsFloat32) {
             2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 2);
 }
 
+// With autocast the layers' matrix products run in bfloat16: the log-probs and
+// every parameter's gradient stay close to the float32 model's, not equal to
+// them, and the gradients land in float32. Autocast is off again afterwards.
+TEST_P(ArchTest, AutocastTrainsLikeFloat32) {
+  ModelConfig config = TestConfig(GetParam());
+  auto fp32 = TestModel(config, 41, {at::kFloat, at::kCPU, true});
+  auto mixed =
+      Transformer::FromTensors(config, fp32->StateDict(), {at::kFloat, at::kCPU, true, true});
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  PackedBatch batch = TeacherForcingBatch(RandomSequences({13, 7, 9}, config.vocab_size, 5));
+  auto a = fp32->Score(batch);
+  auto b = (*mixed)->Score(batch);
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status();
+  EXPECT_EQ(b->logprobs.scalar_type(), at::kFloat);
+  const double gap = (a->logprobs - b->logprobs).abs().mean().item<double>();
+  EXPECT_GT(gap, 0.0) << "autocast changed nothing: the products did not run in bfloat16";
+  EXPECT_LE(gap, 0.05);
+  a->logprobs.sum().backward();
+  b->logprobs.sum().backward();
+  auto named_a = fp32->NamedParameters(), named_b = (*mixed)->NamedParameters();
+  ASSERT_EQ(named_a.size(), named_b.size());
+  for (size_t i = 0; i < named_a.size(); ++i) {
+    const at::Tensor& ga = named_a[i].second.grad();
+    const at::Tensor& gb = named_b[i].second.grad();
+    ASSERT_TRUE(ga.defined() && gb.defined()) << named_a[i].first;
+    EXPECT_EQ(gb.scalar_type(), at::kFloat) << named_a[i].first;
+    const double cosine =
+        (ga * gb).sum().item<double>() / (ga.norm().item<double>() * gb.norm().item<double>());
+    EXPECT_GT(cosine, 0.98) << named_a[i].first;
+  }
+  at::Tensor x = at::randn({4, 4});
+  EXPECT_EQ(at::matmul(x, x).scalar_type(), at::kFloat) << "autocast left on after Score";
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, ArchTest, ::testing::ValuesIn(testing::AllArchs()));
 
 TEST(RoutingTest, ReplayEqualsFreshRoutingAndTrainsTheRouter) {

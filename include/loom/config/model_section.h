@@ -9,10 +9,11 @@
 namespace loom::config {
 
 struct ModelSection {
-  std::string path;                          // required; HF-layout model directory
-  std::string arch;                          // "" = the directory must exist
-  std::map<std::string, std::string> init;   // config.json overrides when creating
+  std::string path;                         // required; HF-layout model directory
+  std::string arch;                         // "" = the directory must exist
+  std::map<std::string, std::string> init;  // config.json overrides when creating
   std::string dtype = "float32";
+  std::string autocast = "none";
   std::string device = "auto";
 
   template <class V>
@@ -32,6 +33,14 @@ struct ModelSection {
             Doc("Parameter and compute dtype. bfloat16 halves memory and is faster on GPUs; "
                 "float32 is exact on CPU.")
                 .OneOf({"float32", "bfloat16"}));
+    v.Field("autocast", autocast,
+            Doc("Mixed precision for training: bfloat16 runs the layers' matrix products of the "
+                "training forward and backward in bfloat16 while the parameters, the optimizer, "
+                "norms, softmaxes and log-probs stay in `dtype`. The products run several times "
+                "faster on CPUs with AMX and on GPUs, slower on CPUs without bfloat16 "
+                "instructions; what a step gains depends on their share of it "
+                "(docs/PERFORMANCE.md). Decoding is unaffected.")
+                .OneOf({"none", "bfloat16"}));
     v.Field("device", device,
             Doc("Where the model lives: auto picks cuda when LibTorch sees a GPU, else cpu.")
                 .OneOf({"auto", "cpu", "cuda"}));

@@ -46,6 +46,10 @@ struct LoadOptions {
   at::ScalarType dtype = at::kFloat;  // kFloat or kBFloat16
   at::Device device = at::kCPU;
   bool requires_grad = false;  // parameters are autograd leaves (for training)
+  // Score runs the layers' matrix products in bfloat16 (autocast); the
+  // parameters stay in `dtype`, and the norms, softmaxes and the LM head's
+  // log-probs in float32. Step (decoding) is unaffected.
+  bool autocast = false;
 };
 
 // Parses "float32" / "bfloat16" (INVALID_ARGUMENT otherwise).
