@@ -19,6 +19,17 @@ constexpr int kMaxDraws = 10000;
 
 std::string SplitName(Split split) { return split == Split::kTrain ? "train" : "eval"; }
 
+// The first k of `text`'s lines, k drawn uniformly from 1 to all but one;
+// `text` itself when it has a single line.
+std::string FirstLinesOf(const std::string& text, Rng& rng) {
+  const auto lines = static_cast<int64_t>(std::count(text.begin(), text.end(), '\n')) + 1;
+  if (lines < 2) return text;
+  const int64_t keep = rng.Uniform(1, lines - 1);
+  size_t end = text.find('\n');
+  for (int64_t i = 1; i < keep; ++i) end = text.find('\n', end + 1);
+  return text.substr(0, end);
+}
+
 class GeneratedDataset : public Dataset {
  public:
   GeneratedDataset(const config::DatasetSection& spec, uint64_t run_seed,
@@ -55,6 +66,10 @@ class GeneratedDataset : public Dataset {
       if (IsHeldOut(problem, spec_.eval_fraction) != (split == Split::kEval)) continue;
       if (split == Split::kTrain && rng.UniformReal() < spec_.answer_only_fraction) {
         (*problem.reference)["reasoning_content"] = "";
+      } else if (split == Split::kTrain && spec_.partial_reasoning_fraction > 0 &&
+                 rng.UniformReal() < spec_.partial_reasoning_fraction) {
+        auto& reasoning = (*problem.reference)["reasoning_content"];
+        reasoning = FirstLinesOf(reasoning.get<std::string>(), rng);
       }
       if (split == Split::kTrain && spec_.reversed_answer_fraction > 0 &&
           rng.UniformReal() < spec_.reversed_answer_fraction) {

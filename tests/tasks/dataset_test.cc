@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "testing/temp_dir.h"
@@ -131,6 +132,48 @@ TEST(DatasetTest, AnswerOnlyFractionEmptiesThatShareOfTrainingReasoningAndNothin
   ASSERT_EQ(full->Eval().size(), terse->Eval().size());
   for (size_t i = 0; i < terse->Eval().size(); ++i) {
     EXPECT_EQ(terse->Eval()[i].reference, full->Eval()[i].reference);
+  }
+}
+
+TEST(DatasetTest, PartialReasoningCutsThatShareOfWorkedReferencesAfterSomeOfTheirLines) {
+  auto spec = Spec("arithmetic");
+  spec.min_difficulty = 2;  // two column lines and the "=result" line: cuts after 1 or 2
+  auto full = Load(spec);
+  spec.answer_only_fraction = 0.25;
+  spec.partial_reasoning_fraction = 0.5;
+  auto cut = Load(spec);
+  int answer_only = 0, partial = 0, whole = 0;
+  std::map<int, int> kept_lines;
+  const int n = 2000;
+  for (uint64_t i = 0; i < n; ++i) {
+    const Problem a = full->Train(i), b = cut->Train(i);
+    ASSERT_EQ(a.messages, b.messages) << i;
+    ASSERT_EQ((*a.reference)["content"], (*b.reference)["content"]) << i;
+    const std::string worked = (*a.reference)["reasoning_content"];
+    const std::string shown = (*b.reference)["reasoning_content"];
+    if (shown.empty()) {
+      ++answer_only;
+    } else if (shown == worked) {
+      ++whole;
+    } else {
+      ++partial;
+      // A whole number of leading lines: the full reasoning goes on with a line break.
+      ASSERT_EQ(worked.compare(0, shown.size() + 1, shown + "\n"), 0) << i << ": " << shown;
+      ++kept_lines[static_cast<int>(std::count(shown.begin(), shown.end(), '\n')) + 1];
+    }
+  }
+  // Binomial(2000, 0.25) and then (1500, 0.5): standard deviations about 19 and 19.
+  EXPECT_NEAR(answer_only, 0.25 * n, 100);
+  EXPECT_NEAR(partial, 0.375 * n, 100);
+  EXPECT_NEAR(whole, 0.375 * n, 100);
+  // Three-line references of two-digit problems keep one or two lines, about half each
+  // (the few with two one-digit operands have two lines and keep one).
+  EXPECT_EQ(kept_lines.size(), 2u);
+  EXPECT_GT(kept_lines[1], partial / 3);
+  EXPECT_GT(kept_lines[2], partial / 3);
+  ASSERT_EQ(full->Eval().size(), cut->Eval().size());
+  for (size_t i = 0; i < cut->Eval().size(); ++i) {
+    EXPECT_EQ(cut->Eval()[i].reference, full->Eval()[i].reference);
   }
 }
 

@@ -24,11 +24,12 @@ struct DatasetSection {
   int max_inflight = 0;              // concurrency cap in samples; 0 = none
   int min_difficulty = 1;
   int max_difficulty = 3;
-  double eval_fraction = 0.1;           // share of the problem space held out
-  int eval_size = 64;                   // held-out problems evaluated (generators)
-  std::string system_prompt;            // "" = no system message
-  double answer_only_fraction = 0;      // generators: SFT references without the worked reasoning
-  double reversed_answer_fraction = 0;  // generators: SFT references whose answer is reversed
+  double eval_fraction = 0.1;             // share of the problem space held out
+  int eval_size = 64;                     // held-out problems evaluated (generators)
+  std::string system_prompt;              // "" = no system message
+  double answer_only_fraction = 0;        // generators: SFT references without the worked reasoning
+  double partial_reasoning_fraction = 0;  // generators: worked references cut after some lines
+  double reversed_answer_fraction = 0;    // generators: SFT references whose answer is reversed
   double demonstration_slip_fraction = 0;  // agentic: demonstrations with the task's slip
   bool restate_effort = false;             // SFT reasoning opens with "effort KLM..."
   std::string teacher;                     // opd stage: the teacher (opd.teachers[].name)
@@ -99,6 +100,15 @@ struct DatasetSection {
                 "Makes the demonstrations deliberately incomplete: above 0.5 the SFT model "
                 "answers without working by default, and GRPO has to find that working it "
                 "out pays. Held-out problems and verifiers are unaffected.")
+                .Range(0, 1));
+    v.Field("partial_reasoning_fraction", partial_reasoning_fraction,
+            Doc("Generators: share of the training problems whose SFT reference still has its "
+                "worked reasoning (after `answer_only_fraction`) that stops the reasoning after "
+                "a random number of its lines, at least one and not all (chosen per problem, "
+                "deterministically). The SFT model then has seen every amount of working, from "
+                "none to all, and writing more of it is right more often, so the length reward "
+                "can buy more of it at each higher effort instead of all or nothing. Held-out "
+                "problems and verifiers are unaffected.")
                 .Range(0, 1));
     v.Field("reversed_answer_fraction", reversed_answer_fraction,
             Doc("Generators: share of training problems whose SFT reference writes its final "
