@@ -43,7 +43,7 @@ absl::StatusOr<TrainState> CaptureAsync(const TrainContext& context, AsyncStageS
   for (const auto& [id, entry] : loop.table().entries()) {
     SampleRecord record{id,           entry.dataset,        entry.problem_index, entry.subgroup_id,
                         entry.effort, entry.config_version, entry.teacher,       entry.agent,
-                        nullptr};
+                        nullptr,      nullptr};
     if (entry.trajectory != nullptr) record.trajectory = TrajectoryJson(*entry.trajectory);
     // A running episode's sandbox is on a worker. On a leased session its
     // record is kept (and, once it has turns, its sample) and a resumed run
