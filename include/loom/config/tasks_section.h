@@ -105,9 +105,9 @@ struct DatasetSection {
             Doc("Generators: share of the training problems whose SFT reference still has its "
                 "worked reasoning (after `answer_only_fraction`) that stops the reasoning after "
                 "a random number of its lines, at least one and not all (chosen per problem, "
-                "deterministically). The SFT model then has seen every amount of working, from "
-                "none to all, and writing more of it is right more often, so the length reward "
-                "can buy more of it at each higher effort instead of all or nothing. Held-out "
+                "deterministically), so that the SFT model has seen every amount of working, "
+                "from none to all, and the length reward could buy more of it at each higher "
+                "effort. On two-digit arithmetic it weakened SFT instead (docs/rl.md). Held-out "
                 "problems and verifiers are unaffected.")
                 .Range(0, 1));
     v.Field("reversed_answer_fraction", reversed_answer_fraction,
