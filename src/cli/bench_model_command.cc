@@ -99,21 +99,33 @@ double PrefillTokensPerSecond(const model::Transformer& m, int64_t batch, int64_
   return batch * prompt / Since(start);
 }
 
+// `batch` pseudo-random sequences of `length` tokens, teacher-forced.
+model::PackedBatch TrainBatch(int64_t batch, int64_t length, int64_t vocab_size) {
+  std::vector<std::vector<int64_t>> seqs;
+  for (int64_t b = 0; b < batch; ++b) seqs.push_back(Prompt(length, b, vocab_size));
+  return model::TeacherForcingBatch(seqs);
+}
+
+// One training step (forward, backward, AdamW) on `packed`; returns its loss
+// and adds its time to `seconds`.
+double TrainStep(model::Transformer& m, torch::optim::AdamW& opt, const model::PackedBatch& packed,
+                 int64_t tokens, double& seconds) {
+  Clock::time_point start = Clock::now();
+  opt.zero_grad();
+  at::Tensor loss = -m.Score(packed)->logprobs.sum() / tokens;
+  loss.backward();
+  opt.step();
+  seconds += Since(start);
+  return loss.item<double>();
+}
+
 double TrainTokensPerSecond(model::Transformer& m, int64_t batch, int64_t length, int steps) {
   m.SetRequiresGrad(true);
   torch::optim::AdamW opt(m.Parameters(), torch::optim::AdamWOptions(1e-4));
-  std::vector<std::vector<int64_t>> seqs;
-  for (int64_t b = 0; b < batch; ++b) seqs.push_back(Prompt(length, b, m.config().vocab_size));
-  model::PackedBatch packed = model::TeacherForcingBatch(seqs);
-  double seconds = 0;
-  for (int s = 0; s <= steps; ++s) {  // step 0 warms up
-    Clock::time_point start = Clock::now();
-    opt.zero_grad();
-    at::Tensor loss = -m.Score(packed)->logprobs.sum() / (batch * length);
-    loss.backward();
-    opt.step();
-    if (s > 0) seconds += Since(start);
-  }
+  const model::PackedBatch packed = TrainBatch(batch, length, m.config().vocab_size);
+  double warmup = 0, seconds = 0;
+  TrainStep(m, opt, packed, batch * length, warmup);
+  for (int s = 0; s < steps; ++s) TrainStep(m, opt, packed, batch * length, seconds);
   m.SetRequiresGrad(false);
   return batch * length * steps / seconds;
 }
@@ -123,9 +135,7 @@ double TrainTokensPerSecond(model::Transformer& m, int64_t batch, int64_t length
 // step's loss of each, on the same weights and batch: autocast changes the
 // numerics, and the two losses say by how much.
 json TrainAutocast(const model::ModelConfig& config, int64_t batch, int64_t length, int rounds) {
-  std::vector<std::vector<int64_t>> seqs;
-  for (int64_t b = 0; b < batch; ++b) seqs.push_back(Prompt(length, b, config.vocab_size));
-  const model::PackedBatch packed = model::TeacherForcingBatch(seqs);
+  const model::PackedBatch packed = TrainBatch(batch, length, config.vocab_size);
   std::unique_ptr<model::Transformer> models[2];
   std::unique_ptr<torch::optim::AdamW> optimizers[2];
   double seconds[2] = {0, 0}, first_loss[2] = {0, 0};
@@ -137,13 +147,10 @@ json TrainAutocast(const model::ModelConfig& config, int64_t batch, int64_t leng
   }
   for (int r = 0; r <= rounds; ++r) {  // round 0 warms up
     for (int autocast : {0, 1}) {
-      Clock::time_point start = Clock::now();
-      optimizers[autocast]->zero_grad();
-      at::Tensor loss = -models[autocast]->Score(packed)->logprobs.sum() / (batch * length);
-      loss.backward();
-      optimizers[autocast]->step();
-      if (r > 0) seconds[autocast] += Since(start);
-      if (r == 0) first_loss[autocast] = loss.item<double>();
+      double warmup = 0;
+      const double loss = TrainStep(*models[autocast], *optimizers[autocast], packed,
+                                    batch * length, r > 0 ? seconds[autocast] : warmup);
+      if (r == 0) first_loss[autocast] = loss;
     }
   }
   return {{"tokens_per_step", batch * length},
