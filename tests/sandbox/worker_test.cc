@@ -26,6 +26,19 @@ std::string TokenFile(const std::string& token) {
   return path;
 }
 
+// Runs `loom worker ARGS` until it prints its "listening on" line (waiting up to 60 s: loading
+// LibTorch on a busy machine takes seconds), then stops it with SIGTERM. Returns what it printed,
+// stderr included.
+std::string OutputUntilListening(const std::string& args) {
+  std::string out;
+  RunCommand("bash -c 'coproc W { exec " + std::string(LOOM_BINARY) + " worker " + args +
+                 " 2>&1; }; while IFS= read -r -t 60 line <&\"${W[0]}\"; do echo \"$line\"; "
+                 "case $line in *\"listening on\"*) break;; esac; done; "
+                 "kill $W_PID 2>/dev/null; wait $W_PID'",
+             &out);
+  return out;
+}
+
 v1::StatusReply Status(const std::string& target, const std::string& token = "",
                        grpc::Status* status_out = nullptr) {
   auto stub = v1::SandboxWorker::NewStub(rpc::MakeChannel({target, token, ""}));
@@ -181,10 +194,11 @@ TEST(WorkerTest, ClientTimeoutsAndSessionsAreCappedByTheWorker) {
 TEST(WorkerTest, RefusesOpenListeningWithoutATokenAndUnsafeRoots) {
   const std::string loom = LOOM_BINARY;
   std::string out;
-  const std::string worker = "timeout -s TERM 3 " + loom + " worker --max-sandboxes 1 ";
+  // Each refusal ends the worker by itself; the timeout only bounds a worker that wrongly serves.
+  const std::string worker = "timeout -s TERM 60 " + loom + " worker --max-sandboxes 1 ";
   EXPECT_EQ(RunCommand(worker + "--listen 0.0.0.0:0 2>&1", &out), 2);
   EXPECT_NE(out.find("--allow-unauthenticated"), std::string::npos) << out;
-  RunCommand(worker + "--listen 0.0.0.0:0 --allow-unauthenticated 2>&1", &out);
+  out = OutputUntilListening("--max-sandboxes 1 --listen 0.0.0.0:0 --allow-unauthenticated");
   EXPECT_NE(out.find("UNAUTHENTICATED worker"), std::string::npos) << out;
   EXPECT_NE(out.find("listening on 0.0.0.0:"), std::string::npos) << out;
   // A sandbox root that is a link, or someone else's directory, is refused.
@@ -265,11 +279,7 @@ TEST(WorkerTest, SandboxExecCliPrintsJsonAndMapsExitCodes) {
 }
 
 TEST(WorkerTest, ListenOnPortZeroPrintsTheBoundAddress) {
-  std::string out;
-  // The worker exits on SIGTERM from timeout; its first line names the port.
-  RunCommand("timeout -s TERM 3 " + std::string(LOOM_BINARY) +
-                 " worker --listen 127.0.0.1:0 --max-sandboxes 1 | head -1",
-             &out);
+  const std::string out = OutputUntilListening("--listen 127.0.0.1:0 --max-sandboxes 1");
   EXPECT_EQ(out.rfind("loom worker listening on 127.0.0.1:", 0), 0u) << out;
 }
 
