@@ -145,8 +145,8 @@ void RenderTransition(const std::vector<Message>& messages, size_t index, const 
 void RenderEffort(const ReasoningEffort& effort, PromptBuilder* out) {
   if (effort.kind == ReasoningEffort::Kind::kMax) out->Text(kMaxEffortPrefix);
   if (effort.kind == ReasoningEffort::Kind::kNumeric) {
-    out->Text(absl::StrCat("Reasoning Effort: ", effort.b,
-                           " (range 1–100; higher values request more thorough reasoning)\n\n"));
+    out->Text(std::string(t::kEffortLineStart) + std::to_string(effort.b) +
+              std::string(t::kEffortLineEnd));
   }
 }
 

@@ -35,7 +35,12 @@ void SetupInitModel(CLI::App& app, Context& context) {
   cmd->add_option("--set", options->overrides, "config.json key=value (repeatable)");
   cmd->add_option("--seed", options->seed, "Random init seed");
   cmd->add_option("--dtype", options->dtype, "float32 | bfloat16");
-  cmd->callback([options, &context] {
+  auto tokenizer = std::make_shared<std::string>("bytes");
+  cmd->add_option("--tokenizer", *tokenizer,
+                  "bytes | bytes+effort: also a token for each fixed part of the effort line")
+      ->check(CLI::IsMember({"bytes", "bytes+effort"}));
+  cmd->callback([options, tokenizer, &context] {
+    options->tokenizer.effort_phrases = *tokenizer == "bytes+effort";
     absl::Status status = model::InitModelDir(*options);
     if (!status.ok()) {
       std::cerr << "init-model: " << status.message() << "\n";

@@ -12,22 +12,23 @@ namespace loom::model {
 absl::Status InitModelDir(const InitModelOptions& options) {
   auto config = DefaultModelConfig(options.arch);
   if (!config.ok()) return config.status();
-  config->vocab_size = tokenizer::TinyTokenizerVocabSize();
+  const int vocab = tokenizer::TinyTokenizerVocabSize(options.tokenizer);
+  config->vocab_size = vocab;
   for (const std::string& assignment : options.overrides) {
     if (auto status = ApplyConfigOverride(*config, assignment); !status.ok()) return status;
   }
   auto dtype = ParseDtype(options.dtype);
   if (!dtype.ok()) return dtype.status();
-  if (config->vocab_size < tokenizer::TinyTokenizerVocabSize()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "vocab_size ", config->vocab_size, " is smaller than the tokenizer's ",
-        tokenizer::TinyTokenizerVocabSize()));
+  if (config->vocab_size < vocab) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab_size ", config->vocab_size,
+                                                   " is smaller than the tokenizer's ", vocab));
   }
   LoadOptions load;
   load.dtype = *dtype;
   auto model = Transformer::RandomInit(*config, options.seed, load);
   if (auto status = model->Save(options.out_dir); !status.ok()) return status;
-  return WriteFileAtomic(options.out_dir + "/tokenizer.json", tokenizer::TinyTokenizerJson());
+  return WriteFileAtomic(options.out_dir + "/tokenizer.json",
+                         tokenizer::TinyTokenizerJson(options.tokenizer));
 }
 
 }  // namespace loom::model

@@ -18,17 +18,24 @@ Json ByteLevelPart(bool use_regex) {
               {"use_regex", use_regex}};
 }
 
-Json AddedTokens() {
+Json AddedToken(int id, std::string_view content, bool special) {
+  return Json{{"id", id},
+              {"content", std::string(content)},
+              {"single_word", false},
+              {"lstrip", false},
+              {"rstrip", false},
+              {"normalized", false},
+              {"special", special}};
+}
+
+Json AddedTokens(const TinyTokenizerOptions& options) {
   Json added = Json::array();
   int id = 256;
-  for (std::string_view s : dsv4::kAllSpecial) {
-    added.push_back(Json{{"id", id++},
-                         {"content", std::string(s)},
-                         {"single_word", false},
-                         {"lstrip", false},
-                         {"rstrip", false},
-                         {"normalized", false},
-                         {"special", true}});
+  for (std::string_view s : dsv4::kAllSpecial) added.push_back(AddedToken(id++, s, true));
+  if (options.effort_phrases) {
+    for (std::string_view s : {dsv4::kEffortLineStart, dsv4::kEffortLineEnd}) {
+      added.push_back(AddedToken(id++, s, false));
+    }
   }
   return added;
 }
@@ -50,15 +57,17 @@ Json Model() {
 
 }  // namespace
 
-std::string TinyTokenizerJson() {
+std::string TinyTokenizerJson(const TinyTokenizerOptions& options) {
   Json doc = {{"version", "1.0"},          {"truncation", nullptr},
-              {"padding", nullptr},        {"added_tokens", AddedTokens()},
+              {"padding", nullptr},        {"added_tokens", AddedTokens(options)},
               {"normalizer", nullptr},     {"pre_tokenizer", ByteLevelPart(false)},
               {"post_processor", nullptr}, {"decoder", ByteLevelPart(true)},
               {"model", Model()}};
   return doc.dump(2) + "\n";
 }
 
-int TinyTokenizerVocabSize() { return 256 + static_cast<int>(std::size(dsv4::kAllSpecial)); }
+int TinyTokenizerVocabSize(const TinyTokenizerOptions& options) {
+  return 256 + static_cast<int>(std::size(dsv4::kAllSpecial)) + (options.effort_phrases ? 2 : 0);
+}
 
 }  // namespace loom::tokenizer

@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "loom/model/transformer.h"
+#include "loom/tokenizer/dsv4_tokens.h"
+#include "loom/tokenizer/tokenizer.h"
 #include "model/test_models.h"
 #include "testing/temp_dir.h"
 
@@ -159,6 +161,26 @@ TEST(InitModelCommandTest, WritesALoadableModelWithOverrides) {
                        " --set hidden_size=32 --set num_experts=3 --seed 4");
   ASSERT_EQ(again.exit_code, 0);
   EXPECT_EQ(ReadAll(dir / "m/model.safetensors"), ReadAll(dir / "m2/model.safetensors"));
+}
+
+TEST(InitModelCommandTest, EffortPhraseTokensShortenTheEffortLine) {
+  TempDir dir;
+  auto result = RunLoom("init-model --arch llama --out " + (dir / "m") +
+                        " --tokenizer bytes+effort --set hidden_size=32");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  auto model = Transformer::Load(dir / "m", {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto tok = tokenizer::Tokenizer::FromFile(dir / "m/tokenizer.json");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*model)->config().vocab_size, (*tok)->VocabSize());
+  // Both fixed parts of the line are one token each; the effort stays in digits.
+  auto ids = (*tok)->Encode(std::string(tokenizer::dsv4::kEffortLineStart) + "75" +
+                            std::string(tokenizer::dsv4::kEffortLineEnd));
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids,
+            (std::vector<int32_t>{(*tok)->VocabSize() - 2, '7', '5', (*tok)->VocabSize() - 1}));
+  EXPECT_EQ(
+      RunLoom("init-model --arch llama --out " + (dir / "x") + " --tokenizer words").exit_code, 2);
 }
 
 TEST(InitModelCommandTest, BadOverrideIsAUsageError) {

@@ -95,13 +95,16 @@ TEST_P(ArchTest, PackedScoringMatchesSeparate) {
   }
 }
 
-// Chunked target log-probs (forward and backward) equal a direct log_softmax.
+// Chunked target log-probs (forward and backward) equal a direct log_softmax,
+// also where rows without a target (a prompt, a gap) cut across the chunks.
 TEST_P(ArchTest, ChunkedLogprobsMatchDirectComputation) {
   ModelConfig config = TestConfig(GetParam());
   auto model = TestModel(config, 13);
   model->SetRequiresGrad(true);
   auto seqs = RandomSequences({10, 7}, config.vocab_size, 9);
   PackedBatch batch = TeacherForcingBatch(seqs);
+  batch.targets.narrow(0, 0, 4).fill_(-1);
+  batch.targets.narrow(0, 11, 2).fill_(-1);
   ScoreOptions options;
   options.chunk_tokens = 3;
   options.full_vocab_rows = at::arange(17, at::kLong);

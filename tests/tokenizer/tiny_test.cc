@@ -35,23 +35,60 @@ TEST(TinyTokenizerTest, HasEveryByteAndEverySpecialString) {
   EXPECT_EQ(TinyTokenizerJson(), TinyTokenizerJson());  // deterministic
 }
 
-TEST(TinyTokenizerTest, HuggingFaceLoadsItAndAgrees) {
+TEST(TinyTokenizerTest, EffortPhrasesAreOneTokenEachAndChangeNothingElse) {
+  const TinyTokenizerOptions phrases{true};
+  auto plain = Tokenizer::FromJson(TinyTokenizerJson(), "tiny");
+  auto tok = Tokenizer::FromJson(TinyTokenizerJson(phrases), "tiny+effort");
+  ASSERT_TRUE(plain.ok() && tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->VocabSize(), TinyTokenizerVocabSize() + 2);
+  EXPECT_EQ(TinyTokenizerVocabSize(phrases), TinyTokenizerVocabSize() + 2);
+  const int32_t start = TinyTokenizerVocabSize(), end = start + 1;
+  const std::string line = std::string(dsv4::kEffortLineStart) + "100" +
+                           std::string(dsv4::kEffortLineEnd) + "Compute: 1+2";
+  auto ids = (*tok)->Encode(line);
+  ASSERT_TRUE(ids.ok());
+  auto tail = (*plain)->Encode("Compute: 1+2");
+  std::vector<int32_t> expected = {start, '1', '0', '0', end};
+  expected.insert(expected.end(), tail->begin(), tail->end());
+  EXPECT_EQ(*ids, expected);
+  EXPECT_EQ(*(*tok)->Decode(*ids, /*skip_special=*/true), line);  // plain text, not special
+  EXPECT_FALSE((*tok)->IsSpecial(start));
+  // A part of a phrase, or a text without one, encodes byte by byte as before.
+  for (std::string text : {std::string("Reasoning Effort:"), std::string("range 1–100; higher"),
+                           std::string("\x00 A\xc3\xa9")}) {
+    EXPECT_EQ(*(*tok)->Encode(text), *(*plain)->Encode(text)) << text;
+  }
+  for (std::string_view special : dsv4::kAllSpecial) {
+    EXPECT_EQ((*tok)->SpecialTokenId(special), (*plain)->SpecialTokenId(special)) << special;
+  }
+}
+
+class TinyTokenizerHfTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(TinyTokenizerHfTest, HuggingFaceLoadsItAndAgrees) {
   const std::string node_modules = testing::SourcePath("third_party/npm/node_modules/@anush008");
   if (!testing::Exists(node_modules) || std::system("node --version >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "node or @anush008/tokenizers missing: run scripts/setup.sh";
   }
+  const TinyTokenizerOptions options{GetParam()};
   loom::testing::TempDir dir;
-  const std::string json = dir.Write("tokenizer.json", TinyTokenizerJson());
+  const std::string json = dir.Write("tokenizer.json", TinyTokenizerJson(options));
   std::string corpus_text = loom::testing::ReadAll(testing::DataPath("corpus.jsonl"));
   for (std::string_view s : dsv4::kAllSpecial) {
     corpus_text += nlohmann::json("x" + std::string(s) + "<" + std::string(s) + ">").dump() + "\n";
+  }
+  for (std::string_view s : {dsv4::kEffortLineStart, dsv4::kEffortLineEnd}) {
+    corpus_text += nlohmann::json(std::string(dsv4::kBos) + std::string(s) + "42" +
+                                  std::string(s.substr(0, s.size() - 3)))
+                       .dump() +
+                   "\n";
   }
   const std::string corpus = dir.Write("corpus.jsonl", corpus_text);
   const auto result =
       loom::testing::RunCommand("node " + testing::SourcePath("tests/tokenizer/hf_reference.js") +
                                 " encode " + json + " " + corpus);
   ASSERT_EQ(result.exit_code, 0) << result.err;
-  auto tok = Tokenizer::FromJson(TinyTokenizerJson(), "tiny");
+  auto tok = Tokenizer::FromJson(TinyTokenizerJson(options), "tiny");
   ASSERT_TRUE(tok.ok());
   std::istringstream lines(result.out);
   std::string line;
@@ -65,6 +102,8 @@ TEST(TinyTokenizerTest, HuggingFaceLoadsItAndAgrees) {
   }
   EXPECT_GE(count, 200);
 }
+
+INSTANTIATE_TEST_SUITE_P(BytesAndEffortPhrases, TinyTokenizerHfTest, ::testing::Bool());
 
 }  // namespace
 }  // namespace loom::tokenizer

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "loom/tokenizer/tiny.h"
 
 namespace loom::model {
 
@@ -16,7 +17,8 @@ struct InitModelOptions {
   std::string out_dir;                 // created if missing
   std::vector<std::string> overrides;  // "config_key=value", any config.json key
   uint64_t seed = 0;
-  std::string dtype = "float32";       // parameter dtype written
+  std::string dtype = "float32";  // parameter dtype written
+  tokenizer::TinyTokenizerOptions tokenizer;
 };
 
 // INVALID_ARGUMENT for a bad arch or override (naming it); the directory is

@@ -28,4 +28,11 @@ inline constexpr std::string_view kAllSpecial[] = {
     kBos,    kEos,   kThinkOpen, kThinkClose, kDsml,  kUser,   kAssistant, kLatestReminder,
     kAction, kQuery, kAuthority, kDomain,     kTitle, kReadUrl};
 
+// The fixed text around a numeric reasoning effort b on the first line of a
+// prompt: kEffortLineStart, b, kEffortLineEnd. Plain text, not special; a
+// tiny tokenizer made with effort phrases gives each one token (tiny.h).
+inline constexpr std::string_view kEffortLineStart = "Reasoning Effort: ";
+inline constexpr std::string_view kEffortLineEnd =
+    " (range 1–100; higher values request more thorough reasoning)\n\n";
+
 }  // namespace loom::tokenizer::dsv4

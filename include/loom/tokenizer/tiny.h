@@ -2,18 +2,25 @@
 // The tokenizer of loom's tiny test models: a Hugging Face tokenizer.json with
 // a byte-level BPE model of exactly 256 byte tokens (id = byte value, no
 // merges) plus every DeepSeek-V4 special string (dsv4_tokens.h) as a special
-// added token, numbered from 256 in kAllSpecial order. Hugging Face
-// tokenizers loads it and gives the same ids as loom.
+// added token, numbered from 256 in kAllSpecial order. With effort phrases,
+// the two fixed parts of the effort line (dsv4::kEffortLineStart, kEffortLineEnd)
+// follow as plain added tokens, so that a prompt with a numeric effort is 80
+// positions shorter; every other text encodes as without them. Hugging Face
+// tokenizers loads either and gives the same ids as loom.
 
 #include <string>
 
 namespace loom::tokenizer {
 
-// The tokenizer.json text (deterministic: same bytes on every call).
-std::string TinyTokenizerJson();
+struct TinyTokenizerOptions {
+  bool effort_phrases = false;
+};
 
-// Number of ids of the tiny tokenizer (256 bytes + the special strings);
-// tiny models use it as vocab_size.
-int TinyTokenizerVocabSize();
+// The tokenizer.json text (deterministic: same bytes on every call).
+std::string TinyTokenizerJson(const TinyTokenizerOptions& options = {});
+
+// Number of ids of the tiny tokenizer (256 bytes + the special strings [+ the
+// effort phrases]); tiny models use it as vocab_size.
+int TinyTokenizerVocabSize(const TinyTokenizerOptions& options = {});
 
 }  // namespace loom::tokenizer
