@@ -359,7 +359,9 @@ TEST(PolicyTest, BatchReadyPredictsTakeBatch) {
     const int64_t samples = dispatcher->ready_samples();
     auto batch = dispatcher->TakeBatch(engine.PolicyVersion());
     EXPECT_EQ(batch.has_value(), ready) << "round " << round;
-    if (!ready) EXPECT_EQ(dispatcher->ready_samples(), samples);
+    if (!ready) {
+      EXPECT_EQ(dispatcher->ready_samples(), samples);
+    }
     if (batch) engine.BumpVersion();
     (batch ? batches : waits)++;
   }

@@ -35,7 +35,7 @@ std::unique_ptr<rollout::RolloutEngine> EngineWithSamples(const model::Transform
 
 TrainState StateWithInflight(rollout::RolloutEngine& engine) {
   TrainState state;
-  state.cursor = {1, "grpo", 3, 9, 0};
+  state.cursor = {1, "grpo", 3, 9, 0, nullptr};
   state.optimizer = {{"step", at::full({}, 9, at::kLong)}};
   state.grpo.emplace();
   state.grpo->dispatcher = {{"cursors", {4, 2}}};
@@ -44,7 +44,8 @@ TrainState StateWithInflight(rollout::RolloutEngine& engine) {
     auto exported = engine.Export(id);
     EXPECT_TRUE(exported.ok()) << exported.status();
     state.grpo->inflight.push_back(*std::move(exported));
-    state.grpo->records.push_back({id, 0, 100 + id, 50 + id, 100, static_cast<int64_t>(7 + id)});
+    state.grpo->records.push_back(
+        {id, 0, 100 + id, 50 + id, 100, static_cast<int64_t>(7 + id), -1, false, nullptr, nullptr});
   }
   return state;
 }
