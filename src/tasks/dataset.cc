@@ -30,6 +30,18 @@ std::string FirstLinesOf(const std::string& text, Rng& rng) {
   return text.substr(0, end);
 }
 
+// Opens a worked reference's reasoning with the user's message, on a line of
+// its own; an answer-only reference stays as it is.
+void RestateProblem(Problem& problem) {
+  auto& reasoning = (*problem.reference)["reasoning_content"];
+  if (reasoning.get<std::string>().empty()) return;
+  for (auto m = problem.messages.rbegin(); m != problem.messages.rend(); ++m) {
+    if ((*m)["role"] != "user") continue;
+    reasoning = (*m)["content"].get<std::string>() + "\n" + reasoning.get<std::string>();
+    return;
+  }
+}
+
 class GeneratedDataset : public Dataset {
  public:
   GeneratedDataset(const config::DatasetSection& spec, uint64_t run_seed,
@@ -71,6 +83,7 @@ class GeneratedDataset : public Dataset {
         auto& reasoning = (*problem.reference)["reasoning_content"];
         reasoning = FirstLinesOf(reasoning.get<std::string>(), rng);
       }
+      if (split == Split::kTrain && spec_.restate_problem) RestateProblem(problem);
       if (split == Split::kTrain && spec_.reversed_answer_fraction > 0 &&
           rng.UniformReal() < spec_.reversed_answer_fraction) {
         std::string answer = (*problem.reference)["content"];

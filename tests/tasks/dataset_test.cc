@@ -177,6 +177,40 @@ TEST(DatasetTest, PartialReasoningCutsThatShareOfWorkedReferencesAfterSomeOfThei
   }
 }
 
+TEST(DatasetTest, RestateProblemOpensWorkedReferencesWithTheUsersMessage) {
+  auto spec = Spec("arithmetic");
+  spec.min_difficulty = 2;
+  spec.answer_only_fraction = 0.5;
+  auto plain = Load(spec);
+  spec.restate_problem = true;
+  spec.system_prompt = "Be brief.";  // the restated message is the user's, not the system's
+  auto restated = Load(spec);
+  int worked = 0, bare = 0;
+  for (uint64_t i = 0; i < 200; ++i) {
+    const Problem a = plain->Train(i), b = restated->Train(i);
+    ASSERT_EQ(b.messages.size(), 2u);
+    ASSERT_EQ(a.messages.back(), b.messages.back()) << i;
+    const std::string user = a.messages.back()["content"];
+    ASSERT_EQ(user.rfind("Compute: ", 0), 0u) << user;
+    const std::string before = (*a.reference)["reasoning_content"];
+    const std::string after = (*b.reference)["reasoning_content"];
+    if (before.empty()) {
+      EXPECT_EQ(after, "") << i;
+      ++bare;
+    } else {
+      EXPECT_EQ(after, user + "\n" + before) << i;
+      ++worked;
+    }
+    EXPECT_EQ((*a.reference)["content"], (*b.reference)["content"]) << i;
+  }
+  EXPECT_GT(worked, 60);
+  EXPECT_GT(bare, 60);
+  ASSERT_EQ(plain->Eval().size(), restated->Eval().size());
+  for (size_t i = 0; i < plain->Eval().size(); ++i) {
+    EXPECT_EQ(restated->Eval()[i].reference, plain->Eval()[i].reference);
+  }
+}
+
 TEST(DatasetTest, ReversedAnswerFractionReversesThatShareOfTrainingAnswersAndNothingElse) {
   auto spec = Spec("arithmetic");
   spec.min_difficulty = 2;  // mostly two-digit answers: few read the same both ways

@@ -32,6 +32,7 @@ struct DatasetSection {
   double reversed_answer_fraction = 0;    // generators: SFT references whose answer is reversed
   double demonstration_slip_fraction = 0;  // agentic: demonstrations with the task's slip
   bool restate_effort = false;             // SFT reasoning opens with "effort KLM..."
+  bool restate_problem = false;            // SFT working opens with the user's message
   std::string teacher;                     // opd stage: the teacher (opd.teachers[].name)
 
   template <class V>
@@ -133,6 +134,13 @@ struct DatasetSection {
                 "model's choice to work then follows a letter of the effort's own, and nothing "
                 "in the restatement looks like the working's digits or its carry marks. What to "
                 "do at each effort is left to the length reward."));
+    v.Field("restate_problem", restate_problem,
+            Doc("Generators: SFT references that work the problem out open the working with "
+                "the user's message copied, on a line of its own (after the restated effort, "
+                "if any). The working then reads its operands at the same distance whatever "
+                "came before it, instead of across a prompt and a restatement whose lengths "
+                "vary with the effort. Answer-only references and held-out problems are "
+                "unaffected."));
     v.Field("teacher", teacher,
             Doc("The opd stage distils this dataset's samples from this teacher (a name in "
                 "opd.teachers); required for every dataset when train.stages has opd."));
