@@ -5,6 +5,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <thread>
 
@@ -38,9 +39,10 @@ void SetupInitModel(CLI::App& app, Context& context) {
   auto tokenizer = std::make_shared<std::string>("bytes");
   cmd->add_option("--tokenizer", *tokenizer,
                   "bytes | bytes+effort: also a token for each fixed part of the effort line")
-      ->check(CLI::IsMember({"bytes", "bytes+effort"}));
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(tokenizer::kTinyTokenizerNames),
+                                                     std::end(tokenizer::kTinyTokenizerNames))));
   cmd->callback([options, tokenizer, &context] {
-    options->tokenizer.effort_phrases = *tokenizer == "bytes+effort";
+    options->tokenizer = tokenizer::TinyTokenizerNamed(*tokenizer);
     absl::Status status = model::InitModelDir(*options);
     if (!status.ok()) {
       std::cerr << "init-model: " << status.message() << "\n";

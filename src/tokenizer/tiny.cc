@@ -18,6 +18,8 @@ Json ByteLevelPart(bool use_regex) {
               {"use_regex", use_regex}};
 }
 
+constexpr std::string_view kEffortPhrases[] = {dsv4::kEffortLineStart, dsv4::kEffortLineEnd};
+
 Json AddedToken(int id, std::string_view content, bool special) {
   return Json{{"id", id},
               {"content", std::string(content)},
@@ -33,9 +35,7 @@ Json AddedTokens(const TinyTokenizerOptions& options) {
   int id = 256;
   for (std::string_view s : dsv4::kAllSpecial) added.push_back(AddedToken(id++, s, true));
   if (options.effort_phrases) {
-    for (std::string_view s : {dsv4::kEffortLineStart, dsv4::kEffortLineEnd}) {
-      added.push_back(AddedToken(id++, s, false));
-    }
+    for (std::string_view s : kEffortPhrases) added.push_back(AddedToken(id++, s, false));
   }
   return added;
 }
@@ -67,7 +67,12 @@ std::string TinyTokenizerJson(const TinyTokenizerOptions& options) {
 }
 
 int TinyTokenizerVocabSize(const TinyTokenizerOptions& options) {
-  return 256 + static_cast<int>(std::size(dsv4::kAllSpecial)) + (options.effort_phrases ? 2 : 0);
+  return 256 + static_cast<int>(std::size(dsv4::kAllSpecial)) +
+         (options.effort_phrases ? static_cast<int>(std::size(kEffortPhrases)) : 0);
+}
+
+TinyTokenizerOptions TinyTokenizerNamed(std::string_view name) {
+  return {name == kTinyTokenizerNames[1]};
 }
 
 }  // namespace loom::tokenizer

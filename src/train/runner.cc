@@ -36,7 +36,7 @@ absl::Status EnsureModel(const config::ModelSection& model, int64_t seed) {
   options.out_dir = model.path;
   options.seed = static_cast<uint64_t>(seed);
   options.dtype = model.dtype;
-  options.tokenizer.effort_phrases = model.init_tokenizer == "bytes+effort";
+  options.tokenizer = tokenizer::TinyTokenizerNamed(model.init_tokenizer);
   for (const auto& [key, value] : model.init) options.overrides.push_back(key + "=" + value);
   spdlog::info("creating a new {} model in {}", model.arch, model.path);
   return model::InitModelDir(options);

@@ -17,8 +17,8 @@ struct InitModelOptions {
   std::string out_dir;                 // created if missing
   std::vector<std::string> overrides;  // "config_key=value", any config.json key
   uint64_t seed = 0;
-  std::string dtype = "float32";  // parameter dtype written
-  tokenizer::TinyTokenizerOptions tokenizer;
+  std::string dtype = "float32";              // parameter dtype written
+  tokenizer::TinyTokenizerOptions tokenizer;  // which tiny tokenizer tokenizer.json holds
 };
 
 // INVALID_ARGUMENT for a bad arch or override (naming it); the directory is

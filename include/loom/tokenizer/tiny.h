@@ -9,12 +9,18 @@
 // tokenizers loads either and gives the same ids as loom.
 
 #include <string>
+#include <string_view>
 
 namespace loom::tokenizer {
 
 struct TinyTokenizerOptions {
   bool effort_phrases = false;
 };
+
+// The options a name stands for, as `model.init_tokenizer` and `loom
+// init-model --tokenizer` take them: "bytes" or "bytes+effort".
+inline constexpr std::string_view kTinyTokenizerNames[] = {"bytes", "bytes+effort"};
+TinyTokenizerOptions TinyTokenizerNamed(std::string_view name);
 
 // The tokenizer.json text (deterministic: same bytes on every call).
 std::string TinyTokenizerJson(const TinyTokenizerOptions& options = {});
