@@ -13,6 +13,7 @@
 #include "loom/config/check.h"
 #include "loom/rpc/chat_bridge.h"
 #include "loom/sandbox/tools.h"
+#include "loom/tokenizer/utf8.h"
 
 namespace loom::agent {
 namespace {
@@ -32,8 +33,8 @@ nlohmann::json EpisodeRecordJson(const EpisodeRecord& record) {
     LOOM_CHECK(google::protobuf::util::MessageToJsonString(turn.request, &request, options).ok(),
                "protobuf cannot print a generate request as JSON");
     nlohmann::json j = {{"request", nlohmann::json::parse(request)}};
-    // Reply() reads a completion through ValidUtf8 too, so this replays the same.
-    if (turn.completion) j["completion"] = sandbox::ValidUtf8(*turn.completion);
+    // Reply() repairs a completion the same way, so this replays the same.
+    if (turn.completion) j["completion"] = tokenizer::RepairUtf8(*turn.completion);
     if (turn.cut) j["cut"] = true;
     turns.push_back(std::move(j));
   }
@@ -151,7 +152,7 @@ absl::StatusOr<std::vector<int64_t>> AgentConversation::Observe(
 
 v1::GenerateReply AgentConversation::Reply(const std::string& completion, int turn) {
   v1::GenerateReply reply =
-      rpc::ReplyFromCompletion(sandbox::ValidUtf8(completion), options_.thinking_mode, turn);
+      rpc::ReplyFromCompletion(tokenizer::RepairUtf8(completion), options_.thinking_mode, turn);
   chat::Message assistant;
   assistant.role = chat::Role::kAssistant;
   if (reply.has_assistant()) {

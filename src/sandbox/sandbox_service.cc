@@ -210,13 +210,7 @@ grpc::Status SandboxService::Session(grpc::ServerContext* context, Stream* strea
                  limits_.max_command_s);
     auto run = (*sandbox)->Bash(env.setup_command(), timeout);
     if (!run.ok()) return ToGrpc(run.status());
-    v1::ToolResult* result = opened.mutable_opened()->mutable_setup();
-    result->set_name("setup");
-    result->set_exit_code(run->exit_code);
-    result->set_stdout(ValidUtf8(run->stdout_text));
-    result->set_stderr(ValidUtf8(run->stderr_text));
-    result->set_timed_out(run->timed_out);
-    result->set_duration_ms(run->duration_ms);
+    *opened.mutable_opened()->mutable_setup() = ToolResultOf(setup, run);
   }
   if (!stream->Write(opened)) return grpc::Status::OK;
   spdlog::debug("session {} opened ({})", id, first.open().label());

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "loom/tokenizer/utf8.h"
 
 namespace loom::sandbox {
 namespace {
@@ -62,21 +63,6 @@ absl::StatusOr<std::string> StringArg(const json& args, const v1::ToolCall& call
         absl::StrCat(call.name(), ": argument '", key, "' (a string) is required"));
   }
   return it->get<std::string>();
-}
-
-v1::ToolResult FromProcess(const v1::ToolCall& call, const absl::StatusOr<ProcessResult>& run) {
-  if (!run.ok()) return NotRun(call, std::string(run.status().message()));
-  v1::ToolResult result;
-  result.set_call_id(call.id());
-  result.set_name(call.name());
-  result.set_exit_code(run->exit_code);
-  result.set_stdout(ValidUtf8(run->stdout_text));
-  result.set_stderr(ValidUtf8(run->stderr_text));
-  result.set_timed_out(run->timed_out);
-  result.set_truncated(run->truncated);
-  result.set_limit(run->limit);
-  result.set_duration_ms(run->duration_ms);
-  return result;
 }
 
 }  // namespace
@@ -142,41 +128,22 @@ v1::ToolResult ExecuteTool(const Sandbox& sandbox, const v1::ToolCall& call, dou
     result.set_stdout("submitted");
     return result;
   }
-  return FromProcess(call, sandbox.Bash(run->command, run->timeout_s, run->args, run->stdin_text));
+  return ToolResultOf(call, sandbox.Bash(run->command, run->timeout_s, run->args, run->stdin_text));
 }
 
-std::string ValidUtf8(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    const size_t n = c < 0x80           ? 1
-                     : (c >> 5) == 0x6  ? 2
-                     : (c >> 4) == 0xE  ? 3
-                     : (c >> 3) == 0x1E ? 4
-                                        : 0;
-    bool ok = n > 0 && i + n <= text.size() && !(n == 2 && c < 0xC2);
-    for (size_t k = 1; ok && k < n; ++k) {
-      ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
-    }
-    if (ok && n == 3) {
-      const unsigned char d = static_cast<unsigned char>(text[i + 1]);
-      ok = !(c == 0xE0 && d < 0xA0) && !(c == 0xED && d >= 0xA0);  // overlong, surrogate
-    }
-    if (ok && n == 4) {
-      const unsigned char d = static_cast<unsigned char>(text[i + 1]);
-      ok = c <= 0xF4 && !(c == 0xF0 && d < 0x90) && !(c == 0xF4 && d >= 0x90);
-    }
-    if (ok) {
-      out.append(text.substr(i, n));
-      i += n;
-    } else {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    }
-  }
-  return out;
+v1::ToolResult ToolResultOf(const v1::ToolCall& call, const absl::StatusOr<ProcessResult>& run) {
+  if (!run.ok()) return NotRun(call, std::string(run.status().message()));
+  v1::ToolResult result;
+  result.set_call_id(call.id());
+  result.set_name(call.name());
+  result.set_exit_code(run->exit_code);
+  result.set_stdout(tokenizer::RepairUtf8(run->stdout_text));
+  result.set_stderr(tokenizer::RepairUtf8(run->stderr_text));
+  result.set_timed_out(run->timed_out);
+  result.set_truncated(run->truncated);
+  result.set_limit(run->limit);
+  result.set_duration_ms(run->duration_ms);
+  return result;
 }
 
 std::string RenderToolResult(const v1::ToolResult& result) {

@@ -1,9 +1,9 @@
 #include "loom/tokenizer/tokenizer.h"
 
 #include "absl/strings/str_cat.h"
+#include "loom/tokenizer/utf8.h"
 #include "tokenizer/string_view_compat.h"
 #include "tokenizer/tokenizer_impl.h"
-#include "tokenizer/utf8.h"
 
 namespace loom::tokenizer {
 

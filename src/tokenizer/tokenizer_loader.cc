@@ -7,10 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "loom/config/files.h"
 #include "loom/tokenizer/tokenizer.h"
+#include "loom/tokenizer/utf8.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/string_view_compat.h"
 #include "tokenizer/tokenizer_impl.h"
-#include "tokenizer/utf8.h"
 
 namespace loom::tokenizer {
 namespace {

@@ -1,4 +1,4 @@
-#include "tokenizer/utf8.h"
+#include "loom/tokenizer/utf8.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -27,25 +27,44 @@ bool SecondByteOk(uint8_t b0, uint8_t b1) {
 
 }  // namespace
 
+int Utf8SequenceAt(std::string_view text, size_t pos) {
+  const uint8_t b0 = static_cast<uint8_t>(text[pos]);
+  if (b0 < 0x80) return 1;
+  const int len = SequenceLength(b0);
+  if (len == 0 || pos + len > text.size()) return 0;
+  if (!SecondByteOk(b0, static_cast<uint8_t>(text[pos + 1]))) return 0;
+  for (int k = 2; k < len; ++k) {
+    if ((static_cast<uint8_t>(text[pos + k]) & 0xC0) != 0x80) return 0;
+  }
+  return len;
+}
+
 absl::Status ValidateUtf8(std::string_view text) {
-  size_t i = 0;
-  const size_t n = text.size();
-  while (i < n) {
-    const uint8_t b0 = static_cast<uint8_t>(text[i]);
-    if (b0 < 0x80) {
-      ++i;
-      continue;
-    }
-    const int len = SequenceLength(b0);
-    bool ok = len > 0 && i + len <= n && SecondByteOk(b0, static_cast<uint8_t>(text[i + 1]));
-    for (int k = 2; ok && k < len; ++k) ok = (static_cast<uint8_t>(text[i + k]) & 0xC0) == 0x80;
-    if (!ok) {
+  for (size_t i = 0; i < text.size();) {
+    const int len = Utf8SequenceAt(text, i);
+    if (len == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("text is not valid UTF-8: bad byte sequence at byte offset ", i));
     }
     i += len;
   }
   return absl::OkStatus();
+}
+
+std::string RepairUtf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const int len = Utf8SequenceAt(text, i);
+    if (len > 0) {
+      out.append(text.substr(i, len));
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      ++i;
+    }
+  }
+  return out;
 }
 
 uint32_t NextCodePoint(std::string_view text, size_t* pos) {

@@ -167,6 +167,24 @@ TEST(WorkerTest, StreamsThatNeverOpenHoldNoSlotAndQuietOnesAreCancelled) {
   EXPECT_EQ(Status(target).live_sandboxes(), 0);
 }
 
+TEST(WorkerTest, SetupResultIsMadeLikeAToolResult) {
+  // Output past the per-stream cap is cut, and the setup result says so, as a
+  // tool call's result would; bytes that are not UTF-8 arrive repaired.
+  auto workers = StartWorkers(1, 1);
+  ASSERT_TRUE(workers);
+  v1::Environment env;
+  env.set_setup_command("printf 'a\\377b' >&2; head -c 200000 /dev/zero | tr '\\0' x");
+  auto session = OpenOn(workers->targets()[0], "", env);
+  ASSERT_TRUE(session.ok()) << session.status();
+  const v1::ToolResult& setup = (*session)->opened().setup();
+  EXPECT_EQ(setup.exit_code(), 0);
+  EXPECT_TRUE(setup.truncated());
+  EXPECT_LT(setup.stdout().size(), 100000u);
+  EXPECT_EQ(setup.stderr(),
+            "a\xEF\xBF\xBD"
+            "b");
+}
+
 TEST(WorkerTest, ClientTimeoutsAndSessionsAreCappedByTheWorker) {
   auto workers = StartWorkers(1, 1, "", {"--max-command-s", "1", "--max-session-s", "3"});
   ASSERT_TRUE(workers);

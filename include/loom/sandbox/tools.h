@@ -34,17 +34,18 @@ absl::StatusOr<ToolInvocation> ParseToolCall(const v1::ToolCall& call, double ma
 // Runs one call. Bad arguments or an unknown tool give exit_code -1 and
 // `error`; a command's own failure is its exit code. `max_timeout_s` caps
 // the timeout a bash call may ask for. submit only echoes its answer.
+// stdout and stderr are repaired (tokenizer::RepairUtf8): protobuf strings
+// must be UTF-8, and neither a model nor the commands it runs keep to that.
+// An untrained model emits arbitrary bytes, `sed` quotes them back in its
+// error messages, and a message with such a string does not parse at the
+// other end of the stream.
 v1::ToolResult ExecuteTool(const Sandbox& sandbox, const v1::ToolCall& call, double max_timeout_s);
 
-// `text` with every byte that is not part of a well-formed UTF-8 character
-// replaced by U+FFFD. Protobuf strings must be UTF-8, and neither a model nor
-// the commands it runs keep to that: an untrained model emits arbitrary
-// bytes, and `sed` quotes them back in its error messages. A message with
-// such a string does not parse at the other end of the stream.
-std::string ValidUtf8(std::string_view text);
+// The result of `call` as the command `run` ended; a command that could not
+// start gives exit_code -1 and `error`. ExecuteTool's results are made so.
+v1::ToolResult ToolResultOf(const v1::ToolCall& call, const absl::StatusOr<ProcessResult>& run);
 
-// The text of the tool message the model sees for `result`. A command's
-// stdout and stderr are passed through ValidUtf8 when the result is made.
+// The text of the tool message the model sees for `result`.
 std::string RenderToolResult(const v1::ToolResult& result);
 
 // The submitted answer of a submit call ("" if the arguments are unusable).
