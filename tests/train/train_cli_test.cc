@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "testing/temp_dir.h"
@@ -17,9 +18,9 @@ using testing::TempDir;
 TEST(TrainCliTest, CreatesRunDirectoryWithResolvedConfig) {
   TempDir dir;
   const std::string run_dir = dir / "run";
-  auto result = RunLoom("train --config configs/quickstart.yaml --run-dir " + run_dir +
-                        " --set run.seed=42 --set 'train.stages=[]' --set model.path=" +
-                        (dir / "model"));
+  auto result =
+      RunLoom("train --config configs/quickstart.yaml --run-dir " + run_dir +
+              " --set run.seed=42 --set 'train.stages=[]' --set model.path=" + (dir / "model"));
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const std::string saved = ReadAll(run_dir + "/config.yaml");
   EXPECT_NE(saved.find("seed: 42"), std::string::npos) << saved;
@@ -29,6 +30,24 @@ TEST(TrainCliTest, CreatesRunDirectoryWithResolvedConfig) {
   EXPECT_EQ(check.out, saved);
   EXPECT_TRUE(std::filesystem::is_directory(run_dir + "/checkpoints"));
   EXPECT_NE(ReadAll(run_dir + "/log.txt").find("run 'quickstart'"), std::string::npos);
+}
+
+TEST(TrainCliTest, CreatesTheModelWithTheConfiguredTinyTokenizer) {
+  // The effort line's opening text is one token with bytes+effort and one
+  // token per byte with bytes: the config key reaches the created model.
+  TempDir dir;
+  const std::string line = dir.Write("line.jsonl", "\"Reasoning Effort: \"\n");
+  for (const std::string name : {"bytes", "bytes+effort"}) {
+    const std::string model = dir / ("model-" + name);
+    auto train = RunLoom("train --config configs/effort.yaml --run-dir " + (dir / ("run-" + name)) +
+                         " --set 'train.stages=[]' --set model.path=" + model +
+                         " --set model.init_tokenizer=" + name);
+    ASSERT_EQ(train.exit_code, 0) << train.err;
+    auto ids = RunLoom("tokenize --tokenizer " + model + "/tokenizer.json --input " + line);
+    ASSERT_EQ(ids.exit_code, 0) << ids.err;
+    const auto commas = std::count(ids.out.begin(), ids.out.end(), ',');
+    EXPECT_EQ(commas + 1, name == "bytes" ? 18 : 1) << name << ": " << ids.out;
+  }
 }
 
 TEST(TrainCliTest, BadConfigWritesNothing) {
