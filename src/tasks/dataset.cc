@@ -42,6 +42,20 @@ void RestateProblem(Problem& problem) {
   }
 }
 
+// The user's message, " = ", then the result: the answer, the reference's
+// final content (which may hold a reversed result) and the verifier.
+void RestateProblemInAnswer(Problem& problem) {
+  std::string user;
+  for (const auto& m : problem.messages) {
+    if (m["role"] == "user") user = m["content"];
+  }
+  problem.answer = user + " = " + problem.answer;
+  problem.verifier = VerifierKind::kExact;
+  if (!problem.reference) return;
+  auto& content = (*problem.reference)["content"];
+  content = user + " = " + content.get<std::string>();
+}
+
 class GeneratedDataset : public Dataset {
  public:
   GeneratedDataset(const config::DatasetSection& spec, uint64_t run_seed,
@@ -90,6 +104,7 @@ class GeneratedDataset : public Dataset {
         std::reverse(answer.begin(), answer.end());
         (*problem.reference)["content"] = answer;
       }
+      if (spec_.answer_restates_problem) RestateProblemInAnswer(problem);
       problem.dataset = name_;
       problem.id = name_ + "/" + SplitName(split) + "/" + std::to_string(index);
       if (!spec_.system_prompt.empty()) {

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <set>
+#include <string>
 
 #include "testing/temp_dir.h"
 
@@ -209,6 +210,33 @@ TEST(DatasetTest, RestateProblemOpensWorkedReferencesWithTheUsersMessage) {
   for (size_t i = 0; i < plain->Eval().size(); ++i) {
     EXPECT_EQ(restated->Eval()[i].reference, plain->Eval()[i].reference);
   }
+}
+
+TEST(DatasetTest, AnswerRestatesProblemOpensEveryAnswerWithTheUsersMessage) {
+  auto spec = Spec("arithmetic");
+  spec.min_difficulty = 2;
+  auto plain = Load(spec);
+  spec.answer_restates_problem = true;
+  spec.system_prompt = "Be brief.";  // the restated message is the user's, not the system's
+  auto restated = Load(spec);
+  auto check = [](const Problem& a, const Problem& b) {
+    ASSERT_EQ(a.messages.back(), b.messages.back());
+    const std::string user = a.messages.back()["content"];
+    // An independent sum: parse "Compute: x+y" or "Compute: x-y" here.
+    const size_t op = user.find_first_of("+-", 9);
+    const long x = std::stol(user.substr(9, op - 9)), y = std::stol(user.substr(op + 1));
+    const std::string result = std::to_string(user[op] == '+' ? x + y : x - y);
+    EXPECT_EQ(b.answer, user + " = " + result);
+    EXPECT_EQ((*b.reference)["content"], user + " = " + result);
+    EXPECT_EQ((*b.reference)["reasoning_content"], (*a.reference)["reasoning_content"]);
+    EXPECT_EQ(b.Score(user + " = " + result), 1.0);
+    EXPECT_EQ(b.Score(" " + user + "  =  " + result + "\n"), 1.0);  // spaces normalised
+    EXPECT_EQ(b.Score(result), 0.0);  // the result alone is not the answer
+    EXPECT_EQ(b.Score(user + " = " + result + "0"), 0.0);
+  };
+  for (uint64_t i = 0; i < 200; ++i) check(plain->Train(i), restated->Train(i));
+  ASSERT_EQ(plain->Eval().size(), restated->Eval().size());
+  for (size_t i = 0; i < plain->Eval().size(); ++i) check(plain->Eval()[i], restated->Eval()[i]);
 }
 
 TEST(DatasetTest, ReversedAnswerFractionReversesThatShareOfTrainingAnswersAndNothingElse) {

@@ -33,6 +33,7 @@ struct DatasetSection {
   double demonstration_slip_fraction = 0;  // agentic: demonstrations with the task's slip
   bool restate_effort = false;             // SFT reasoning opens with "effort KLM..."
   bool restate_problem = false;            // SFT working opens with the user's message
+  bool answer_restates_problem = false;    // the final answer opens with the user's message
   std::string teacher;                     // opd stage: the teacher (opd.teachers[].name)
 
   template <class V>
@@ -141,6 +142,14 @@ struct DatasetSection {
                 "came before it, instead of across a prompt and a restatement whose lengths "
                 "vary with the effort. Answer-only references and held-out problems are "
                 "unaffected."));
+    v.Field("answer_restates_problem", answer_restates_problem,
+            Doc("Generators: the final answer opens with the user's message copied, then ` = ` "
+                "and the result (`Compute: 47+38 = 85`), checked whole by the exact verifier, "
+                "for training and held-out problems alike. An answer given without working "
+                "then reads the problem right before its result, at the same distance at every "
+                "effort, instead of across a reasoning whose length varies with the effort. "
+                "On the effort config it made such answers better without ordering them by "
+                "effort (docs/rl.md)."));
     v.Field("teacher", teacher,
             Doc("The opd stage distils this dataset's samples from this teacher (a name in "
                 "opd.teachers); required for every dataset when train.stages has opd."));
