@@ -30,30 +30,34 @@ std::string FirstLinesOf(const std::string& text, Rng& rng) {
   return text.substr(0, end);
 }
 
+// The content of the problem's last user message; null when it has none.
+const nlohmann::json* LastUserMessage(const Problem& problem) {
+  for (auto m = problem.messages.rbegin(); m != problem.messages.rend(); ++m) {
+    if (m->value("role", "") == "user") return &m->at("content");
+  }
+  return nullptr;
+}
+
 // Opens a worked reference's reasoning with the user's message, on a line of
 // its own; an answer-only reference stays as it is.
 void RestateProblem(Problem& problem) {
   auto& reasoning = (*problem.reference)["reasoning_content"];
-  if (reasoning.get<std::string>().empty()) return;
-  for (auto m = problem.messages.rbegin(); m != problem.messages.rend(); ++m) {
-    if ((*m)["role"] != "user") continue;
-    reasoning = (*m)["content"].get<std::string>() + "\n" + reasoning.get<std::string>();
-    return;
-  }
+  const nlohmann::json* user = LastUserMessage(problem);
+  if (reasoning.get<std::string>().empty() || !user) return;
+  reasoning = user->get<std::string>() + "\n" + reasoning.get<std::string>();
 }
 
 // The user's message, " = ", then the result: the answer, the reference's
 // final content (which may hold a reversed result) and the verifier.
 void RestateProblemInAnswer(Problem& problem) {
-  std::string user;
-  for (const auto& m : problem.messages) {
-    if (m["role"] == "user") user = m["content"];
-  }
-  problem.answer = user + " = " + problem.answer;
+  const nlohmann::json* user = LastUserMessage(problem);
+  if (!user) return;
+  const std::string opening = user->get<std::string>() + " = ";
+  problem.answer = opening + problem.answer;
   problem.verifier = VerifierKind::kExact;
   if (!problem.reference) return;
   auto& content = (*problem.reference)["content"];
-  content = user + " = " + content.get<std::string>();
+  content = opening + content.get<std::string>();
 }
 
 class GeneratedDataset : public Dataset {

@@ -222,6 +222,7 @@ TEST(DatasetTest, AnswerRestatesProblemOpensEveryAnswerWithTheUsersMessage) {
   auto check = [](const Problem& a, const Problem& b) {
     ASSERT_EQ(a.messages.back(), b.messages.back());
     const std::string user = a.messages.back()["content"];
+    ASSERT_EQ(user.rfind("Compute: ", 0), 0u) << user;
     // An independent sum: parse "Compute: x+y" or "Compute: x-y" here.
     const size_t op = user.find_first_of("+-", 9);
     const long x = std::stol(user.substr(9, op - 9)), y = std::stol(user.substr(op + 1));
