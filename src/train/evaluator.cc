@@ -19,8 +19,20 @@ struct EvalPrompt {
   size_t cell;           // into EvalResult::cells
   size_t problem_index;  // within the cell, for pass@K
   std::vector<int64_t> tokens;
-  uint64_t order = 0;  // position among all ranks' prompts: its samples' ids (and seeds)
+  uint64_t key = 0;  // EvalPromptKey: its samples' ids (and seeds)
 };
+
+// Held-out problems a dataset may have: EvalPromptKey's problem field.
+constexpr size_t kMaxEvalProblems = size_t{1} << 24;
+
+// A held-out prompt's key from its dataset's position in the config, its
+// effort (1..100) and its problem's position in the held-out set: the same
+// whichever datasets and efforts are evaluated with it, so that a cell's
+// samples (their seeds) are too. Fields: dataset 16 bits, effort 8, problem 24.
+uint64_t EvalPromptKey(size_t dataset, int effort, size_t problem) {
+  return (static_cast<uint64_t>(dataset) << 32) | (static_cast<uint64_t>(effort) << 24) |
+         static_cast<uint64_t>(problem);
+}
 
 // The held-out prompts of every dataset × effort of `options`, and a cell each.
 absl::StatusOr<std::vector<EvalPrompt>> EncodeEvalPrompts(const EvalInputs& inputs,
@@ -30,6 +42,7 @@ absl::StatusOr<std::vector<EvalPrompt>> EncodeEvalPrompts(const EvalInputs& inpu
   std::vector<int> efforts =
       options.efforts.empty() ? inputs.config.effort.levels : options.efforts;
   std::sort(efforts.begin(), efforts.end());
+  efforts.erase(std::unique(efforts.begin(), efforts.end()), efforts.end());
   std::vector<EvalPrompt> prompts;
   for (size_t d = 0; d < inputs.datasets.size(); ++d) {
     if (!options.datasets.empty() && std::find(options.datasets.begin(), options.datasets.end(),
@@ -37,6 +50,12 @@ absl::StatusOr<std::vector<EvalPrompt>> EncodeEvalPrompts(const EvalInputs& inpu
       continue;
     }
     const std::vector<tasks::Problem>& problems = inputs.datasets[d]->Eval();
+    if (problems.size() >= kMaxEvalProblems) {
+      return absl::InvalidArgumentError("dataset '" + inputs.config.tasks.datasets[d].name +
+                                        "': " + std::to_string(problems.size()) +
+                                        " held-out problems; an evaluation takes at most " +
+                                        std::to_string(kMaxEvalProblems - 1));
+    }
     for (int effort : efforts) {
       cells.push_back({inputs.config.tasks.datasets[d].name, effort});
       cells.back().problems = static_cast<int64_t>(problems.size());
@@ -45,7 +64,8 @@ absl::StatusOr<std::vector<EvalPrompt>> EncodeEvalPrompts(const EvalInputs& inpu
         auto prompt = EncodeProblemPrompt(problems[j], inputs.config.effort.PromptEffort(effort),
                                           inputs.tokenizer);
         if (!prompt.ok()) return prompt.status();
-        prompts.push_back({&problems[j], cells.size() - 1, j, *std::move(prompt), prompts.size()});
+        prompts.push_back(
+            {&problems[j], cells.size() - 1, j, *std::move(prompt), EvalPromptKey(d, effort, j)});
       }
     }
   }
@@ -189,7 +209,7 @@ absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Trans
   for (const EvalPrompt& prompt : *prompts) {
     for (int k = 0; k < samples; ++k) {
       rollout::SampleRequest request;
-      request.id = prompt.order * static_cast<uint64_t>(samples) + static_cast<uint64_t>(k);
+      request.id = prompt.key * static_cast<uint64_t>(samples) + static_cast<uint64_t>(k);
       request.prompt = prompt.tokens;
       request.sampling.temperature = samples == 1 ? 0 : options.temperature;
       request.stop.max_new_tokens = config.rollout.max_new_tokens;

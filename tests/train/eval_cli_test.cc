@@ -73,6 +73,23 @@ TEST_F(EvalCliTest, ARowPerDatasetAndEffortWithTiers) {
   EXPECT_EQ(levels[1], results[2]);
 }
 
+// A cell's samples are seeded by its dataset, effort and problem, not by its
+// place among the cells evaluated with it: the same cell, sampled, gives the
+// same numbers whatever else is evaluated.
+TEST_F(EvalCliTest, ACellIsTheSameWhateverIsEvaluatedWithIt) {
+  const std::string sampled = "--samples 4 --temperature 1.5 ";
+  const nlohmann::json alone = Results(sampled + "--datasets add --efforts 60");
+  const nlohmann::json together = Results(sampled + "--efforts 25,60,100,60");
+  ASSERT_EQ(alone.size(), 1u);
+  ASSERT_EQ(together.size(), 6u) << "60 twice is one cell";
+  EXPECT_EQ(together[1]["dataset"], "add");
+  EXPECT_EQ(together[1]["effort"], 60);
+  EXPECT_EQ(together[1], alone[0]);
+  // And the other dataset's cells, evaluated without the first dataset.
+  const nlohmann::json sort = Results(sampled + "--datasets sort --efforts 25,60,100");
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(sort[i], together[3 + i]) << i;
+}
+
 TEST_F(EvalCliTest, KSamplesGivePassAtKAtLeastPassAtOne) {
   const nlohmann::json results = Results("--samples 4 --temperature 1.5 --efforts 100");
   ASSERT_EQ(results.size(), 2u);

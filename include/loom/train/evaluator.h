@@ -3,7 +3,9 @@
 // real rollout engine over the current weights: for each dataset × effort,
 // greedy (or K samples at a temperature), with pass@1, pass@K, reasoning and
 // response lengths and the parse rate. Training runs it at every training
-// effort level; `loom eval` runs it on any model, datasets and efforts.
+// effort level; `loom eval` runs it on any model, datasets and efforts. A
+// sample is seeded by its dataset, effort, problem and index (and the run
+// seed), not by the cells evaluated with it.
 //
 // The evaluation engine is built per call with a KV pool sized for its own
 // batch, not the run's `rollout.pool_tokens` (which would double the KV
