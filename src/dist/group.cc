@@ -61,7 +61,7 @@ absl::StatusOr<std::unique_ptr<Group>> Group::Connect(const RankInfo& info,
     store_options.isServer = info.rank == 0;
     store_options.numWorkers = info.world_size;
     store_options.waitWorkers = true;
-    store_options.timeout = options.timeout;
+    store_options.timeout = options.join_timeout;
     auto store = c10::make_intrusive<c10d::TCPStore>(info.master_addr, store_options);
     c10::intrusive_ptr<CollectiveBackend> group;
     const char* backend = nullptr;
@@ -81,7 +81,7 @@ absl::StatusOr<std::unique_ptr<Group>> Group::Connect(const RankInfo& info,
 #if defined(LOOM_WITH_GLOO)
       auto gloo_options = c10d::ProcessGroupGloo::Options::create();
       gloo_options->devices.push_back(GlooDevice(info));
-      gloo_options->timeout = options.timeout;
+      gloo_options->timeout = options.join_timeout;  // connecting; collectives wait `timeout`
       group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, info.rank, info.world_size,
                                                           gloo_options);
       backend = "gloo";
@@ -93,9 +93,9 @@ absl::StatusOr<std::unique_ptr<Group>> Group::Connect(const RankInfo& info,
     return std::unique_ptr<Group>(new Group(
         info, options, backend, std::make_unique<Collectives>(Collectives{std::move(group)})));
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat(where, "cannot join the process group at ",
-                                               info.master_addr, ":", info.master_port, " within ",
-                                               options.timeout.count() / 1000.0, " s: ", e.what()));
+    return absl::UnavailableError(absl::StrCat(
+        where, "cannot join the process group at ", info.master_addr, ":", info.master_port,
+        " within ", options.join_timeout.count() / 1000.0, " s: ", e.what()));
   }
 }
 
@@ -119,7 +119,9 @@ absl::Status Group::Failed(const char* operation, const std::exception& e) const
 
 absl::Status Group::AllReduceSum(std::vector<at::Tensor>& tensors) {
   try {
-    collectives_->backend->allreduce(tensors)->wait(options_.timeout);
+    c10d::AllreduceOptions sum;
+    sum.timeout = options_.timeout;
+    collectives_->backend->allreduce(tensors, sum)->wait(options_.timeout);
     return absl::OkStatus();
   } catch (const std::exception& e) {
     return Failed("all-reduce", e);
@@ -130,6 +132,7 @@ absl::Status Group::Broadcast(std::vector<at::Tensor>& tensors, int root) {
   try {
     c10d::BroadcastOptions broadcast;
     broadcast.rootRank = root;
+    broadcast.timeout = options_.timeout;
     collectives_->backend->broadcast(tensors, broadcast)->wait(options_.timeout);
     return absl::OkStatus();
   } catch (const std::exception& e) {
@@ -143,6 +146,7 @@ absl::StatusOr<std::vector<double>> Group::Reduce(const std::vector<double>& val
   try {
     c10d::AllreduceOptions reduce;
     reduce.reduceOp = max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+    reduce.timeout = options_.timeout;
     collectives_->backend->allreduce(tensors, reduce)->wait(options_.timeout);
   } catch (const std::exception& e) {
     return Failed("all-reduce", e);

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <future>
@@ -28,13 +29,22 @@ RankInfo Rank(int rank, int port) {
   return info;
 }
 
+// Collectives time out after `collective`; joining may take up to a minute,
+// however slowly a loaded machine starts the other rank's thread.
+Group::Options Timeouts(milliseconds collective) {
+  Group::Options options;
+  options.timeout = collective;
+  options.join_timeout = std::max(collective, milliseconds(60000));
+  return options;
+}
+
 // Runs `body(rank, group)` on two connected ranks, one thread each.
 void OnTwoRanks(const std::function<void(int, Group&)>& body,
                 milliseconds timeout = milliseconds(20000)) {
   auto port = FreeLoopbackPort();
   ASSERT_TRUE(port.ok()) << port.status();
   auto run = [&](int rank) {
-    auto group = Group::Connect(Rank(rank, *port), {timeout, at::kCPU});
+    auto group = Group::Connect(Rank(rank, *port), Timeouts(timeout));
     ASSERT_TRUE(group.ok()) << group.status();
     EXPECT_STREQ((*group)->backend(), "gloo");
     body(rank, **group);
@@ -121,18 +131,15 @@ TEST(GroupTest, APeerThatLeftFailsTheNextCollective) {
   auto port = FreeLoopbackPort();
   ASSERT_TRUE(port.ok());
   const milliseconds timeout(60000);
-  std::promise<void> left;
   std::thread other([&] {
-    auto group = Group::Connect(Rank(1, *port), {timeout, at::kCPU});
+    auto group = Group::Connect(Rank(1, *port), Timeouts(timeout));
     ASSERT_TRUE(group.ok()) << group.status();
-    ASSERT_TRUE((*group)->Barrier().ok());
-    group->reset();  // the rank exits
-    left.set_value();
-  });
-  auto group = Group::Connect(Rank(0, *port), {timeout, at::kCPU});
-  ASSERT_TRUE(group.ok()) << group.status();
-  ASSERT_TRUE((*group)->Barrier().ok());
-  left.get_future().wait();
+    EXPECT_TRUE((*group)->Barrier().ok());
+  });  // the rank exits: its group closes
+  auto group = Group::Connect(Rank(0, *port), Timeouts(timeout));
+  const bool joined = group.ok() && (*group)->Barrier().ok();
+  other.join();
+  ASSERT_TRUE(joined) << group.status();
   const auto start = std::chrono::steady_clock::now();
   absl::Status s = (*group)->Sum({1.0}).status();
   const double seconds =
@@ -141,40 +148,63 @@ TEST(GroupTest, APeerThatLeftFailsTheNextCollective) {
   EXPECT_NE(std::string(s.message()).find("rank 0 of 2: all-reduce failed"), std::string::npos)
       << s;
   EXPECT_LT(seconds, 10.0);
-  other.join();
 }
 
-// A rank that stays but never joins the collective: the timeout ends it.
+// A rank that stays but never joins the collective: the collective's
+// timeout ends it (joining has its own, longer one).
 TEST(GroupTest, AHungPeerTimesOut) {
   auto port = FreeLoopbackPort();
   ASSERT_TRUE(port.ok());
-  const milliseconds timeout(1500);
+  const Group::Options options = Timeouts(milliseconds(1500));
   std::promise<void> done;
   std::thread other([&] {
-    auto group = Group::Connect(Rank(1, *port), {timeout, at::kCPU});
-    ASSERT_TRUE(group.ok()) << group.status();
+    auto group = Group::Connect(Rank(1, *port), options);
+    EXPECT_TRUE(group.ok()) << group.status();
     done.get_future().wait();  // holds its connections, calls nothing
   });
-  auto group = Group::Connect(Rank(0, *port), {timeout, at::kCPU});
-  ASSERT_TRUE(group.ok()) << group.status();
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<at::Tensor> t{at::ones({4})};
-  absl::Status s = (*group)->AllReduceSum(t);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto group = Group::Connect(Rank(0, *port), options);
+  absl::Status s = group.status();
+  double seconds = 0;
+  if (group.ok()) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<at::Tensor> t{at::ones({4})};
+    s = (*group)->AllReduceSum(t);
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   done.set_value();
   other.join();
+  ASSERT_TRUE(group.ok()) << group.status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_NE(std::string(s.message()).find("1.5 s"), std::string::npos) << s;
   EXPECT_GE(seconds, 1.0);
   EXPECT_LT(seconds, 10.0);
 }
 
+// Rank 0, which hosts the rendezvous, starts late: the others wait for it
+// up to the join timeout, even when that is longer than a collective's.
+TEST(GroupTest, ALateRankZeroIsWaitedForUpToTheJoinTimeout) {
+  auto port = FreeLoopbackPort();
+  ASSERT_TRUE(port.ok());
+  const Group::Options options = Timeouts(milliseconds(1000));
+  std::thread other([&] {
+    auto group = Group::Connect(Rank(1, *port), options);
+    ASSERT_TRUE(group.ok()) << group.status();
+    EXPECT_TRUE((*group)->Barrier().ok());
+  });
+  std::this_thread::sleep_for(milliseconds(2500));
+  auto group = Group::Connect(Rank(0, *port), options);
+  const absl::Status barrier = group.ok() ? (*group)->Barrier() : group.status();
+  other.join();
+  EXPECT_TRUE(barrier.ok()) << barrier;
+}
+
 // Rank 1 alone: nobody hosts the rendezvous.
 TEST(GroupTest, NoRankZeroIsUnavailableAfterTheTimeout) {
   auto port = FreeLoopbackPort();
   ASSERT_TRUE(port.ok());
-  auto group = Group::Connect(Rank(1, *port), {milliseconds(1000), at::kCPU});
+  Group::Options options;
+  options.join_timeout = milliseconds(1000);
+  auto group = Group::Connect(Rank(1, *port), options);
   ASSERT_FALSE(group.ok());
   EXPECT_EQ(group.status().code(), absl::StatusCode::kUnavailable) << group.status();
   EXPECT_NE(std::string(group.status().message()).find("cannot join the process group"),

@@ -5,8 +5,8 @@
 //
 // Every collective is called by every rank in the same order; each one
 // returns UNAVAILABLE naming the operation and this rank when a peer exited
-// (its connection closed) or did not join within `timeout` — never a hang
-// and never an exception. After such an error the group is unusable: the
+// (its connection closed) or did not take part within `timeout` — never a
+// hang and never an exception. After such an error the group is unusable: the
 // caller ends the run with the error. One thread (the run loop's) uses it.
 
 #include <chrono>
@@ -24,8 +24,9 @@ namespace loom::dist {
 class Group {
  public:
   struct Options {
-    std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // rendezvous and every collective
-    at::Device device{at::kCPU};                                 // where collectives run
+    std::chrono::milliseconds timeout{std::chrono::minutes(5)};       // every collective
+    std::chrono::milliseconds join_timeout{std::chrono::minutes(5)};  // the rendezvous
+    at::Device device{at::kCPU};                                      // where collectives run
   };
   // Joins `info.world_size` ranks. UNAVAILABLE when the rendezvous fails or
   // times out; UNIMPLEMENTED when this build has no backend for the device.
