@@ -81,7 +81,11 @@ absl::StatusOr<std::unique_ptr<Group>> Group::Connect(const RankInfo& info,
 #if defined(LOOM_WITH_GLOO)
       auto gloo_options = c10d::ProcessGroupGloo::Options::create();
       gloo_options->devices.push_back(GlooDevice(info));
-      gloo_options->timeout = options.join_timeout;  // connecting; collectives wait `timeout`
+      // Gloo's one timeout bounds its mesh setup and every collective, and
+      // a failed collective's work stays queued until it ends, so it is
+      // the collectives' timeout. (Waiting for a late rank is the store's,
+      // with join_timeout.)
+      gloo_options->timeout = options.timeout;
       group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, info.rank, info.world_size,
                                                           gloo_options);
       backend = "gloo";
@@ -111,17 +115,15 @@ Group::~Group() = default;
 absl::Status Group::Failed(const char* operation, const std::exception& e) const {
   std::string what = e.what();
   if (const size_t end = what.find('\n'); end != std::string::npos) what.resize(end);
-  return absl::UnavailableError(absl::StrCat("rank ", info_.rank, " of ", info_.world_size, ": ",
-                                             operation,
-                                             " failed (a peer rank exited, or did not join within ",
-                                             options_.timeout.count() / 1000.0, " s): ", what));
+  return absl::UnavailableError(
+      absl::StrCat("rank ", info_.rank, " of ", info_.world_size, ": ", operation,
+                   " failed (a peer rank exited, or did not take part within ",
+                   options_.timeout.count() / 1000.0, " s): ", what));
 }
 
 absl::Status Group::AllReduceSum(std::vector<at::Tensor>& tensors) {
   try {
-    c10d::AllreduceOptions sum;
-    sum.timeout = options_.timeout;
-    collectives_->backend->allreduce(tensors, sum)->wait(options_.timeout);
+    collectives_->backend->allreduce(tensors)->wait(options_.timeout);
     return absl::OkStatus();
   } catch (const std::exception& e) {
     return Failed("all-reduce", e);
@@ -132,7 +134,6 @@ absl::Status Group::Broadcast(std::vector<at::Tensor>& tensors, int root) {
   try {
     c10d::BroadcastOptions broadcast;
     broadcast.rootRank = root;
-    broadcast.timeout = options_.timeout;
     collectives_->backend->broadcast(tensors, broadcast)->wait(options_.timeout);
     return absl::OkStatus();
   } catch (const std::exception& e) {
@@ -146,7 +147,6 @@ absl::StatusOr<std::vector<double>> Group::Reduce(const std::vector<double>& val
   try {
     c10d::AllreduceOptions reduce;
     reduce.reduceOp = max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
-    reduce.timeout = options_.timeout;
     collectives_->backend->allreduce(tensors, reduce)->wait(options_.timeout);
   } catch (const std::exception& e) {
     return Failed("all-reduce", e);

@@ -80,7 +80,8 @@ absl::StatusOr<std::unique_ptr<dist::Group>> JoinRanks(const config::RunConfig& 
   if (!rank.distributed()) return nullptr;
   dist::Group::Options options;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(config.dist.timeout_s * 1000));
-  options.join_timeout = options.timeout;
+  options.join_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config.dist.join_timeout_s * 1000));
   options.device = device;
   spdlog::info("rank {} of {} ({}): joining {}:{}", rank.rank, rank.world_size, rank.source,
                rank.master_addr, rank.master_port);

@@ -219,6 +219,32 @@ TEST_F(DistTrainTest, AHungRankTimesOutTheOther) {
   EXPECT_NE(log.find("within 3 s"), std::string::npos) << log;
 }
 
+// Rank 1 never starts: rank 0 waits dist.join_timeout_s for it (not
+// dist.timeout_s, which a rank starting late must not run into), then exits
+// before any step with an error naming the rendezvous.
+TEST_F(DistTrainTest, ARankThatNeverStartsEndsTheRunAfterTheJoinTimeout) {
+  const std::string run = dir_ / "alone";
+  auto port = dist::FreeLoopbackPort();
+  ASSERT_TRUE(port.ok());
+  const std::string env =
+      "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(*port) + " " +
+      std::string(LOOM_BINARY) + " ";
+  const auto start = std::chrono::steady_clock::now();
+  auto alone = RunCommand(
+      env + Train("--run-dir " + run + " --set dist.timeout_s=1 --set dist.join_timeout_s=4"));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(alone.exit_code, 1);
+  EXPECT_GE(seconds, 4.0);
+  EXPECT_LT(seconds, 60.0);
+  const std::string log = ReadAll(run + "/log.txt");
+  EXPECT_NE(log.find("cannot join the process group at 127.0.0.1:" + std::to_string(*port) +
+                     " within 4 s"),
+            std::string::npos)
+      << log << alone.err;
+  EXPECT_TRUE(StepLines(run + "/metrics.jsonl").empty());
+}
+
 // SIGTERM to one rank preempts both at the same step; rank 0 writes the
 // checkpoint. Resumed on 2 ranks the run repeats the uninterrupted one
 // exactly; resumed on 1 rank it repeats it up to float summation order.

@@ -20,10 +20,10 @@ namespace {
 
 using std::chrono::milliseconds;
 
-RankInfo Rank(int rank, int port) {
+RankInfo Rank(int rank, int port, int world_size = 2) {
   RankInfo info;
   info.rank = rank;
-  info.world_size = 2;
+  info.world_size = world_size;
   info.master_port = port;
   info.source = "torchrun";
   return info;
@@ -180,22 +180,27 @@ TEST(GroupTest, AHungPeerTimesOut) {
   EXPECT_LT(seconds, 10.0);
 }
 
-// Rank 0, which hosts the rendezvous, starts late: the others wait for it
-// up to the join timeout, even when that is longer than a collective's.
-TEST(GroupTest, ALateRankZeroIsWaitedForUpToTheJoinTimeout) {
-  auto port = FreeLoopbackPort();
-  ASSERT_TRUE(port.ok());
-  const Group::Options options = Timeouts(milliseconds(1000));
-  std::thread other([&] {
-    auto group = Group::Connect(Rank(1, *port), options);
-    ASSERT_TRUE(group.ok()) << group.status();
-    EXPECT_TRUE((*group)->Barrier().ok());
-  });
-  std::this_thread::sleep_for(milliseconds(2500));
-  auto group = Group::Connect(Rank(0, *port), options);
-  const absl::Status barrier = group.ok() ? (*group)->Barrier() : group.status();
-  other.join();
-  EXPECT_TRUE(barrier.ok()) << barrier;
+// A rank that starts late is waited for up to the join timeout, even when
+// that is longer than a collective's: rank 0 (which hosts the rendezvous) or
+// another, with the others already joining.
+TEST(GroupTest, ALateRankIsWaitedForUpToTheJoinTimeout) {
+  for (int late : {0, 2}) {
+    SCOPED_TRACE("late rank " + std::to_string(late));
+    auto port = FreeLoopbackPort();
+    ASSERT_TRUE(port.ok());
+    const Group::Options options = Timeouts(milliseconds(1000));
+    std::vector<absl::Status> barriers(3);
+    std::vector<std::thread> ranks;
+    for (int rank = 0; rank < 3; ++rank) {
+      ranks.emplace_back([&, rank] {
+        if (rank == late) std::this_thread::sleep_for(milliseconds(2500));
+        auto group = Group::Connect(Rank(rank, *port, 3), options);
+        barriers[rank] = group.ok() ? (*group)->Barrier() : group.status();
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+    for (const absl::Status& barrier : barriers) EXPECT_TRUE(barrier.ok()) << barrier;
+  }
 }
 
 // Rank 1 alone: nobody hosts the rendezvous.
