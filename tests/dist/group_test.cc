@@ -188,12 +188,12 @@ TEST(GroupTest, ALateRankIsWaitedForUpToTheJoinTimeout) {
     SCOPED_TRACE("late rank " + std::to_string(late));
     auto port = FreeLoopbackPort();
     ASSERT_TRUE(port.ok());
-    const Group::Options options = Timeouts(milliseconds(1000));
+    const Group::Options options = Timeouts(milliseconds(2000));
     std::vector<absl::Status> barriers(3);
     std::vector<std::thread> ranks;
     for (int rank = 0; rank < 3; ++rank) {
       ranks.emplace_back([&, rank] {
-        if (rank == late) std::this_thread::sleep_for(milliseconds(2500));
+        if (rank == late) std::this_thread::sleep_for(milliseconds(4500));
         auto group = Group::Connect(Rank(rank, *port, 3), options);
         barriers[rank] = group.ok() ? (*group)->Barrier() : group.status();
       });
