@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <string>
 
 #include "cli/command.h"
 #include "cli/threads.h"
@@ -78,27 +79,50 @@ absl::StatusOr<train::EvalOptions> Options(const EvalFlags& flags,
   return options;
 }
 
+// "0.516±0.021", or "+0.110±0.015" with `sign`.
+std::string WithError(double value, double error, bool sign) {
+  char text[48];
+  std::snprintf(text, sizeof(text), sign ? "%+.3f±%.3f" : "%.3f±%.3f", value, error);
+  return text;
+}
+
 void PrintTable(const train::EvalResult& result, int samples) {
-  std::printf("%-16s %6s %8s %7s %7s %10s %9s %6s\n", "dataset", "effort", "problems", "pass@1",
-              ("pass@" + std::to_string(samples)).c_str(), "reasoning", "response", "parse");
+  std::printf("%-16s %6s %8s %-12s %-18s %7s %10s %9s %6s\n", "dataset", "effort", "problems",
+              "pass@1", "change", ("pass@" + std::to_string(samples)).c_str(), "reasoning",
+              "response", "parse");
   for (const train::EvalCell& c : result.cells) {
-    std::printf("%-16s %6d %8lld %7.3f %7.3f %10.1f %9.1f %6.3f\n", c.dataset.c_str(), c.effort,
-                static_cast<long long>(c.problems), c.pass_at_1, c.pass_at_k,
-                c.mean_reasoning_tokens, c.mean_response_tokens, c.parse_rate);
+    const std::string change =
+        c.change_from == 0 ? ""
+                           : WithError(c.pass_at_1_change, c.pass_at_1_change_stderr, true) +
+                                 " vs " + std::to_string(c.change_from);
+    std::printf("%-16s %6d %8lld %-13s %-19s %7.3f %10.1f %9.1f %6.3f\n", c.dataset.c_str(),
+                c.effort, static_cast<long long>(c.problems),
+                WithError(c.pass_at_1, c.pass_at_1_stderr, false).c_str(), change.c_str(),
+                c.pass_at_k, c.mean_reasoning_tokens, c.mean_response_tokens, c.parse_rate);
   }
+  std::printf(
+      "± one standard error over the problems; change: paired by problem, against the "
+      "next lower effort\n");
 }
 
 nlohmann::json Json(const train::EvalResult& result) {
   nlohmann::json results = nlohmann::json::array();
   for (const train::EvalCell& c : result.cells) {
-    results.push_back({{"dataset", c.dataset},
-                       {"effort", c.effort},
-                       {"problems", c.problems},
-                       {"pass@1", c.pass_at_1},
-                       {"pass@K", c.pass_at_k},
-                       {"mean_reasoning_tokens", c.mean_reasoning_tokens},
-                       {"mean_response_tokens", c.mean_response_tokens},
-                       {"parse_rate", c.parse_rate}});
+    nlohmann::json row = {{"dataset", c.dataset},
+                          {"effort", c.effort},
+                          {"problems", c.problems},
+                          {"pass@1", c.pass_at_1},
+                          {"pass@1_stderr", c.pass_at_1_stderr},
+                          {"pass@K", c.pass_at_k},
+                          {"mean_reasoning_tokens", c.mean_reasoning_tokens},
+                          {"mean_response_tokens", c.mean_response_tokens},
+                          {"parse_rate", c.parse_rate}};
+    if (c.change_from != 0) {
+      row["pass@1_change"] = {{"from_effort", c.change_from},
+                              {"diff", c.pass_at_1_change},
+                              {"stderr", c.pass_at_1_change_stderr}};
+    }
+    results.push_back(row);
   }
   return {{"results", results}};
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
@@ -125,6 +126,7 @@ absl::Status SumTallies(std::vector<EvalTally>& totals, dist::Group& group) {
     flat.insert(flat.end(), {t.reward, t.reasoning, t.response, t.parsed,
                              static_cast<double>(t.samples), static_cast<double>(t.skipped)});
     for (bool solved : t.solved) flat.push_back(solved ? 1.0 : 0.0);
+    flat.insert(flat.end(), t.problem_reward.begin(), t.problem_reward.end());
   }
   auto summed = group.Sum(flat);
   if (!summed.ok()) return summed.status();
@@ -137,6 +139,7 @@ absl::Status SumTallies(std::vector<EvalTally>& totals, dist::Group& group) {
     t.samples = static_cast<int64_t>(*next++);
     t.skipped = static_cast<int64_t>(*next++);
     for (size_t j = 0; j < t.solved.size(); ++j) t.solved[j] = *next++ > 0;
+    for (double& r : t.problem_reward) r = *next++;
   }
   return absl::OkStatus();
 }
@@ -151,6 +154,7 @@ void EvalTally::Add(size_t problem, const std::vector<int64_t>& completion,
   reasoning += static_cast<double>(algo::ReasoningLength(completion, think_end_id));
   ++samples;
   if (judgement.reward > 0.5) solved[problem] = true;
+  problem_reward[problem] += judgement.reward;
 }
 
 void EvalTally::AddUnstarted(bool first_of_problem) {
@@ -161,11 +165,45 @@ void EvalTally::AddUnstarted(bool first_of_problem) {
 void EvalTally::Fill(EvalCell& cell) const {
   const double n = static_cast<double>(std::max<int64_t>(1, samples));
   cell.pass_at_1 = reward / n;
+  cell.pass_at_1_stderr = MeanAndStderr(ProblemPassAt1()).second;
   cell.mean_reasoning_tokens = reasoning / n;
   cell.mean_response_tokens = response / n;
   cell.parse_rate = parsed / n;
   cell.pass_at_k = static_cast<double>(std::count(solved.begin(), solved.end(), true)) /
                    static_cast<double>(std::max<int64_t>(1, cell.problems));
+}
+
+std::vector<double> EvalTally::ProblemPassAt1() const {
+  const double k = problem_reward.empty()
+                       ? 1.0
+                       : std::max(1.0, static_cast<double>(samples) /
+                                           static_cast<double>(problem_reward.size()));
+  std::vector<double> means;
+  for (double r : problem_reward) means.push_back(r / k);
+  return means;
+}
+
+std::pair<double, double> MeanAndStderr(const std::vector<double>& values) {
+  const double n = static_cast<double>(values.size());
+  if (values.empty()) return {0.0, 0.0};
+  double mean = 0;
+  for (double v : values) mean += v;
+  mean /= n;
+  if (values.size() < 2) return {mean, 0.0};
+  double squares = 0;
+  for (double v : values) squares += (v - mean) * (v - mean);
+  return {mean, std::sqrt(squares / (n - 1) / n)};
+}
+
+void FillChange(const EvalTally& lower, int lower_effort, const EvalTally& higher, EvalCell& cell) {
+  const std::vector<double> from = lower.ProblemPassAt1(), to = higher.ProblemPassAt1();
+  std::vector<double> differences;
+  for (size_t j = 0; j < std::min(from.size(), to.size()); ++j)
+    differences.push_back(to[j] - from[j]);
+  const auto [change, error] = MeanAndStderr(differences);
+  cell.change_from = lower_effort;
+  cell.pass_at_1_change = change;
+  cell.pass_at_1_change_stderr = error;
 }
 
 int64_t EvalPoolTokens(const rollout::EngineOptions& run_engine, int64_t prompts,
@@ -243,7 +281,12 @@ absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Trans
   if (options.group != nullptr) {
     if (absl::Status s = SumTallies(totals, *options.group); !s.ok()) return s;
   }
-  for (size_t c = 0; c < result.cells.size(); ++c) totals[c].Fill(result.cells[c]);
+  for (size_t c = 0; c < result.cells.size(); ++c) {
+    totals[c].Fill(result.cells[c]);
+    // Cells run efforts ascending within a dataset.
+    if (c > 0 && result.cells[c - 1].dataset == result.cells[c].dataset)
+      FillChange(totals[c - 1], result.cells[c - 1].effort, totals[c], result.cells[c]);
+  }
   SummarizeTopEffort(result, totals);
   return result;
 }

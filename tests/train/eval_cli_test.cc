@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "testing/temp_dir.h"
@@ -43,6 +45,13 @@ class EvalCliTest : public ::testing::Test {
     return nlohmann::json::parse(last)["results"];
   }
 
+  // A row without its change from the next lower effort, which depends on
+  // what else was evaluated.
+  static nlohmann::json Cell(nlohmann::json row) {
+    row.erase("pass@1_change");
+    return row;
+  }
+
   TempDir dir_;
   const std::string model_ = dir_ / "model";
   std::string config_;
@@ -63,6 +72,9 @@ TEST_F(EvalCliTest, ARowPerDatasetAndEffortWithTiers) {
     EXPECT_LE(r["mean_response_tokens"].get<double>(), 24.0);
     EXPECT_GE(r["parse_rate"].get<double>(), 0.0);
     EXPECT_LE(r["parse_rate"].get<double>(), 1.0);
+    // Greedy with 0/1 rewards: the standard error's closed form.
+    const double p = r["pass@1"], n = r["problems"];
+    EXPECT_NEAR(r["pass@1_stderr"].get<double>(), std::sqrt(p * (1 - p) / (n - 1)), 1e-12) << r;
   }
   // Without --efforts: the config's training levels.
   const nlohmann::json levels = Results("--datasets add");
@@ -70,7 +82,7 @@ TEST_F(EvalCliTest, ARowPerDatasetAndEffortWithTiers) {
   EXPECT_EQ(levels[0]["effort"], 25);
   EXPECT_EQ(levels[1]["effort"], 100);
   // Greedy is deterministic: the same cell twice is the same numbers.
-  EXPECT_EQ(levels[1], results[2]);
+  EXPECT_EQ(Cell(levels[1]), Cell(results[2]));
 }
 
 // A cell's samples are seeded by its dataset, effort and problem, not by its
@@ -84,10 +96,32 @@ TEST_F(EvalCliTest, ACellIsTheSameWhateverIsEvaluatedWithIt) {
   ASSERT_EQ(together.size(), 6u) << "60 twice is one cell";
   EXPECT_EQ(together[1]["dataset"], "add");
   EXPECT_EQ(together[1]["effort"], 60);
-  EXPECT_EQ(together[1], alone[0]);
+  EXPECT_EQ(Cell(together[1]), alone[0]);
   // And the other dataset's cells, evaluated without the first dataset.
   const nlohmann::json sort = Results(sampled + "--datasets sort --efforts 25,60,100");
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(sort[i], together[3 + i]) << i;
+}
+
+// Each effort after a dataset's lowest carries the change of pass@1 from the
+// next lower one, paired by problem: its mean is the difference of the two
+// pass@1s; the lowest carries none.
+TEST_F(EvalCliTest, ChangesAreAgainstTheNextLowerEffort) {
+  const nlohmann::json results = Results("--samples 4 --temperature 1.5 --efforts 25,60,100");
+  ASSERT_EQ(results.size(), 6u);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const nlohmann::json& r = results[i];
+    EXPECT_GE(r["pass@1_stderr"].get<double>(), 0.0);
+    if (i % 3 == 0) {
+      EXPECT_FALSE(r.contains("pass@1_change")) << r;
+      continue;
+    }
+    const nlohmann::json& lower = results[i - 1];
+    ASSERT_TRUE(r.contains("pass@1_change")) << r;
+    EXPECT_EQ(r["pass@1_change"]["from_effort"], lower["effort"]);
+    EXPECT_NEAR(r["pass@1_change"]["diff"].get<double>(),
+                r["pass@1"].get<double>() - lower["pass@1"].get<double>(), 1e-12);
+    EXPECT_GE(r["pass@1_change"]["stderr"].get<double>(), 0.0);
+  }
 }
 
 TEST_F(EvalCliTest, KSamplesGivePassAtKAtLeastPassAtOne) {

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include "loom/model/transformer.h"
 #include "loom/tokenizer/dsv4_tokens.h"
@@ -179,10 +181,46 @@ TEST(EvalTallyTest, HandCountedCell) {
   EXPECT_EQ(tally.samples, 6);
   EXPECT_EQ(tally.skipped, 1);
   EXPECT_DOUBLE_EQ(cell.pass_at_1, 1.0 / 6);
+  // Per problem 1/2, 0, 0: squared deviations 1/9 + 1/36 + 1/36 = 1/6,
+  // over n - 1 = 2 and n = 3: 1/36.
+  EXPECT_DOUBLE_EQ(cell.pass_at_1_stderr, 1.0 / 6);
   EXPECT_DOUBLE_EQ(cell.pass_at_k, 1.0 / 3);
   EXPECT_DOUBLE_EQ(cell.mean_reasoning_tokens, (5 + 0 + 4 + 6) / 6.0);
   EXPECT_DOUBLE_EQ(cell.mean_response_tokens, (9 + 4 + 8 + 6) / 6.0);
   EXPECT_DOUBLE_EQ(cell.parse_rate, 3.0 / 6);
+}
+
+// The change between two efforts is paired by problem: a problem both get
+// right (or both wrong) adds no spread, unlike two independent errors.
+TEST(EvalTallyTest, ChangeIsPairedByProblem) {
+  Judgement right, wrong;
+  right.reward = 1;
+  wrong.reward = 0;
+  // 3 problems × K = 2; per-problem pass@1 0, 1/2, 1 at the lower effort
+  // and 1/2, 1, 1 at the higher.
+  EvalTally lower(3), higher(3);
+  const std::vector<int64_t> none;
+  for (const auto& [problem, a, b] : std::vector<std::tuple<size_t, Judgement, Judgement>>{
+           {0, wrong, wrong}, {1, right, wrong}, {2, right, right}}) {
+    lower.Add(problem, none, a, -1);
+    lower.Add(problem, none, b, -1);
+  }
+  for (const auto& [problem, a, b] : std::vector<std::tuple<size_t, Judgement, Judgement>>{
+           {0, right, wrong}, {1, right, right}, {2, right, right}}) {
+    higher.Add(problem, none, a, -1);
+    higher.Add(problem, none, b, -1);
+  }
+  EvalCell cell;
+  FillChange(lower, 25, higher, cell);
+  EXPECT_EQ(cell.change_from, 25);
+  // Differences 1/2, 1/2, 0: mean 1/3; squared deviations 1/36 + 1/36 + 1/9
+  // = 1/6, over n - 1 = 2 and n = 3: 1/36. Unpaired, the two cells' errors
+  // (√(1/12) and 1/6) would combine to √(1/12 + 1/36) = 1/3.
+  EXPECT_DOUBLE_EQ(cell.pass_at_1_change, 1.0 / 3);
+  EXPECT_DOUBLE_EQ(cell.pass_at_1_change_stderr, 1.0 / 6);
+  // One value and none have no spread.
+  EXPECT_EQ(MeanAndStderr({0.25}), std::make_pair(0.25, 0.0));
+  EXPECT_EQ(MeanAndStderr({}), std::make_pair(0.0, 0.0));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -37,11 +38,20 @@ struct EvalOptions {
 };
 
 // One dataset at one effort. Means are per sample; pass@K per problem.
+// Standard errors treat the problems as the sample (a problem's K samples
+// are not independent of each other): the standard deviation of the
+// per-problem pass@1 over √problems.
 struct EvalCell {
   std::string dataset;
   int effort = 0;
   int64_t problems = 0;
-  double pass_at_1 = 0;              // mean verifier reward over the K samples of every problem
+  double pass_at_1 = 0;         // mean verifier reward over the K samples of every problem
+  double pass_at_1_stderr = 0;  // its standard error
+  // Against the next lower effort of the same dataset (none for the lowest:
+  // change_from 0), paired by problem: pass@1 here minus there.
+  int change_from = 0;
+  double pass_at_1_change = 0;
+  double pass_at_1_change_stderr = 0;
   double pass_at_k = 0;              // share of problems with a correct sample (reward > 0.5)
   double mean_reasoning_tokens = 0;  // tokens before </think>
   double mean_response_tokens = 0;   // generated tokens
@@ -65,9 +75,12 @@ struct EvalResult {
 struct EvalTally {
   double reward = 0, reasoning = 0, response = 0, parsed = 0;
   int64_t samples = 0, skipped = 0;
-  std::vector<bool> solved;  // per problem: some sample correct (reward > 0.5)
+  std::vector<bool> solved;            // per problem: some sample correct (reward > 0.5)
+  std::vector<double> problem_reward;  // per problem: the sum of its samples' rewards
 
-  explicit EvalTally(int64_t problems = 0) : solved(static_cast<size_t>(problems), false) {}
+  explicit EvalTally(int64_t problems = 0)
+      : solved(static_cast<size_t>(problems), false),
+        problem_reward(static_cast<size_t>(problems), 0.0) {}
   // A finished sample of problem `problem` (its index within the cell):
   // the tokens it generated, EOS included when it came, and its verdict.
   // Reasoning is what precedes `think_end_id`.
@@ -76,10 +89,22 @@ struct EvalTally {
   // A sample whose prompt could not start: a wrong answer.
   // `first_of_problem`: counts the problem as skipped once.
   void AddUnstarted(bool first_of_problem);
-  // pass@1, pass@K, the lengths and the parse rate of `cell` (whose
-  // `problems` is set).
+  // pass@1 with its standard error, pass@K, the lengths and the parse rate
+  // of `cell` (whose `problems` is set).
   void Fill(EvalCell& cell) const;
+  // Each problem's pass@1: its reward sum over its K samples (unstarted ones
+  // count as wrong).
+  std::vector<double> ProblemPassAt1() const;
 };
+
+// The mean of `values` and its standard error, sd / √n with the n - 1
+// denominator (0 for fewer than two values).
+std::pair<double, double> MeanAndStderr(const std::vector<double>& values);
+
+// `higher`'s pass@1 minus `lower`'s over the same problems, paired by
+// problem: the mean difference and its standard error. Sets the change
+// fields of `cell` (the higher one).
+void FillChange(const EvalTally& lower, int lower_effort, const EvalTally& higher, EvalCell& cell);
 
 // The evaluation engine's KV capacity in tokens:
 //   min(run_engine.pool_tokens,
