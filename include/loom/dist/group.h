@@ -24,9 +24,9 @@ namespace loom::dist {
 class Group {
  public:
   struct Options {
-    std::chrono::milliseconds timeout{std::chrono::minutes(5)};       // every collective
-    std::chrono::milliseconds join_timeout{std::chrono::minutes(5)};  // the rendezvous
-    at::Device device{at::kCPU};                                      // where collectives run
+    std::chrono::milliseconds timeout{std::chrono::minutes(5)};        // every collective
+    std::chrono::milliseconds join_timeout{std::chrono::minutes(10)};  // the rendezvous
+    at::Device device{at::kCPU};                                       // where collectives run
   };
   // Joins `info.world_size` ranks. UNAVAILABLE when the rendezvous fails or
   // times out; UNIMPLEMENTED when this build has no backend for the device.
