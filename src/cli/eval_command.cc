@@ -95,6 +95,7 @@ void PrintTable(const train::EvalResult& result, int samples) {
         c.change_from == 0 ? ""
                            : WithError(c.pass_at_1_change, c.pass_at_1_change_stderr, true) +
                                  " vs " + std::to_string(c.change_from);
+    // One byte wider than the header's columns: "±" is two bytes in UTF-8.
     std::printf("%-16s %6d %8lld %-13s %-19s %7.3f %10.1f %9.1f %6.3f\n", c.dataset.c_str(),
                 c.effort, static_cast<long long>(c.problems),
                 WithError(c.pass_at_1, c.pass_at_1_stderr, false).c_str(), change.c_str(),
