@@ -21,9 +21,10 @@ absl::StatusOr<std::unique_ptr<TaskGenerator>> MakeGenerator(const std::string& 
   if (kind == "arithmetic") return std::make_unique<ArithmeticGenerator>();
   if (kind == "sort") return std::make_unique<SortGenerator>();
   if (kind == "reverse") return std::make_unique<ReverseGenerator>();
+  if (kind == "chain") return std::make_unique<ChainGenerator>();
   if (kind == "effort") return std::make_unique<EffortGenerator>();
   return absl::InvalidArgumentError("unknown task generator '" + kind +
-                                    "' (expected arithmetic, sort, reverse or effort)");
+                                    "' (expected arithmetic, sort, reverse, chain or effort)");
 }
 
 }  // namespace loom::tasks

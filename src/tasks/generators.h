@@ -27,6 +27,11 @@ class ReverseGenerator : public TaskGenerator {
   Problem Generate(uint64_t seed, int difficulty) const override;
 };
 
+class ChainGenerator : public TaskGenerator {
+ public:
+  Problem Generate(uint64_t seed, int difficulty) const override;
+};
+
 class EffortGenerator : public TaskGenerator {
  public:
   Problem Generate(uint64_t seed, int difficulty) const override;

@@ -23,7 +23,7 @@ std::string UserText(const Problem& p) { return p.messages.back()["content"]; }
 std::string Reasoning(const Problem& p) { return (*p.reference)["reasoning_content"]; }
 
 TEST(GeneratorTest, SameSeedSameProblemDifferentSeedDifferentProblem) {
-  for (const char* kind : {"arithmetic", "sort", "reverse"}) {
+  for (const char* kind : {"arithmetic", "sort", "reverse", "chain"}) {
     auto generator = Make(kind);
     EXPECT_EQ(generator->Generate(42, 3).messages, generator->Generate(42, 3).messages) << kind;
     EXPECT_NE(generator->Generate(42, 3).messages, generator->Generate(43, 3).messages) << kind;
@@ -94,6 +94,41 @@ TEST(GeneratorTest, ReverseSpellsTheWordBackwards) {
   ASSERT_EQ(word.size(), 3u);
   EXPECT_EQ(p.answer, std::string(word.rbegin(), word.rend()));
   EXPECT_EQ(Reasoning(p), std::string("3 ") + word[2] + "\n2 " + word[1] + "\n1 " + word[0]);
+}
+
+// The chain recomputed from the prompt's two digits: each digit the sum of
+// the two before mod 10, one scratchpad line each under a letter counting
+// the steps still to go down to "a"; the answer is the last digit.
+TEST(GeneratorTest, ChainAddsTheTwoDigitsBeforeForDifficultySteps) {
+  auto generator = Make("chain");
+  for (int steps : {1, 4, 9}) {
+    for (uint64_t seed = 0; seed < 50; ++seed) {
+      Problem p = generator->Generate(seed, steps);
+      std::istringstream in(UserText(p));
+      std::string chain, from;
+      int told = -1, x = -1, y = -1;
+      in >> chain >> told >> from >> x >> y;
+      ASSERT_EQ(chain + " " + from, "Chain from") << UserText(p);
+      ASSERT_EQ(told, steps);
+      ASSERT_TRUE(x >= 0 && x <= 9 && y >= 0 && y <= 9) << UserText(p);
+      std::vector<int> digits = {x, y};
+      while (static_cast<int>(digits.size()) < steps + 2) {
+        digits.push_back((digits[digits.size() - 1] + digits[digits.size() - 2]) % 10);
+      }
+      std::vector<std::string> lines;
+      std::istringstream pad(Reasoning(p));
+      for (std::string line; std::getline(pad, line);) lines.push_back(line);
+      ASSERT_EQ(lines.size(), digits.size()) << Reasoning(p);
+      for (size_t i = 0; i < lines.size(); ++i) {
+        const char left = static_cast<char>('a' + steps + 1 - static_cast<int>(i));
+        EXPECT_EQ(lines[i], left + std::to_string(digits[i])) << Reasoning(p);
+      }
+      EXPECT_EQ(p.answer, std::to_string(digits.back()));
+      EXPECT_EQ(p.Score((*p.reference)["content"]), 1.0);
+      EXPECT_EQ(p.Score(std::to_string((digits.back() + 1) % 10)), 0.0);
+      EXPECT_EQ(p.difficulty, steps);
+    }
+  }
 }
 
 // Every effort 1..100 comes up, each problem is shown at its own effort and

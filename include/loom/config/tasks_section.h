@@ -39,17 +39,20 @@ struct DatasetSection {
   template <class V>
   void Visit(V& v) {
     v.Field("name", name, Doc("Dataset name: unique, used in metrics and problem ids.").Required());
-    v.Field("kind", kind,
-            Doc("Where problems come from: a built-in generator (arithmetic: multi-digit + and - "
-                "with a digit-by-digit scratchpad; sort: ascending list of integers; reverse: "
-                "reverse a word letter by letter; effort: asks for the reasoning effort, each "
-                "problem shown at its own effort, so that a small model learns to read the "
-                "effort line) or a JSON-lines file. With `environment: sandbox`: a built-in "
-                "agentic task (arithmetic: a 9-digit product the python tool "
-                "helps with; fix_repo: a tiny Python package with a failing test; lookup: a "
-                "digit that only a file in the workspace holds). Each comes with "
-                "demonstrations, which an SFT stage trains on.")
-                .OneOf({"arithmetic", "sort", "reverse", "effort", "jsonl", "fix_repo", "lookup"}));
+    v.Field(
+        "kind", kind,
+        Doc("Where problems come from: a built-in generator (arithmetic: multi-digit + and - "
+            "with a digit-by-digit scratchpad; sort: ascending list of integers; reverse: "
+            "reverse a word letter by letter; chain: a given number of digits more, each the "
+            "sum of the two before mod 10, one line a digit; effort: asks for the reasoning "
+            "effort, each problem shown at its own effort, so that a small model learns to "
+            "read the effort line) or a JSON-lines file. With `environment: sandbox`: a built-in "
+            "agentic task (arithmetic: a 9-digit product the python tool "
+            "helps with; fix_repo: a tiny Python package with a failing test; lookup: a "
+            "digit that only a file in the workspace holds). Each comes with "
+            "demonstrations, which an SFT stage trains on.")
+            .OneOf({"arithmetic", "sort", "reverse", "chain", "effort", "jsonl", "fix_repo",
+                    "lookup"}));
     v.Field("environment", environment,
             Doc("none: single-turn prompts judged by the verifier. sandbox: each sample is a "
                 "multi-turn agent episode on a sandbox worker (see `sandbox:`); its tool results "

@@ -10,6 +10,8 @@
 //               (difficulty d: d + 1 integers in 0..99)
 //   reverse     "Reverse: cat"    reasoning "3 t\n2 a\n1 c"                      answer "tac"
 //               (difficulty d: a word of d + 2 lowercase letters)
+//   chain       "Chain 2 from 3 8"  reasoning "d3\nc8\nb1\na9"                  answer "9"
+//               (difficulty d: d more digits, each the sum of the two before mod 10)
 //   effort      "Your reasoning effort?"  no reasoning                       answer 37
 //               (the problem's own effort, 1..100, always shown in its prompt;
 //               difficulty unused): teaches a small model to read the effort line
@@ -34,7 +36,7 @@ class TaskGenerator {
   virtual Problem Generate(uint64_t seed, int difficulty) const = 0;
 };
 
-// "arithmetic" | "sort" | "reverse" | "effort"; anything else is INVALID_ARGUMENT.
+// "arithmetic" | "sort" | "reverse" | "chain" | "effort"; anything else is INVALID_ARGUMENT.
 absl::StatusOr<std::unique_ptr<TaskGenerator>> MakeGenerator(const std::string& kind);
 
 }  // namespace loom::tasks
