@@ -19,15 +19,22 @@ constexpr int kMaxDraws = 10000;
 
 std::string SplitName(Split split) { return split == Split::kTrain ? "train" : "eval"; }
 
+// The first `keep` lines of `text` (all of it when it has no more).
+std::string FirstLines(const std::string& text, int64_t keep) {
+  size_t end = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    end = text.find('\n', i == 0 ? 0 : end + 1);
+    if (end == std::string::npos) return text;
+  }
+  return text.substr(0, end);
+}
+
 // The first k of `text`'s lines, k drawn uniformly from 1 to all but one;
 // `text` itself when it has a single line.
 std::string FirstLinesOf(const std::string& text, Rng& rng) {
   const auto lines = static_cast<int64_t>(std::count(text.begin(), text.end(), '\n')) + 1;
   if (lines < 2) return text;
-  const int64_t keep = rng.Uniform(1, lines - 1);
-  size_t end = text.find('\n');
-  for (int64_t i = 1; i < keep; ++i) end = text.find('\n', end + 1);
-  return text.substr(0, end);
+  return FirstLines(text, rng.Uniform(1, lines - 1));
 }
 
 // The content of the problem's last user message; null when it has none.
@@ -94,8 +101,9 @@ class GeneratedDataset : public Dataset {
           static_cast<int>(rng.Uniform(spec_.min_difficulty, spec_.max_difficulty));
       Problem problem = generator_->Generate(rng.Next(), difficulty);
       if (IsHeldOut(problem, spec_.eval_fraction) != (split == Split::kEval)) continue;
-      if (split == Split::kTrain && rng.UniformReal() < spec_.answer_only_fraction) {
-        (*problem.reference)["reasoning_content"] = "";
+      if (split == Split::kTrain && rng.UniformReal() < AnswerOnlyShare(difficulty)) {
+        auto& reasoning = (*problem.reference)["reasoning_content"];
+        reasoning = FirstLines(reasoning.get<std::string>(), spec_.answer_only_keeps_lines);
       } else if (split == Split::kTrain && spec_.partial_reasoning_fraction > 0 &&
                  rng.UniformReal() < spec_.partial_reasoning_fraction) {
         auto& reasoning = (*problem.reference)["reasoning_content"];
@@ -121,6 +129,15 @@ class GeneratedDataset : public Dataset {
         "dataset '" + name_ + "': no " + SplitName(split) + " problem in " +
         std::to_string(kMaxDraws) + " draws; the problem space is too small for eval_fraction " +
         std::to_string(spec_.eval_fraction) + " (raise the difficulty or change eval_fraction)");
+  }
+
+  // The share of answer-only references at `difficulty`: answer_only_fraction,
+  // tilted by answer_only_spread from the easiest difficulty to the hardest.
+  double AnswerOnlyShare(int difficulty) const {
+    const int span = spec_.max_difficulty - spec_.min_difficulty;
+    const double place =
+        span > 0 ? static_cast<double>(difficulty - spec_.min_difficulty) / span - 0.5 : 0.0;
+    return std::clamp(spec_.answer_only_fraction + spec_.answer_only_spread * place, 0.0, 1.0);
   }
 
   config::DatasetSection spec_;

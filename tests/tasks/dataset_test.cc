@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -134,6 +135,71 @@ TEST(DatasetTest, AnswerOnlyFractionEmptiesThatShareOfTrainingReasoningAndNothin
   for (size_t i = 0; i < terse->Eval().size(); ++i) {
     EXPECT_EQ(terse->Eval()[i].reference, full->Eval()[i].reference);
   }
+}
+
+// With a spread, the answer-only share rises linearly with the difficulty,
+// from fraction - spread/2 to fraction + spread/2 (clipped to 0..1).
+TEST(DatasetTest, AnswerOnlySpreadTiltsTheShareFromEasyToHardProblems) {
+  auto spec = Spec("chain");
+  spec.min_difficulty = 2;
+  spec.max_difficulty = 6;
+  spec.answer_only_fraction = 0.5;
+  spec.answer_only_spread = 0.8;
+  auto tilted = Load(spec);
+  spec.answer_only_fraction = 0.9;  // 0.5 .. 1.3, clipped to 1 from difficulty 5 on
+  auto clipped = Load(spec);
+  std::map<int, int> seen, bare, clipped_seen, clipped_bare;
+  const int n = 5000;
+  for (uint64_t i = 0; i < n; ++i) {
+    const Problem p = tilted->Train(i), q = clipped->Train(i);
+    ++seen[p.difficulty];
+    bare[p.difficulty] += (*p.reference)["reasoning_content"] == "";
+    ++clipped_seen[q.difficulty];
+    clipped_bare[q.difficulty] += (*q.reference)["reasoning_content"] == "";
+  }
+  for (int d = 2; d <= 6; ++d) {
+    ASSERT_GT(seen[d], 800) << d;
+    const double want = 0.5 + 0.8 * ((d - 2) / 4.0 - 0.5);  // 0.1, 0.3, 0.5, 0.7, 0.9
+    // About 1000 problems a difficulty: the standard deviation is at most 0.016.
+    EXPECT_NEAR(static_cast<double>(bare[d]) / seen[d], want, 0.06) << "difficulty " << d;
+    const double clipped_want = std::min(1.0, 0.9 + 0.8 * ((d - 2) / 4.0 - 0.5));
+    EXPECT_NEAR(static_cast<double>(clipped_bare[d]) / clipped_seen[d], clipped_want, 0.06) << d;
+  }
+  EXPECT_EQ(clipped_bare[6], clipped_seen[6]);
+}
+
+// Answer-only chain references keep the first line of the working (the
+// letter naming the steps to go, and the first digit) and nothing after it;
+// worked references keep all of it.
+TEST(DatasetTest, AnswerOnlyKeepsTheFirstLinesOfTheWorkingWhenAsked) {
+  auto spec = Spec("chain");
+  spec.min_difficulty = 2;
+  spec.max_difficulty = 5;
+  auto full = Load(spec);
+  spec.answer_only_fraction = 0.5;
+  spec.answer_only_keeps_lines = 1;
+  auto opening = Load(spec);
+  spec.answer_only_keeps_lines = 3;
+  auto longer = Load(spec);
+  int answer_only = 0;
+  const int n = 400;
+  for (uint64_t i = 0; i < n; ++i) {
+    const std::string worked = (*full->Train(i).reference)["reasoning_content"];
+    const std::string shown = (*opening->Train(i).reference)["reasoning_content"];
+    const std::string three = (*longer->Train(i).reference)["reasoning_content"];
+    ASSERT_EQ((*full->Train(i).reference)["content"], (*opening->Train(i).reference)["content"]);
+    if (shown == worked) {
+      ASSERT_EQ(three, worked) << i;
+      continue;
+    }
+    ++answer_only;
+    const size_t first_break = worked.find('\n');
+    ASSERT_NE(first_break, std::string::npos) << worked;
+    EXPECT_EQ(shown, worked.substr(0, first_break)) << i;
+    EXPECT_EQ(std::count(three.begin(), three.end(), '\n'), 2) << three;
+    EXPECT_EQ(worked.compare(0, three.size() + 1, three + "\n"), 0) << i << ": " << three;
+  }
+  EXPECT_NEAR(answer_only, 0.5 * n, 60);
 }
 
 TEST(DatasetTest, PartialReasoningCutsThatShareOfWorkedReferencesAfterSomeOfTheirLines) {

@@ -29,6 +29,8 @@ struct DatasetSection {
   std::string system_prompt;              // "" = no system message
   double answer_only_fraction = 0;        // generators: SFT references without the worked reasoning
   double partial_reasoning_fraction = 0;  // generators: worked references cut after some lines
+  double answer_only_spread = 0;          // generators: answer-only share rises with difficulty
+  int answer_only_keeps_lines = 0;        // generators: answer-only references keep N lines
   double reversed_answer_fraction = 0;    // generators: SFT references whose answer is reversed
   double demonstration_slip_fraction = 0;  // agentic: demonstrations with the task's slip
   bool restate_effort = false;             // SFT reasoning opens with "effort KLM..."
@@ -106,6 +108,23 @@ struct DatasetSection {
                 "answers without working by default, and GRPO has to find that working it "
                 "out pays. Held-out problems and verifiers are unaffected.")
                 .Range(0, 1));
+    v.Field("answer_only_spread", answer_only_spread,
+            Doc("Generators: how much more often the hardest problems' SFT references are "
+                "answer-only than the easiest ones'. The share rises linearly with the "
+                "difficulty, from answer_only_fraction - spread/2 at min_difficulty to "
+                "answer_only_fraction + spread/2 at max_difficulty (clipped to 0..1), the same "
+                "at every effort: the SFT model then works short problems more often than long "
+                "ones, and what the length reward has to find is only where, at each effort, "
+                "working stops paying.")
+                .Range(0, 1));
+    v.Field("answer_only_keeps_lines", answer_only_keeps_lines,
+            Doc("Generators: answer-only SFT references (`answer_only_fraction`) keep the first "
+                "N lines of the working instead of none, so that every reference opens the "
+                "same way and the choice to work on or to answer comes after them. chain: 1, "
+                "whose letter says how many steps the working would take, puts the length of "
+                "the work right before the choice (after the restated effort, if any).")
+                .Unit("lines")
+                .Range(0, 1000));
     v.Field("partial_reasoning_fraction", partial_reasoning_fraction,
             Doc("Generators: share of the training problems whose SFT reference still has its "
                 "worked reasoning (after `answer_only_fraction`) that stops the reasoning after "
