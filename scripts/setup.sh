@@ -11,7 +11,7 @@ DEB_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   nlohmann-json3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libabsl-dev
-  libpcre2-dev libutf8proc-dev libseccomp-dev libgloo-dev bubblewrap gnuplot-nox
+  libpcre2-dev libutf8proc-dev libseccomp-dev libssl-dev libgloo-dev bubblewrap gnuplot-nox
   python3-torch python3-numpy clang-format clang-14 libclang-rt-14-dev
 )
 NPM_PACKAGES=(

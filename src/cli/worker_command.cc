@@ -30,6 +30,7 @@ struct WorkerFlags {
   int64_t output_cap_kb = 64;
   int64_t sandbox_memory_mb = 2048;
   int64_t disk_mb = 2048;
+  bool no_kernel_limits = false;
 };
 
 absl::Status LoadSecrets(WorkerFlags& flags) {
@@ -64,6 +65,7 @@ int RunWorker(WorkerFlags& flags, const Context& context) {
   box.limits.processes = flags.processes;
   box.caps.memory_bytes = flags.sandbox_memory_mb << 20;
   box.caps.disk_bytes = flags.disk_mb << 20;
+  box.kernel_limits = !flags.no_kernel_limits;
   box.output_cap = static_cast<size_t>(flags.output_cap_kb) << 10;
   // Block the stop signals before any thread exists; this thread waits for them.
   sigset_t stop;
@@ -77,6 +79,7 @@ int RunWorker(WorkerFlags& flags, const Context& context) {
     return absl::IsInvalidArgument(server.status()) ? kExitUsage : kExitFailure;
   }
   std::cout << "loom worker listening on " << (*server)->address() << std::endl;
+  spdlog::info("sandbox limits: {}", sandbox::KernelLimits(flags.options.sandbox));
   if (!flags.port_file.empty()) {
     absl::Status s = WriteFileAtomic(flags.port_file, std::to_string((*server)->port()) + "\n");
     if (!s.ok()) std::cerr << "loom worker: " << s.message() << "\n";
@@ -131,9 +134,25 @@ void SetupWorker(CLI::App& app, Context& context) {
   cmd->add_option("--inodes", o.sandbox.caps.inodes, "Files a sandbox may hold")
       ->check(CLI::Range(100, 100000000))
       ->capture_default_str();
+  cmd->add_option("--sandbox-cpus", o.sandbox.caps.cpus,
+                  "CPU time a sandbox's processes may take per second together (a root worker's "
+                  "cgroup quota; 0: any)")
+      ->check(CLI::Range(0.0, 1024.0))
+      ->capture_default_str();
+  cmd->add_flag("--no-kernel-limits", flags->no_kernel_limits,
+                "Cap memory and disk with the worker's own watch even where cgroups and a tmpfs "
+                "per session could be had");
   cmd->add_option("--idle-timeout-s", o.sessions.idle_timeout_s,
                   "Cancel a session whose client sends nothing for this long")
       ->check(CLI::Range(1.0, 1e6))
+      ->capture_default_str();
+  cmd->add_option("--open-timeout-s", o.sessions.open_timeout_s,
+                  "Cancel a stream that sends no open (or attach) for this long")
+      ->check(CLI::Range(0.1, 1e6))
+      ->capture_default_str();
+  cmd->add_option("--max-unopened", o.sessions.max_unopened,
+                  "Streams that may wait for their first message at once; more are refused")
+      ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   cmd->add_option("--max-session-s", o.sessions.max_session_s,
                   "Cancel any session this old, whatever deadline its client set")

@@ -54,6 +54,9 @@ void SetLimit(int resource, int64_t value) {
     sigaction(sig, &dfl, nullptr);
   }
   setsid();  // own session and process group, no controlling terminal
+  for (int fd : spec.join_fds) {
+    if (write(fd, "0", 1) != 1) _exit(126);  // "0": the writer itself
+  }
   dup2(in_fd, 0);
   dup2(out_fd, 1);
   dup2(err_fd, 2);

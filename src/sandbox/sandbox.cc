@@ -3,15 +3,18 @@
 #include <fnmatch.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <system_error>
 
@@ -23,7 +26,11 @@
 #include "absl/strings/str_split.h"
 #include "loom/config/files.h"
 #include "loom/sandbox/seccomp.h"
+#include "loom/sandbox/tree.h"
 #include "loom/sandbox/usage.h"
+#include "sandbox/cgroup.h"
+#include "sandbox/test_runner.h"
+#include "sandbox/unique_fd.h"
 
 namespace loom::sandbox {
 namespace fs = std::filesystem;
@@ -49,22 +56,15 @@ constexpr char kRcFile[] =
 // Subdirectories of a session directory: seen as /workspace, /tmp and /dev/shm.
 constexpr const char* kSessionDirs[] = {"work", "tmp", "shm"};
 
-// A file descriptor closed when it goes out of scope.
-struct OwnedFd {
-  int fd = -1;
-  ~OwnedFd() {
-    if (fd >= 0) close(fd);
-  }
-};
-
 // The seccomp program in a fresh memfd, positioned at its start.
-absl::Status SeccompFd(OwnedFd* out) {
+absl::Status SeccompFd(UniqueFd* out) {
   absl::StatusOr<std::string> program = SeccompProgram();
   if (!program.ok()) return program.status();
-  out->fd = memfd_create("loom-seccomp", MFD_CLOEXEC);
-  if (out->fd < 0 ||
-      write(out->fd, program->data(), program->size()) != static_cast<ssize_t>(program->size()) ||
-      lseek(out->fd, 0, SEEK_SET) != 0) {
+  out->Reset(memfd_create("loom-seccomp", MFD_CLOEXEC));
+  if (!out->ok() ||
+      write(out->get(), program->data(), program->size()) !=
+          static_cast<ssize_t>(program->size()) ||
+      lseek(out->get(), 0, SEEK_SET) != 0) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot pass the seccomp filter: ", std::strerror(errno)));
   }
@@ -115,17 +115,6 @@ absl::Status CheckRelativePath(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status WriteEnvironmentFile(const fs::path& work, const std::string& rel,
-                                  const std::string& content) {
-  fs::path path = work / rel;
-  std::error_code ec;
-  fs::create_directories(path.parent_path(), ec);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << content;
-  if (ec || !out) return absl::InternalError(absl::StrCat("cannot write ", path.string()));
-  return absl::OkStatus();
-}
-
 // lchown of a whole tree: never follows links the environment may contain.
 // A file left with the worker's owner would be unwritable for the sandbox uid,
 // so the first failure is an error.
@@ -165,34 +154,9 @@ absl::Status CopyEnvironmentDir(const std::string& task_root, const std::string&
     return absl::InvalidArgumentError(
         absl::StrCat("environment dir '", dir, "' is not a directory on this worker"));
   }
-  fs::copy(from, work, fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
-  if (ec) return absl::InternalError(absl::StrCat("copying ", from.string(), ": ", ec.message()));
-  return absl::OkStatus();
-}
-
-// Copies a directory tree as it is: links stay links (never followed), and
-// anything but files, directories and links (fifos, sockets) is left out, as
-// are the files and links whose path relative to `from` `skip` names.
-absl::Status CopyTree(const fs::path& from, const fs::path& to,
-                      const std::function<bool(const std::string&)>& skip = nullptr) {
-  std::error_code ec;
-  fs::create_directories(to, ec);
-  for (auto it = fs::recursive_directory_iterator(from, ec); !ec && it != fs::end(it);
-       it.increment(ec)) {
-    // Lexically: fs::relative would resolve a link the agent planted.
-    const fs::path dest = to / it->path().lexically_relative(from);
-    const fs::file_status status = it->symlink_status(ec);
-    if (ec) break;
-    if (fs::is_directory(status)) {
-      fs::create_directories(dest, ec);
-    } else if ((fs::is_symlink(status) || fs::is_regular_file(status)) &&
-               !(skip && skip(it->path().lexically_relative(from).string()))) {
-      fs::copy(it->path(), dest, fs::copy_options::copy_symlinks, ec);
-    }
-  }
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("copying ", from.string(), " to ", to.string(), ": ", ec.message()));
+  absl::Status copied = CopyTree(from.string(), work.string(), CopyOptions());
+  if (!copied.ok()) {
+    return absl::InternalError(absl::StrCat("copying ", from.string(), ": ", copied.message()));
   }
   return absl::OkStatus();
 }
@@ -208,25 +172,22 @@ bool InAnswer(const std::string& rel, const std::vector<std::string>& patterns) 
 }
 
 // `pristine` with the answer's paths replaced by those of `work` (deleted
-// ones deleted), copied to `to`.
-absl::Status CopyAnswer(const fs::path& pristine, const fs::path& work,
-                        const std::vector<std::string>& patterns, const fs::path& to) {
-  auto in_answer = [&](const std::string& rel) { return InAnswer(rel, patterns); };
-  if (absl::Status s = CopyTree(pristine, to, in_answer); !s.ok()) return s;
-  // Only the answer's files of the agent's, with just the directories they need.
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(work, ec); !ec && it != fs::end(it);
-       it.increment(ec)) {
-    const std::string rel = it->path().lexically_relative(work).string();
-    const fs::file_status status = it->symlink_status(ec);
-    if (ec || fs::is_directory(status) || !InAnswer(rel, patterns)) continue;
-    if (fs::is_symlink(status) || fs::is_regular_file(status)) {
-      fs::create_directories((to / rel).parent_path(), ec);
-      fs::copy(it->path(), to / rel, fs::copy_options::copy_symlinks, ec);
-    }
-  }
-  if (ec) return absl::InternalError(absl::StrCat("copying the answer: ", ec.message()));
-  return absl::OkStatus();
+// ones deleted), copied to `to`. Nothing outside the answer comes from
+// `work`, not even a directory.
+// `pristine_files` gets the files that came from `pristine`.
+absl::Status CopyAnswer(const std::string& pristine, const std::string& work,
+                        const std::vector<std::string>& patterns, const std::string& to,
+                        CopyOptions options, std::vector<std::string>* pristine_files) {
+  options.choose = [&](const std::string& rel, bool) {
+    return InAnswer(rel, patterns) ? CopyChoice::kSkip : CopyChoice::kCopy;
+  };
+  options.copied_files = pristine_files;
+  if (absl::Status s = CopyTree(pristine, to, options); !s.ok()) return s;
+  options.choose = [&](const std::string& rel, bool) {
+    return InAnswer(rel, patterns) ? CopyChoice::kCopy : CopyChoice::kSearch;
+  };
+  options.copied_files = nullptr;
+  return CopyTree(work, to, options);
 }
 
 absl::Status MakeSessionDirs(const std::string& dir) {
@@ -241,38 +202,47 @@ absl::Status MakeSessionDirs(const std::string& dir) {
 // The sandbox's /etc, made once per worker directory: copies of the files
 // and links of kEtcEntries, empty mount points for its directories (bound
 // from the host by BwrapArgs: /etc/alternatives alone holds hundreds
-// of links), and loom.rc. One bind for the files instead of one per entry
-// saves about a millisecond per command.
+// of links), loom.rc and the test runner. One bind for the files instead of
+// one per entry saves about a millisecond per command. A root worker makes
+// it a tmpfs of its own, so that /proc/self/mountinfo inside shows no host
+// path.
 absl::Status PrepareEtc(const SandboxConfig& config) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
   const fs::path etc = fs::path(config.root) / "etc";
   std::error_code ec;
-  if (fs::is_directory(etc, ec)) return absl::OkStatus();
-  // Built aside and renamed into place, so that a concurrent Create never sees half of it.
-  const fs::path building = absl::StrCat(etc.string(), ".", gettid());
-  fs::create_directories(building, ec);
+  if (fs::exists(etc / "loom.rc", ec)) return absl::OkStatus();  // written last
+  fs::create_directories(etc, ec);
+  if (geteuid() == 0 && config.kernel_limits &&
+      mount("loom", etc.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=0755") != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot mount ", etc.string(), ": ", std::strerror(errno)));
+  }
   for (const char* entry : kEtcEntries) {
     const fs::path from = fs::path("/etc") / entry;
     const fs::file_status status = fs::symlink_status(from, ec);
     if (!fs::exists(status)) continue;
     if (fs::is_directory(status)) {
-      fs::create_directory(building / entry, ec);
+      fs::create_directory(etc / entry, ec);
     } else {
-      fs::copy(from, building / entry, fs::copy_options::copy_symlinks, ec);
+      fs::copy(from, etc / entry, fs::copy_options::copy_symlinks, ec);
     }
   }
-  std::ofstream(building / "loom.rc")
-      << (config.limits.processes > 0
-              ? absl::StrReplaceAll(kRcFile, {{"{n}", std::to_string(config.limits.processes)}})
-              : "");
-  fs::permissions(building,
-                  fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                      fs::perms::others_read | fs::perms::others_exec,
-                  ec);
-  if (ec) {
-    return absl::InternalError(absl::StrCat("preparing ", building.string(), ": ", ec.message()));
+  const fs::path runner = etc / fs::path(kTestRunnerPath).lexically_relative("/etc");
+  fs::create_directories(runner.parent_path(), ec);
+  std::ofstream(runner) << kTestRunnerPy;
+  const fs::perms readable = fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                             fs::perms::others_read | fs::perms::others_exec;
+  fs::permissions(runner.parent_path(), readable, ec);
+  fs::permissions(etc, readable, ec);
+  std::ofstream(etc / "loom.rc") << (config.limits.processes > 0
+                                         ? absl::StrReplaceAll(
+                                               kRcFile,
+                                               {{"{n}", std::to_string(config.limits.processes)}})
+                                         : "");
+  if (ec || !fs::exists(etc / "loom.rc")) {
+    return absl::InternalError(absl::StrCat("preparing ", etc.string(), ": ", ec.message()));
   }
-  fs::rename(building, etc, ec);
-  if (ec) RemoveTree(building.string()).IgnoreError();  // another thread was first
   return absl::OkStatus();
 }
 
@@ -314,13 +284,21 @@ Sandbox::Sandbox(const SandboxConfig& config, int slot, std::string dir)
 }
 
 Sandbox::~Sandbox() {
-  RemoveTree(dir_).IgnoreError();
-  RemoveTree(SnapshotDir()).IgnoreError();
+  if (own_filesystem_) umount2(dir_.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW);
+  DeleteTree(dir_).IgnoreError();
+  DeleteTree(SnapshotDir()).IgnoreError();
+}
+
+CopyOptions Sandbox::CopyCaps() const {
+  CopyOptions options;
+  options.max_bytes = config_.caps.disk_bytes;
+  options.max_entries = config_.caps.inodes;
+  return options;
 }
 
 absl::Status Sandbox::Snapshot() const {
-  RemoveTree(SnapshotDir()).IgnoreError();
-  return CopyTree(fs::path(dir_) / "work", SnapshotDir());
+  DeleteTree(SnapshotDir()).IgnoreError();
+  return CopyTree(dir_ + "/work", SnapshotDir(), CopyCaps());
 }
 
 absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::ForVerification(
@@ -339,16 +317,18 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::ForVerification(
   if (!fresh.ok()) return fresh.status();
   Sandbox& verifier = **fresh;
   verifier.verifier_ = true;
-  const fs::path target = fs::path(verifier.dir_) / "work";
+  const std::string target = verifier.dir_ + "/work";
+  CopyOptions options = CopyCaps();
+  options.skip_bytecode = true;
+  if (verifier.uid_ >= 0) options.uid = verifier.uid_;
   absl::Status copied = answer_paths.empty()
-                            ? CopyTree(work, target)
-                            : CopyAnswer(SnapshotDir(), work, answer_paths, target);
+                            ? CopyTree(dir_ + "/work", target, options)
+                            : CopyAnswer(SnapshotDir(), dir_ + "/work", answer_paths, target,
+                                         options, &verifier.trusted_files_);
   if (!copied.ok()) return copied;
   for (const auto& [path, content] : verification.files()) {
-    if (absl::Status s = WriteEnvironmentFile(target, path, content); !s.ok()) return s;
-  }
-  if (verifier.uid_ >= 0) {
-    if (absl::Status s = ChownTree(verifier.dir_, verifier.uid_); !s.ok()) return s;
+    if (absl::Status s = WriteFileBeneath(target, path, content, options.uid); !s.ok()) return s;
+    verifier.trusted_files_.push_back(path);
   }
   return fresh;
 }
@@ -359,6 +339,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& co
   if (absl::Status s = CheckFiles(config, environment.files()); !s.ok()) return s;
   if (absl::Status s = PrepareEtc(config); !s.ok()) return s;
   std::unique_ptr<Sandbox> sandbox(new Sandbox(config, slot, (fs::path(config.root) / name)));
+  if (absl::Status s = sandbox->LimitByKernel(); !s.ok()) return s;
   if (absl::Status s = MakeSessionDirs(sandbox->dir_); !s.ok()) return s;
   const fs::path work = fs::path(sandbox->dir_) / "work";
   std::error_code ec;
@@ -367,7 +348,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& co
     if (!s.ok()) return s;
   }
   for (const auto& [path, content] : environment.files()) {
-    if (absl::Status s = WriteEnvironmentFile(work, path, content); !s.ok()) return s;
+    if (absl::Status s = WriteFileBeneath(work.string(), path, content); !s.ok()) return s;
   }
   if (sandbox->uid_ >= 0) {
     if (absl::Status s = ChownTree(sandbox->dir_, sandbox->uid_); !s.ok()) return s;
@@ -417,7 +398,7 @@ absl::Status Sandbox::RestoreWorkspace(const std::string& archive, double timeou
 absl::StatusOr<ProcessResult> Sandbox::Run(const std::string& command, double timeout_s,
                                            const std::vector<std::string>& args,
                                            const std::string& stdin_text, size_t output_cap) const {
-  OwnedFd seccomp;
+  UniqueFd seccomp;
   if (absl::Status s = SeccompFd(&seccomp); !s.ok()) return s;
   ProcessSpec spec;
   spec.argv = bwrap_args_;
@@ -435,14 +416,60 @@ absl::StatusOr<ProcessResult> Sandbox::Run(const std::string& command, double ti
   // Set inside instead (loom.rc): on bwrap it would also count every other
   // sandbox and the worker's own threads under the same uid.
   spec.limits.processes = 0;
-  spec.fd3 = seccomp.fd;
-  UsageWatch watch(config_.caps, dir_);
-  spec.watch = [&watch](int pid) { return watch.Check(pid); };
+  spec.fd3 = seccomp.get();
+  UsageWatch watch(config_.caps, dir_, /*memory=*/cgroup_ == nullptr,
+                   /*disk=*/!own_filesystem_);
+  const int64_t oom_kills = cgroup_ != nullptr ? cgroup_->oom_kills() : 0;
+  spec.watch = [&](int pid) {
+    std::string breach = OomBreach(oom_kills);
+    return breach.empty() ? watch.Check(pid) : breach;
+  };
+  if (cgroup_ != nullptr) spec.join_fds = cgroup_->join_fds();
   spec.uid = uid_;
   spec.gid = uid_;
   spec.timeout_s = timeout_s;
   spec.output_cap = output_cap;
-  return RunProcess(spec);
+  absl::StatusOr<ProcessResult> result = RunProcess(spec);
+  // An OOM kill in the command's last moments, after the watch looked.
+  if (result.ok() && result->limit.empty()) {
+    result->limit = OomBreach(oom_kills);
+    if (!result->limit.empty())
+      absl::StrAppend(&result->stderr_text, "\n[loom: killed: ", result->limit, "]\n");
+  }
+  return result;
+}
+
+std::string Sandbox::OomBreach(int64_t oom_kills) const {
+  if (cgroup_ == nullptr || cgroup_->oom_kills() <= oom_kills) return "";
+  return absl::StrCat("the sandbox went over its memory cap of ", config_.caps.memory_bytes >> 20,
+                      " MiB (the kernel's OOM killer ended a process)");
+}
+
+absl::Status Sandbox::LimitByKernel() {
+  if (!config_.kernel_limits) return absl::OkStatus();
+  if (Cgroup::Available().ok()) {
+    static std::atomic<int64_t> next_group{0};
+    CgroupLimits limits;
+    limits.memory_bytes = config_.caps.memory_bytes;
+    // RLIMIT_NPROC inside (loom.rc) says "fork: Resource temporarily
+    // unavailable" first; pids.max backs it, with room for bwrap's own.
+    limits.tasks = config_.limits.processes > 0 ? config_.limits.processes + 16 : 0;
+    limits.cpus = config_.caps.cpus;
+    // Named by slot, never by session id: /proc/self/cgroup is readable inside.
+    auto group = Cgroup::Create(absl::StrCat("slot", slot_, "-", next_group++), limits);
+    if (!group.ok()) return group.status();
+    cgroup_ = *std::move(group);
+  }
+  if (geteuid() != 0) return absl::OkStatus();
+  const std::string options = absl::StrCat("size=", config_.caps.disk_bytes,
+                                           ",nr_inodes=", config_.caps.inodes, ",mode=0700");
+  if ((mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) ||
+      mount("loom", dir_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, options.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot mount the session's filesystem at ", dir_, ": ",
+                                            std::strerror(errno)));
+  }
+  own_filesystem_ = true;
+  return absl::OkStatus();
 }
 
 absl::Status CheckBubblewrap(const SandboxConfig& config) {
@@ -470,8 +497,28 @@ void CleanLeftovers(const std::string& root) {
     int pid = 0;
     if (!absl::SimpleAtoi(name.substr(1), &pid) || pid <= 0) continue;
     if (pid == getpid() || IsAlive(pid)) continue;
-    RemoveTree(entry.path().string()).IgnoreError();
+    RemoveWorkerDirectory(entry.path().string()).IgnoreError();
   }
+  Cgroup::CleanLeftovers();
+}
+
+absl::Status RemoveWorkerDirectory(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    umount2(entry.path().c_str(), MNT_DETACH | UMOUNT_NOFOLLOW);  // a session's, or /etc
+  }
+  return DeleteTree(dir);
+}
+
+std::string KernelLimits(const SandboxConfig& config) {
+  if (!config.kernel_limits) return "the worker's /proc watch (kernel limits turned off)";
+  const absl::Status cgroups = Cgroup::Available();
+  const std::string memory =
+      cgroups.ok() ? "a cgroup per sandbox (v1 memory, pids, cpu)"
+                   : absl::StrCat("the worker's /proc watch for memory (", cgroups.message(), ")");
+  const std::string disk = geteuid() == 0 ? "a sized tmpfs per session for disk and inodes"
+                                          : "the worker's disk walk (a tmpfs needs a root worker)";
+  return absl::StrCat(memory, "; ", disk);
 }
 
 }  // namespace loom::sandbox

@@ -126,6 +126,18 @@ class EpisodeClient {
   bool broken_ = false;
 };
 
+// Counts a stream as waiting for its first message while it lives.
+class UnopenedStream {
+ public:
+  explicit UnopenedStream(std::atomic<int>& count) : count_(count), now_(++count) {}
+  ~UnopenedStream() { --count_; }
+  int count() const { return now_; }  // this one included
+
+ private:
+  std::atomic<int>& count_;
+  const int now_;
+};
+
 }  // namespace
 
 grpc::Status SandboxService::CheckAuth(const grpc::ServerContext& context) const {
@@ -153,6 +165,7 @@ grpc::Status SandboxService::Status(grpc::ServerContext* context, const v1::Stat
   reply->set_episodes_running(episodes_running_.load());
   reply->set_detached(leases_.detached());
   reply->set_leases_lapsed(leases_.lapsed());
+  reply->set_limits(KernelLimits(config_));
   return grpc::Status::OK;
 }
 
@@ -171,9 +184,21 @@ grpc::Status SandboxService::Session(grpc::ServerContext* context, Stream* strea
   if (context->deadline() == std::chrono::system_clock::time_point::max()) {
     return Invalid("a Session call needs a deadline");
   }
-  Watchdog::Watch watch(watchdog_, context);
   v1::ClientMessage first;
-  if (!stream->Read(&first)) return grpc::Status::OK;  // client left before opening
+  Watchdog::Watch watch(watchdog_, context, limits_.open_timeout_s);
+  {
+    UnopenedStream unopened(unopened_);
+    if (unopened.count() > limits_.max_unopened) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat("worker ", name_, " has ", limits_.max_unopened,
+                                       " streams waiting for their first message already"));
+    }
+    if (!stream->Read(&first)) {
+      if (context->IsCancelled()) return grpc::Status::OK;  // the client left, or was cut off
+      return Invalid(
+          "the stream's first message does not parse as a ClientMessage, or none was sent");
+    }
+  }
   watch.Working();
   if (first.has_attach()) {
     const std::string& id = first.attach().session_id();

@@ -64,6 +64,7 @@ class SandboxService final : public v1::SandboxWorker::Service {
   Leases leases_;
   std::atomic<int64_t> next_session_{0};
   std::atomic<int> episodes_running_{0};
+  std::atomic<int> unopened_{0};  // streams waiting for their first message
 };
 
 }  // namespace loom::sandbox

@@ -14,6 +14,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The largest record an episode may leave: its `episode_done` (and a
+// snapshot, with a workspace archive of up to 32 MiB) must cross the
+// transport's 64 MiB message limit. An agent that fills its record past it
+// (hundreds of tool calls at the output caps) ends with `size_limit`, a
+// failure of its own, scored like the step limit; never an infrastructure
+// failure, which the trainer would mask.
+constexpr size_t kMaxTrajectoryBytes = 24 << 20;
+
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -94,7 +102,14 @@ class Episode {
     assistant.set_role("assistant");
     *trajectory_.add_messages() = assistant;
     if (assistant.tool_calls().empty()) return Submit(assistant.content());
-    for (const v1::ToolCall& call : assistant.tool_calls()) RunCall(call);
+    for (const v1::ToolCall& call : assistant.tool_calls()) {
+      RunCall(call);
+      if (!done_ && trajectory_.ByteSizeLong() > kMaxTrajectoryBytes) {
+        Fail(absl::StrCat("size_limit: the episode's record is over ", kMaxTrajectoryBytes >> 20,
+                          " MiB"),
+             false);
+      }
+    }
   }
 
   void RunCall(const v1::ToolCall& call) {
@@ -103,7 +118,10 @@ class Episode {
       result.set_call_id(call.id());
       result.set_name(call.name());
       result.set_exit_code(-1);
-      result.set_error("not run: the answer was already submitted");
+      result.set_error(trajectory_.failure_reason().empty()
+                           ? "not run: the answer was already submitted"
+                           : "not run: the episode has ended (" + trajectory_.failure_reason() +
+                                 ")");
     } else {
       result = ExecuteTool(sandbox_, call, RemainingToolTime(false));
       Record(call, result);

@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "sandbox/unique_fd.h"
 
 namespace loom::sandbox {
 namespace {
@@ -63,6 +64,66 @@ std::shared_ptr<const ProcessTable> RecentProcesses(std::chrono::milliseconds ma
   return latest;
 }
 
+// One walk of MeasureDisk: a descriptor per level, so its depth is bounded.
+class DiskWalk {
+ public:
+  explicit DiskWalk(const DiskWalkLimits& limits) : limits_(limits) {}
+
+  void Count(const struct stat& st) {
+    if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && !linked_.insert({st.st_dev, st.st_ino}).second) {
+      return;
+    }
+    usage.bytes += static_cast<int64_t>(st.st_blocks) * 512;
+    usage.inodes += 1;
+    if (usage.bytes > limits_.stop_bytes || usage.inodes > limits_.stop_inodes ||
+        (usage.inodes % 256 == 0 && std::chrono::steady_clock::now() > limits_.deadline)) {
+      usage.complete = false;
+    }
+  }
+
+  // Counts what directory `fd` (at `rel`, `depth` below the root) holds.
+  void Directory(int fd, const std::string& rel, int depth) {
+    const int own = dup(fd);
+    DIR* listing = own >= 0 ? fdopendir(own) : nullptr;
+    if (listing == nullptr) {
+      if (own >= 0) close(own);
+      Unreadable(rel);
+      return;
+    }
+    while (const dirent* entry = readdir(listing)) {
+      if (!usage.complete || !usage.unreadable.empty()) break;
+      const absl::string_view name = entry->d_name;
+      if (name == "." || name == "..") continue;
+      struct stat st;
+      if (fstatat(fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone
+      Count(st);
+      if (!S_ISDIR(st.st_mode)) continue;
+      const std::string child = absl::StrCat(rel, "/", name);
+      if (depth + 1 > limits_.max_depth) {
+        Unreadable(absl::StrCat(child, " (nested deeper than ", limits_.max_depth, ")"));
+        break;
+      }
+      UniqueFd sub(openat(fd, entry->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (sub.ok()) {
+        Directory(sub.get(), child, depth + 1);
+      } else if (errno != ENOENT && errno != ENOTDIR && errno != ELOOP) {
+        Unreadable(child);  // ENOTDIR, ELOOP: replaced since the listing
+      }
+    }
+    closedir(listing);
+  }
+
+  DiskUsage usage;
+
+ private:
+  void Unreadable(const std::string& what) {
+    if (usage.unreadable.empty()) usage.unreadable = what.empty() ? "/" : what;
+  }
+
+  const DiskWalkLimits& limits_;
+  std::set<std::pair<dev_t, ino_t>> linked_;  // files with several names, counted once
+};
+
 }  // namespace
 
 std::optional<ProcStat> ReadProcStat(int pid) {
@@ -105,70 +166,47 @@ ProcessTreeUsage MeasureProcessTree(int root, std::chrono::milliseconds max_age)
   return usage;
 }
 
-DiskUsage MeasureDisk(const std::string& dir) {
-  DiskUsage usage;
-  std::set<std::pair<dev_t, ino_t>> linked;  // files with several names, counted once
-  auto count = [&](const struct stat& st) {
-    if (!S_ISDIR(st.st_mode) && st.st_nlink > 1 && !linked.insert({st.st_dev, st.st_ino}).second) {
-      return;
-    }
-    usage.bytes += static_cast<int64_t>(st.st_blocks) * 512;
-    usage.inodes += 1;
-  };
+DiskUsage MeasureDisk(const std::string& dir, const DiskWalkLimits& limits) {
+  DiskWalk walk(limits);
+  UniqueFd root(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   struct stat st;
-  if (lstat(dir.c_str(), &st) != 0) return usage;
-  count(st);
-  std::vector<std::string> pending = {dir};
-  while (!pending.empty()) {
-    const std::string path = std::move(pending.back());
-    pending.pop_back();
-    int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0 && errno == EACCES && lstat(path.c_str(), &st) == 0 && st.st_uid == geteuid()) {
-      chmod(path.c_str(), st.st_mode | S_IRWXU);
-      fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    }
-    if (fd < 0) {
-      if (errno != ENOENT && usage.unreadable.empty()) usage.unreadable = path;
-      continue;
-    }
-    DIR* listing = fdopendir(fd);
-    if (listing == nullptr) {
-      close(fd);
-      continue;
-    }
-    while (dirent* entry = readdir(listing)) {
-      const std::string name = entry->d_name;
-      if (name == "." || name == "..") continue;
-      if (fstatat(fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-      count(st);
-      if (S_ISDIR(st.st_mode)) pending.push_back(path + "/" + name);
-    }
-    closedir(listing);
-  }
-  return usage;
+  if (!root.ok() || fstat(root.get(), &st) != 0) return walk.usage;
+  walk.Count(st);
+  walk.Directory(root.get(), "", 0);
+  return walk.usage;
 }
 
 std::string UsageWatch::Check(int pid) {
-  const ProcessTreeUsage processes = MeasureProcessTree(pid, std::chrono::milliseconds(20));
-  if (processes.resident_bytes > caps_.memory_bytes) {
-    return absl::StrCat("the sandbox's processes hold ", MiB(processes.resident_bytes),
-                        ", over its memory cap of ", MiB(caps_.memory_bytes));
+  if (memory_) {
+    const ProcessTreeUsage processes = MeasureProcessTree(pid, std::chrono::milliseconds(20));
+    if (processes.resident_bytes > caps_.memory_bytes) {
+      return absl::StrCat("the sandbox's processes hold ", MiB(processes.resident_bytes),
+                          ", over its memory cap of ", MiB(caps_.memory_bytes));
+    }
   }
   const Clock::time_point now = Clock::now();
-  if (now < next_disk_walk_) return "";
-  const DiskUsage disk = MeasureDisk(dir_);
+  if (!disk_ || now < next_disk_walk_) return "";
+  // Past max(cap, baseline) the verdict is known: the walk stops there.
+  DiskWalkLimits limits;
+  limits.deadline = now + std::chrono::milliseconds(500);
+  if (baseline_) {
+    limits.stop_bytes = std::max(caps_.disk_bytes, baseline_->bytes);
+    limits.stop_inodes = std::max(caps_.inodes, baseline_->inodes);
+  }
+  const DiskUsage disk = MeasureDisk(dir_, limits);
   const Clock::duration cost = Clock::now() - now;
   next_disk_walk_ = now + std::max<Clock::duration>(std::chrono::milliseconds(100), 10 * cost);
-  if (!baseline_) baseline_ = disk;
   if (!disk.unreadable.empty()) {
-    return absl::StrCat("a directory the worker cannot measure: ",
-                        disk.unreadable.substr(std::min(dir_.size(), disk.unreadable.size())));
+    return absl::StrCat("a directory the worker cannot measure: ", disk.unreadable);
   }
-  if (disk.bytes > caps_.disk_bytes && disk.bytes > baseline_->bytes) {
+  if (!baseline_ && disk.complete) baseline_ = disk;
+  const int64_t byte_floor = baseline_ ? baseline_->bytes : 0;
+  const int64_t inode_floor = baseline_ ? baseline_->inodes : 0;
+  if (disk.bytes > caps_.disk_bytes && disk.bytes > byte_floor) {
     return absl::StrCat("the sandbox's files take ", MiB(disk.bytes), ", over its disk cap of ",
                         MiB(caps_.disk_bytes));
   }
-  if (disk.inodes > caps_.inodes && disk.inodes > baseline_->inodes) {
+  if (disk.inodes > caps_.inodes && disk.inodes > inode_floor) {
     return absl::StrCat("the sandbox holds ", disk.inodes, " files, over its cap of ",
                         caps_.inodes);
   }

@@ -1,9 +1,20 @@
 #include "loom/sandbox/verify.h"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "loom/tasks/regex.h"
+#include "sandbox/test_runner.h"
 
 namespace loom::sandbox {
 namespace {
@@ -18,20 +29,23 @@ v1::Verdict MakeVerdict(bool passed, std::string details) {
 
 using Log = google::protobuf::RepeatedPtrField<v1::CommandRecord>;
 
+void Record(const std::string& command, const ProcessResult& run, Log* log) {
+  if (log == nullptr) return;
+  v1::CommandRecord* record = log->Add();
+  record->set_phase("verify");
+  record->set_command(command);
+  record->set_exit_code(run.exit_code);
+  record->set_duration_ms(run.duration_ms);
+  record->set_timed_out(run.timed_out);
+  record->set_limit(run.limit);
+}
+
 // Runs `command`; "" with the exit code in `exit_code`, or why it did not run.
 std::string RunCheck(const Sandbox& sandbox, const std::string& command, double timeout_s,
                      int* exit_code, std::string* stdout_text, Log* log) {
   auto run = sandbox.Bash(command, timeout_s);
   if (!run.ok()) return std::string(run.status().message());
-  if (log != nullptr) {
-    v1::CommandRecord* record = log->Add();
-    record->set_phase("verify");
-    record->set_command(command);
-    record->set_exit_code(run->exit_code);
-    record->set_duration_ms(run->duration_ms);
-    record->set_timed_out(run->timed_out);
-    record->set_limit(run->limit);
-  }
+  Record(command, *run, log);
   *exit_code = run->exit_code;
   if (stdout_text != nullptr) *stdout_text = run->stdout_text;
   return run->timed_out ? "timed out" : "";
@@ -89,6 +103,89 @@ v1::Verdict VerifyTests(const Sandbox& sandbox, const v1::TestLists& tests, doub
   return MakeVerdict(failed == 0, details);
 }
 
+// A fresh key for one run's report: 32 random bytes, in hex.
+std::string NewKey() {
+  std::random_device entropy;
+  std::string key;
+  for (int i = 0; i < 8; ++i) absl::StrAppend(&key, absl::Hex(entropy(), absl::kZeroPad8));
+  return key;
+}
+
+bool Authentic(const std::string& key, absl::string_view body, absl::string_view mac_hex) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           reinterpret_cast<const unsigned char*>(body.data()), body.size(), mac,
+           &size) == nullptr) {
+    return false;
+  }
+  const std::string want = absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(mac), static_cast<size_t>(size)));
+  return mac_hex.size() == want.size() &&
+         CRYPTO_memcmp(mac_hex.data(), want.data(), want.size()) == 0;
+}
+
+// The runner's report for `ids`, in their order: the results of the one
+// line whose MAC verifies under `key`. Empty, with `why`, when there is none.
+nlohmann::json ReportedResults(const std::string& stdout_text, const std::string& key, size_t ids,
+                               std::string* why) {
+  constexpr absl::string_view kTag = "loom-test-report ";
+  for (absl::string_view line : absl::StrSplit(stdout_text, '\n')) {
+    if (!absl::ConsumePrefix(&line, kTag)) continue;
+    const size_t space = line.find(' ');
+    if (space == absl::string_view::npos) continue;
+    const absl::string_view body = line.substr(space + 1);
+    if (!Authentic(key, body, line.substr(0, space))) continue;
+    nlohmann::json report = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (report.is_object() && report.contains("results") && report["results"].is_array() &&
+        report["results"].size() == ids) {
+      return report["results"];
+    }
+    *why = "the test runner's report does not list every test";
+    return nlohmann::json::array();
+  }
+  *why = "the test runner gave no report";
+  return nlohmann::json::array();
+}
+
+// loom's unittest runner (test_runner.py): one run for every test, the
+// verdict from its authenticated report alone, never from an exit status.
+v1::Verdict VerifyWithRunner(const Sandbox& sandbox, const v1::TestLists& tests, double timeout_s,
+                             Log* log) {
+  std::vector<std::pair<std::string, const char*>> ids;
+  for (const std::string& id : tests.fail_to_pass()) ids.emplace_back(id, "fail_to_pass");
+  for (const std::string& id : tests.pass_to_pass()) ids.emplace_back(id, "pass_to_pass");
+  nlohmann::json names = nlohmann::json::array();
+  for (const auto& [id, list] : ids) names.push_back(id);
+  const std::string key = NewKey();
+  const std::string input = absl::StrCat(key, "\n", nlohmann::json(sandbox.trusted_files()).dump(),
+                                         "\n", names.dump(), "\n");
+  const std::string command = absl::StrCat("exec python3 -I -B ", kTestRunnerPath);
+  auto run = sandbox.Bash(command, timeout_s * static_cast<double>(ids.size()), {}, input);
+  if (!run.ok()) return MakeVerdict(false, absl::StrCat("test runner: ", run.status().message()));
+  Record(command, *run, log);
+  std::string why;
+  const nlohmann::json results = ReportedResults(run->stdout_text, key, ids.size(), &why);
+  if (results.empty()) {
+    return MakeVerdict(
+        false, absl::StrCat(why, " (exit ", run->exit_code, run->timed_out ? ", timed out" : "",
+                            run->limit.empty() ? "" : ", killed: " + run->limit, ")"));
+  }
+  std::string details;
+  bool all_passed = true;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const nlohmann::json& result = results[i];
+    const bool passed = result.is_object() && result.value("id", "") == ids[i].first &&
+                        result.value("passed", false) == true;
+    all_passed = all_passed && passed;
+    absl::StrAppend(&details, ids[i].second, " ", ids[i].first, ": ", passed ? "pass" : "FAIL");
+    if (!passed && result.is_object())
+      absl::StrAppend(&details, " (", result.value("why", ""), ")");
+    absl::StrAppend(&details, "\n");
+  }
+  return MakeVerdict(all_passed, details);
+}
+
 }  // namespace
 
 absl::Status ValidateVerification(const v1::Verification& verification) {
@@ -103,7 +200,13 @@ absl::Status ValidateVerification(const v1::Verification& verification) {
       }
       return absl::OkStatus();
     case v1::Verification::kTests:
-      if (verification.tests().command().find("{test}") == std::string::npos) {
+      if (verification.tests().runner() != "" && verification.tests().runner() != "unittest") {
+        return absl::InvalidArgumentError(absl::StrCat("task verification: tests.runner '",
+                                                       verification.tests().runner(),
+                                                       "' is not one of '', 'unittest'"));
+      }
+      if (verification.tests().runner().empty() &&
+          verification.tests().command().find("{test}") == std::string::npos) {
         return absl::InvalidArgumentError("task verification: tests.command must contain {test}");
       }
       if (verification.tests().fail_to_pass().empty() &&
@@ -139,7 +242,9 @@ v1::Verdict Verify(const Sandbox& sandbox, const v1::Verification& verification,
     case v1::Verification::kOutputRegex:
       return VerifyRegex(**fresh, verification.output_regex(), answer, timeout_s, log);
     case v1::Verification::kTests:
-      return VerifyTests(**fresh, verification.tests(), timeout_s, log);
+      return verification.tests().runner().empty()
+                 ? VerifyTests(**fresh, verification.tests(), timeout_s, log)
+                 : VerifyWithRunner(**fresh, verification.tests(), timeout_s, log);
     default:
       return MakeVerdict(false, "no verification");
   }

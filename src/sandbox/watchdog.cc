@@ -36,8 +36,10 @@ void Watchdog::Loop() {
       if (now - session.started > max_session_) {
         session.cancelled = "the session outlived the worker's --max-session-s";
       } else if (session.waiting_since != Clock::time_point::max() &&
-                 now - session.waiting_since > idle_) {
-        session.cancelled = "the client sent nothing for --idle-timeout-s";
+                 now - session.waiting_since > session.idle) {
+        session.cancelled = session.idle == idle_
+                                ? "the client sent nothing for --idle-timeout-s"
+                                : "the stream sent no open within --open-timeout-s";
       } else {
         continue;
       }
@@ -47,11 +49,13 @@ void Watchdog::Loop() {
   }
 }
 
-Watchdog::Watch::Watch(Watchdog& dog, grpc::ServerContext* context) : dog_(dog) {
+Watchdog::Watch::Watch(Watchdog& dog, grpc::ServerContext* context, double first_idle_s)
+    : dog_(dog) {
   std::lock_guard<std::mutex> lock(dog_.mu_);
   id_ = dog_.next_id_++;
   const Clock::time_point now = Clock::now();
-  dog_.sessions_[id_] = Session{context, now, now, ""};
+  const Clock::duration idle = first_idle_s > 0 ? Seconds(first_idle_s) : dog_.idle_;
+  dog_.sessions_[id_] = Session{context, now, now, "", idle};
 }
 
 Watchdog::Watch::~Watch() {
@@ -66,7 +70,9 @@ void Watchdog::Watch::Waiting() {
 
 void Watchdog::Watch::Working() {
   std::lock_guard<std::mutex> lock(dog_.mu_);
-  dog_.sessions_[id_].waiting_since = Clock::time_point::max();
+  Session& session = dog_.sessions_[id_];
+  session.waiting_since = Clock::time_point::max();
+  session.idle = dog_.idle_;
 }
 
 std::string Watchdog::Watch::cancelled() const {

@@ -29,7 +29,9 @@ class Watchdog {
   // Registration of one session for as long as it lives.
   class Watch {
    public:
-    Watch(Watchdog& dog, grpc::ServerContext* context);
+    // `first_idle_s` > 0: the idle limit until the first Working(), for a
+    // stream that has not yet said what it is for (it holds a thread).
+    Watch(Watchdog& dog, grpc::ServerContext* context, double first_idle_s = 0);
     ~Watch();
     // The worker waits on the client from now (idle time counts) or works
     // for it (idle time does not count) until the next call.
@@ -50,6 +52,7 @@ class Watchdog {
     Clock::time_point started;
     Clock::time_point waiting_since;  // max() while working
     std::string cancelled;
+    Clock::duration idle;  // the limit now
   };
   void Loop();
 

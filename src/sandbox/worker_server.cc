@@ -101,7 +101,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   SandboxConfig config = options.sandbox;
   config.root = absl::StrCat(base, "/w", getpid());
   server->sandbox_dir_ = config.root;
-  RemoveTree(config.root).IgnoreError();  // a dead worker's, with the same pid
+  RemoveWorkerDirectory(config.root).IgnoreError();  // a dead worker's, with the same pid
   if (absl::Status s = PrepareRoot(config.root); !s.ok()) return s;
   if (absl::Status s = CheckBubblewrap(config); !s.ok()) return s;
 
@@ -127,7 +127,7 @@ WorkerServer::~WorkerServer() {
 }
 
 void WorkerServer::RemoveSandboxDirectory() {
-  if (!sandbox_dir_.empty()) RemoveTree(sandbox_dir_).IgnoreError();
+  if (!sandbox_dir_.empty()) RemoveWorkerDirectory(sandbox_dir_).IgnoreError();
 }
 
 void WorkerServer::Wait() {

@@ -135,7 +135,8 @@ v1::Task FixRepoTask(uint64_t seed) {
   files["test_calc.py"] =
       absl::StrReplaceAll(kCalcTest, {{"HIGH_INPUT", absl::StrCat(high_input)}});
   v1::TestLists* tests = task.mutable_verification()->mutable_tests();
-  tests->set_command("python3 -m unittest -q {test}");
+  // loom's runner: the verdict is its report, which calc.py cannot end, patch or forge.
+  tests->set_runner("unittest");
   tests->add_fail_to_pass("test_calc.ClampTest.test_above");
   tests->add_pass_to_pass("test_calc.ClampTest.test_inside");
   tests->add_pass_to_pass("test_calc.ScaleTest.test_scale");

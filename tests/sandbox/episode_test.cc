@@ -114,17 +114,68 @@ TEST(EpisodeTest, FixRepoRewardIsTheTestsPassing) {
   v1::Trajectory after = pool.RunEpisode(episode, fixer.AsPolicy());
   EXPECT_EQ(after.verdict().reward(), 1.0) << after.verdict().details();
   EXPECT_EQ(after.answer(), "clamp returned low above the range");
-  // Every command is on record: the agent's write, then the three tests.
-  ASSERT_EQ(after.commands_size(), 4);
+  // Every command is on record: the agent's write, then loom's test runner,
+  // which ran all three tests.
+  ASSERT_EQ(after.commands_size(), 2);
   EXPECT_EQ(after.commands(0).phase(), "tool");
   EXPECT_EQ(after.commands(0).command().rfind("write_file {", 0), 0u);
-  for (int i = 1; i < 4; ++i) {
-    EXPECT_EQ(after.commands(i).phase(), "verify");
-    EXPECT_EQ(after.commands(i).command().rfind("python3 -m unittest -q test_calc.", 0), 0u);
-    EXPECT_EQ(after.commands(i).exit_code(), 0);
-  }
+  EXPECT_EQ(after.commands(1).phase(), "verify");
+  EXPECT_EQ(after.commands(1).command(), "exec python3 -I -B /etc/loom/test_runner.py");
+  EXPECT_EQ(after.verdict().details(),
+            "fail_to_pass test_calc.ClampTest.test_above: pass\n"
+            "pass_to_pass test_calc.ClampTest.test_inside: pass\n"
+            "pass_to_pass test_calc.ScaleTest.test_scale: pass\n");
   EXPECT_EQ(before.commands(0).command(),
             "bash {\"command\":\"python3 -m unittest 2>&1 | tail -1\"}");
+
+  // calc.py that ends the test process with status 0 before any test fails.
+  ScriptedPolicy hacker;
+  hacker.turns = {ToolTurn("bash", {{"command",
+                                     "echo 'import os; os._exit(0)' >> calc.py && "
+                                     "python3 -m unittest; echo exit $?"}}),
+                  ToolTurn("submit", {{"answer", "all tests pass"}})};
+  v1::Trajectory hacked = pool.RunEpisode(episode, hacker.AsPolicy());
+  EXPECT_NE(hacker.requests[1].append(0).content().find("exit 0"), std::string::npos)
+      << "the hack works on `python3 -m unittest`";
+  EXPECT_EQ(hacked.verdict().reward(), 0.0) << hacked.verdict().details();
+}
+
+// One turn of 300 tool calls, each at the output caps, would make a record
+// past the transport's 64 MiB limit and lose the episode as an
+// infrastructure failure (masked: no penalty). It ends as the agent's own
+// `size_limit` instead, verified and scored.
+TEST(EpisodeTest, AnOversizeEpisodeIsTheAgentsLimitFailure) {
+  auto workers = StartWorkers(1, 1);
+  ASSERT_TRUE(workers);
+  rpc::WorkerPool pool(Pool(*workers));
+  v1::RunEpisode episode;
+  *episode.mutable_task() = tasks::FixRepoTask(5);
+  episode.mutable_options()->set_max_time_s(600);
+  v1::GenerateReply flood;
+  flood.mutable_assistant()->set_reasoning_content("Lots of output.");
+  for (int i = 0; i < 300; ++i) {
+    v1::ToolCall* call = flood.mutable_assistant()->add_tool_calls();
+    call->set_id("c" + std::to_string(i));
+    call->set_name("bash");
+    call->set_arguments_json(nlohmann::json{{"command",
+                                             "head -c 70000 /dev/zero | tr '\\0' x; "
+                                             "head -c 70000 /dev/zero | tr '\\0' y >&2"}}
+                                 .dump());
+  }
+  ScriptedPolicy policy;
+  policy.turns = {flood};
+  const v1::Trajectory t = pool.RunEpisode(episode, policy.AsPolicy());
+  EXPECT_EQ(t.failure_reason().rfind("size_limit", 0), 0u) << t.failure_reason();
+  EXPECT_FALSE(t.penalty());
+  EXPECT_TRUE(t.has_verdict());
+  EXPECT_EQ(t.verdict().reward(), 0.0);
+  EXPECT_LT(t.ByteSizeLong(), 32u << 20);
+  EXPECT_GT(t.ByteSizeLong(), 24u << 20);
+  // The calls after the cap are answered, not run.
+  const v1::Message& last_tool = t.messages(t.messages_size() - 1);
+  EXPECT_NE(last_tool.content().find("not run: the episode has ended (size_limit"),
+            std::string::npos)
+      << last_tool.content().substr(0, 200);
 }
 
 TEST(EpisodeTest, UnparsableTurnBecomesAFormatErrorObservation) {

@@ -61,7 +61,7 @@ TEST_F(HardeningTest, EtcShowsOnlyWhatShellsAndPythonRead) {
   const std::set<std::string> allowed = {"alternatives", "group",     "ld.so.cache",   "ld.so.conf",
                                          "ld.so.conf.d", "localtime", "nsswitch.conf", "os-release",
                                          "passwd",       "python3",   "python3.11",    "python3.12",
-                                         "python3.13",   "loom.rc"};
+                                         "python3.13",   "loom.rc",   "loom"};
   for (absl::string_view name : absl::StrSplit(r.stdout_text, '\n', absl::SkipEmpty())) {
     EXPECT_TRUE(allowed.count(std::string(name))) << "visible in /etc: " << name;
   }
@@ -73,22 +73,29 @@ TEST_F(HardeningTest, EtcShowsOnlyWhatShellsAndPythonRead) {
   EXPECT_NE(s.stdout_text.find("2\n"), std::string::npos) << "python must still run";
 }
 
+// By the cgroup's OOM killer (a root worker) and by the watch alike.
 TEST_F(HardeningTest, MemoryIsCappedForTheWholeSandbox) {
-  config_.caps.memory_bytes = 1LL << 30;
-  Make();
-  // Eight processes, each well under its own address-space limit (512 MiB).
-  ProcessResult r =
-      Run("for i in 1 2 3 4 5 6 7 8; do "
-          "python3 -c 'import time; x = b\"x\" * (400 << 20); time.sleep(20)' & done; wait",
-          30);
-  EXPECT_NE(r.limit.find("memory cap"), std::string::npos) << r.stderr_text;
-  EXPECT_FALSE(r.timed_out);
-  EXPECT_LT(r.duration_ms, 15000);
-  EXPECT_NE(r.stderr_text.find("[loom: killed: "), std::string::npos);
-  EXPECT_EQ(Run("echo alive").stdout_text, "alive\n");
+  for (bool kernel : {true, false}) {
+    config_.kernel_limits = kernel;
+    config_.caps.memory_bytes = 1LL << 30;
+    Make();
+    // Eight processes, each well under its own address-space limit (512 MiB).
+    ProcessResult r =
+        Run("for i in 1 2 3 4 5 6 7 8; do "
+            "python3 -c 'import time; x = b\"x\" * (400 << 20); time.sleep(20)' & done; wait",
+            30);
+    EXPECT_NE(r.limit.find("memory cap"), std::string::npos) << kernel << r.stderr_text;
+    EXPECT_FALSE(r.timed_out);
+    EXPECT_LT(r.duration_ms, 15000);
+    EXPECT_NE(r.stderr_text.find("[loom: killed: "), std::string::npos);
+    EXPECT_EQ(Run("echo alive").stdout_text, "alive\n");
+  }
 }
 
+// The worker's own watch, as where no tmpfs can be had (an unprivileged
+// worker); with one, the kernel refuses the writes (hostile_test.cc).
 TEST_F(HardeningTest, DevShmCountsAgainstTheDiskCap) {
+  config_.kernel_limits = false;
   config_.caps.disk_bytes = 256LL << 20;
   config_.limits.file_size = 256LL << 20;
   const Sandbox& box = Make();
@@ -108,6 +115,7 @@ TEST_F(HardeningTest, DevShmCountsAgainstTheDiskCap) {
 }
 
 TEST_F(HardeningTest, InodeExhaustionIsCapped) {
+  config_.kernel_limits = false;
   config_.caps.inodes = 20000;
   Make();
   ProcessResult r =
@@ -200,9 +208,15 @@ TEST_F(TamperTest, EditedTestsAndShadowingModulesScoreZero) {
       "echo 'import os; os._exit(0)' > $d/evil.pth",
   };
   for (const char* attack : attacks) EXPECT_EQ(Reward(task, attack), 0.0) << attack;
-  // The first two are real: without answer_paths they win.
+  // Without answer_paths loom's runner still trusts no test file of the
+  // agent's (only hidden ones), so the first two lose there too...
   v1::Task open_task = task;
   open_task.mutable_verification()->clear_answer_paths();
+  EXPECT_EQ(Reward(open_task, attacks[0]), 0.0);
+  EXPECT_EQ(Reward(open_task, attacks[1]), 0.0);
+  // ...and win through a test command, which runs whatever the workspace holds.
+  open_task.mutable_verification()->mutable_tests()->set_runner("");
+  open_task.mutable_verification()->mutable_tests()->set_command("python3 -m unittest -q {test}");
   EXPECT_EQ(Reward(open_task, attacks[0]), 1.0);
   EXPECT_EQ(Reward(open_task, attacks[1]), 1.0);
   // With the fix, the planted files are ignored rather than breaking verification.

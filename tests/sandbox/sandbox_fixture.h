@@ -33,8 +33,7 @@ class SandboxFixture : public testing::Test {
   }
   void TearDown() override {
     sandbox_.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(config_.root, ec);
+    EXPECT_TRUE(RemoveWorkerDirectory(config_.root).ok());
   }
 
   const Sandbox& Make(const v1::Environment& env = v1::Environment()) {

@@ -6,9 +6,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "worker_fixture.h"
 
@@ -137,13 +140,19 @@ TEST(WorkerTest, MalformedRequestsGetInvalidArgument) {
             grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(SendRaw(target, {open}, /*deadline=*/false).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+  // A first message that does not parse (a proto3 string that is not UTF-8),
+  // and none at all.
+  v1::ClientMessage garbled;
+  garbled.mutable_open()->set_label("\xff\xfe");
+  EXPECT_EQ(SendRaw(target, {garbled}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(SendRaw(target, {}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   // The worker still serves, with every slot free again.
   EXPECT_EQ(Status(target).live_sandboxes(), 0);
   EXPECT_TRUE(OpenOn(target).ok());
 }
 
 TEST(WorkerTest, StreamsThatNeverOpenHoldNoSlotAndQuietOnesAreCancelled) {
-  auto workers = StartWorkers(1, 1, "", {"--idle-timeout-s", "1"});
+  auto workers = StartWorkers(1, 1, "", {"--idle-timeout-s", "1", "--open-timeout-s", "1"});
   ASSERT_TRUE(workers);
   const std::string target = workers->targets()[0];
   auto stub = v1::SandboxWorker::NewStub(rpc::MakeChannel({target, "", ""}));
@@ -165,6 +174,35 @@ TEST(WorkerTest, StreamsThatNeverOpenHoldNoSlotAndQuietOnesAreCancelled) {
   sleep(2);
   EXPECT_FALSE((*session)->Call(BashCall("true")).ok());
   EXPECT_EQ(Status(target).live_sandboxes(), 0);
+}
+
+// 1000 streams that never open once took a worker from 12 to 1011 threads.
+TEST(WorkerTest, UnopenedStreamsAreCappedInNumberAndTime) {
+  auto workers = StartWorkers(1, 1, "", {"--max-unopened", "3", "--open-timeout-s", "2"});
+  ASSERT_TRUE(workers);
+  const std::string target = workers->targets()[0];
+  auto stub = v1::SandboxWorker::NewStub(rpc::MakeChannel({target, "", ""}));
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::ClientMessage, v1::WorkerMessage>>>
+      streams;
+  for (int i = 0; i < 4; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    contexts.back()->set_deadline(testing_support::In(60));
+    streams.push_back(stub->Session(contexts.back().get()));
+    usleep(200000);  // the worker takes each in turn
+  }
+  const auto start = std::chrono::steady_clock::now();
+  v1::WorkerMessage reply;
+  EXPECT_FALSE(streams[3]->Read(&reply));
+  EXPECT_EQ(streams[3]->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(streams[i]->Read(&reply));
+    EXPECT_EQ(streams[i]->Finish().error_code(), grpc::StatusCode::CANCELLED) << i;
+  }
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(waited, 6.0) << "cut off by --open-timeout-s, not the 60 s deadline";
+  EXPECT_TRUE(OpenOn(target).ok()) << "the worker serves on";
 }
 
 TEST(WorkerTest, SetupResultIsMadeLikeAToolResult) {
@@ -334,7 +372,8 @@ TEST(WorkerTest, ServesTls) {
 
 TEST(WorkerTest, SandboxesDieWithTheWorkerAndLeftoversAreCleanedAtStart) {
   const std::string root = ::testing::TempDir() + "/loom_sbx_root_" + std::to_string(getpid());
-  std::filesystem::remove_all(root);
+  std::error_code ec;
+  std::filesystem::remove_all(root, ec);
   auto workers = StartWorkers(1, 1, "", {"--sandbox-root", root});
   ASSERT_TRUE(workers);
   auto session = OpenOn(workers->targets()[0]);
@@ -354,7 +393,9 @@ TEST(WorkerTest, SandboxesDieWithTheWorkerAndLeftoversAreCleanedAtStart) {
   auto next = StartWorkers(1, 1, "", {"--sandbox-root", root});
   ASSERT_TRUE(next);
   EXPECT_FALSE(std::filesystem::exists(dead_dir)) << "leftovers of a dead worker were kept";
-  std::filesystem::remove_all(root);
+  next.reset();  // a live worker's directory holds its mounts
+  std::filesystem::remove_all(root, ec);
+  EXPECT_FALSE(ec) << ec.message();
 }
 TEST(WorkerTest, MalformedCommandLinesAndFilesAreClearErrors) {
   const std::string loom = LOOM_BINARY;

@@ -37,6 +37,8 @@ struct ProcessSpec {
   double timeout_s = 30;          // wall clock; the process group is killed after it
   size_t output_cap = 64 * 1024;  // bytes kept per stream
   int fd3 = -1;                   // passed to the child as its file descriptor 3 (-1: none)
+  // cgroup.procs files (open for writing) the child joins before exec.
+  std::vector<int> join_fds;
   // Called about every `watch_interval_ms` while the child runs, with its
   // pid; a non-empty answer names a breached limit: the process group is
   // killed and the answer becomes ProcessResult::limit.

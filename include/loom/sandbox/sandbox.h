@@ -30,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "loom/sandbox/process.h"
+#include "loom/sandbox/tree.h"
 #include "loom/sandbox/usage.h"
 #include "loom/v1/sandbox.pb.h"
 
@@ -49,7 +50,16 @@ struct SandboxConfig {
   // Environment `dir`s are resolved under this directory and may not leave
   // it; "" = this worker serves no task directories.
   std::string task_root;
+  // The kernel enforces the caps where it can (a cgroup per sandbox, a sized
+  // tmpfs per session: KernelLimits()); false: the UsageWatch always does.
+  bool kernel_limits = true;
 };
+
+// How this worker's sandboxes are limited, in words: the kernel's cgroups
+// and filesystems, or the /proc watch and why (start-up log, Status).
+std::string KernelLimits(const SandboxConfig& config);
+
+class Cgroup;
 
 class Sandbox {
  public:
@@ -93,10 +103,18 @@ class Sandbox {
       const v1::Verification& verification) const;
 
   const std::string& dir() const { return dir_; }
+  // A verification sandbox's workspace files that are not the agent's: the
+  // hidden files and, with answer_paths, the snapshot's files outside them.
+  const std::vector<std::string>& trusted_files() const { return trusted_files_; }
 
  private:
   Sandbox(const SandboxConfig& config, int slot, std::string dir);
   std::string SnapshotDir() const { return dir_ + ".pristine"; }
+  CopyOptions CopyCaps() const;  // a copy of a workspace within the sandbox's disk caps
+  // A cgroup and a sized tmpfs at dir_, where this worker may make them.
+  absl::Status LimitByKernel();
+  // The kill that the cgroup's OOM killer's events since `oom_kills` call for ("": none).
+  std::string OomBreach(int64_t oom_kills) const;
   absl::StatusOr<ProcessResult> Run(const std::string& command, double timeout_s,
                                     const std::vector<std::string>& args,
                                     const std::string& stdin_text, size_t output_cap) const;
@@ -107,6 +125,9 @@ class Sandbox {
   int uid_ = -1;           // -1: the worker's own
   std::string dir_;
   std::vector<std::string> bwrap_args_;  // up to the command
+  std::vector<std::string> trusted_files_;
+  std::unique_ptr<Cgroup> cgroup_;  // null: the watch caps memory
+  bool own_filesystem_ = false;     // dir_ is a tmpfs of the sandbox's size
 };
 
 // INVALID_ARGUMENT for files an Environment (or a Verification) may not
@@ -119,7 +140,11 @@ absl::Status CheckFiles(const SandboxConfig& config,
 // The message says what failed and why, for tests and `loom worker`.
 absl::Status CheckBubblewrap(const SandboxConfig& config);
 
-// Removes session directories under `root` left by workers that no longer run.
+// Removes session directories under `root` left by workers that no longer run
+// (and their cgroups).
 void CleanLeftovers(const std::string& root);
+
+// Removes a worker's directory, unmounting its sessions' filesystems first.
+absl::Status RemoveWorkerDirectory(const std::string& dir);
 
 }  // namespace loom::sandbox

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -22,6 +23,7 @@ struct SandboxCaps {
   int64_t memory_bytes = 2LL << 30;  // resident, the whole process tree
   int64_t disk_bytes = 2LL << 30;    // allocated, the whole session directory
   int64_t inodes = 100000;           // files, directories and links in it
+  double cpus = 1.0;                 // CPU seconds per wall second (kernel limits only); 0: any
 };
 
 struct ProcessTreeUsage {
@@ -45,23 +47,38 @@ ProcessTreeUsage MeasureProcessTree(
 struct DiskUsage {
   int64_t bytes = 0;   // st_blocks * 512, so sparse files count what they hold
   int64_t inodes = 0;  // entries, `dir` itself included; hard links once each
-  // A directory the walk could not enter (a path longer than PATH_MAX): its
-  // content is not counted, so the watch treats it as a breach.
+  // What the walk could not measure (a directory it may not enter, or one
+  // nested deeper than it goes): the watch treats it as a breach.
   std::string unreadable;
+  // False when the walk stopped early: past a stop_* figure, or its deadline.
+  bool complete = true;
 };
 
-// Walks `dir` without following links; directories the worker owns but
-// cannot read (chmod 000 by the command) are made readable to it first.
-DiskUsage MeasureDisk(const std::string& dir);
+struct DiskWalkLimits {
+  // The walk stops once past either: a cap is breached whatever the rest holds.
+  int64_t stop_bytes = std::numeric_limits<int64_t>::max();
+  int64_t stop_inodes = std::numeric_limits<int64_t>::max();
+  int max_depth = 64;  // directories below `dir`; deeper is unreadable
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+};
+
+// Walks `dir` by descriptors (openat with O_NOFOLLOW at every step, so a
+// link or a rename race can never lead the walk outside `dir`). It changes
+// nothing: a directory the worker may not read is reported, never chmod-ed.
+DiskUsage MeasureDisk(const std::string& dir, const DiskWalkLimits& limits = {});
 
 // Checks one running command against its sandbox's caps: memory at every
 // call, the disk walk when due (at most every 100 ms, and at least ten
 // times its own cost apart so that a large workspace is not walked
-// continuously). A disk cap is breached only while usage grows past it, so
-// a command that deletes files can run in a sandbox left over its cap.
+// continuously). A walk stops at its caps and after 500 ms, so the
+// command's own timeout is never held up for long. A disk cap is breached only while usage grows
+// past it, so a command that deletes files can run in a sandbox left over its cap.
 class UsageWatch {
  public:
-  UsageWatch(const SandboxCaps& caps, std::string dir) : caps_(caps), dir_(std::move(dir)) {}
+  // `memory` and `disk`: which caps this watch checks (the kernel may
+  // enforce the others).
+  UsageWatch(const SandboxCaps& caps, std::string dir, bool memory = true, bool disk = true)
+      : caps_(caps), dir_(std::move(dir)), memory_(memory), disk_(disk) {}
   // "" or what was breached, in words, for ProcessSpec::watch.
   std::string Check(int pid);
 
@@ -69,6 +86,7 @@ class UsageWatch {
   using Clock = std::chrono::steady_clock;
   const SandboxCaps& caps_;
   std::string dir_;
+  bool memory_, disk_;
   std::optional<DiskUsage> baseline_;  // the first walk
   Clock::time_point next_disk_walk_{};
 };

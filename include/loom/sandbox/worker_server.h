@@ -38,6 +38,10 @@ struct SessionLimits {
   double max_command_s = 600;   // caps every timeout a client sets (setup, tools, episodes)
   double max_lease_s = 600;  // caps the lease a client asks for (0: no session outlives its client)
   int max_snapshot_mb = 32;  // caps an episode snapshot's workspace archive (0: no snapshots)
+  // A stream must send `open` or `attach` within this, and at most
+  // `max_unopened` may wait at once (each holds a thread); more are refused.
+  double open_timeout_s = 30;
+  int max_unopened = 64;
 };
 
 class SandboxService;
