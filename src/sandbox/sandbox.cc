@@ -306,7 +306,6 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::ForVerification(
   if (absl::Status s = CheckFiles(config_, verification.files()); !s.ok()) return s;
   const std::vector<std::string> answer_paths(verification.answer_paths().begin(),
                                               verification.answer_paths().end());
-  const fs::path work = fs::path(dir_) / "work";
   std::error_code ec;
   if (!answer_paths.empty() && !fs::is_directory(SnapshotDir(), ec)) {
     return absl::FailedPreconditionError(

@@ -125,6 +125,12 @@ bool Authentic(const std::string& key, absl::string_view body, absl::string_view
          CRYPTO_memcmp(mac_hex.data(), want.data(), want.size()) == 0;
 }
 
+// A string field of a report entry, "" when it is missing or not a string.
+std::string Field(const nlohmann::json& entry, const char* key) {
+  auto it = entry.find(key);
+  return it != entry.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 // The runner's report for `ids`, in their order: the results of the one
 // line whose MAC verifies under `key`. Empty, with `why`, when there is none.
 nlohmann::json ReportedResults(const std::string& stdout_text, const std::string& key, size_t ids,
@@ -175,12 +181,11 @@ v1::Verdict VerifyWithRunner(const Sandbox& sandbox, const v1::TestLists& tests,
   bool all_passed = true;
   for (size_t i = 0; i < ids.size(); ++i) {
     const nlohmann::json& result = results[i];
-    const bool passed = result.is_object() && result.value("id", "") == ids[i].first &&
-                        result.value("passed", false) == true;
+    const bool passed = result.is_object() && Field(result, "id") == ids[i].first &&
+                        result.contains("passed") && result["passed"] == true;
     all_passed = all_passed && passed;
     absl::StrAppend(&details, ids[i].second, " ", ids[i].first, ": ", passed ? "pass" : "FAIL");
-    if (!passed && result.is_object())
-      absl::StrAppend(&details, " (", result.value("why", ""), ")");
+    if (!passed && result.is_object()) absl::StrAppend(&details, " (", Field(result, "why"), ")");
     absl::StrAppend(&details, "\n");
   }
   return MakeVerdict(all_passed, details);
