@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -47,9 +48,18 @@ std::string ParentDir(absl::string_view controller) {
   return absl::StrCat(kMount, "/", controller, own == "/" ? "" : own);
 }
 
-std::string WorkerDir(absl::string_view controller, int pid) {
-  const std::string parent = ParentDir(controller);
-  return parent.empty() ? "" : absl::StrCat(parent, "/", kWorkerPrefix, pid);
+// This worker's directory under each of kControllers ("" where there is
+// none), read from /proc/self/cgroup once rather than at every session.
+const std::vector<std::string>& WorkerDirs() {
+  static const std::vector<std::string> dirs = [] {
+    std::vector<std::string> found;
+    for (const char* controller : kControllers) {
+      const std::string parent = ParentDir(controller);
+      found.push_back(parent.empty() ? "" : absl::StrCat(parent, "/", kWorkerPrefix, getpid()));
+    }
+    return found;
+  }();
+  return dirs;
 }
 
 bool WriteValue(const std::string& path, const std::string& value) {
@@ -91,10 +101,11 @@ std::vector<std::string> Subdirectories(const std::string& dir) {
 absl::Status Cgroup::Available() {
   if (geteuid() != 0) return absl::UnavailableError("the worker is not root");
   static const absl::Status available = [] {
-    for (const char* controller : kControllers) {
-      const std::string dir = WorkerDir(controller, getpid());
+    for (size_t i = 0; i < WorkerDirs().size(); ++i) {
+      const std::string& dir = WorkerDirs()[i];
       if (dir.empty()) {
-        return absl::UnavailableError(absl::StrCat("no cgroup v1 '", controller, "' hierarchy"));
+        return absl::UnavailableError(
+            absl::StrCat("no cgroup v1 '", kControllers[i], "' hierarchy"));
       }
       if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
         return absl::UnavailableError(
@@ -110,14 +121,15 @@ absl::StatusOr<std::unique_ptr<Cgroup>> Cgroup::Create(const std::string& name,
                                                        const CgroupLimits& limits) {
   if (absl::Status s = Available(); !s.ok()) return s;
   std::unique_ptr<Cgroup> group(new Cgroup());
-  for (const char* controller : kControllers) {
-    const std::string dir = absl::StrCat(WorkerDir(controller, getpid()), "/", name);
+  for (size_t i = 0; i < WorkerDirs().size(); ++i) {
+    const absl::string_view controller = kControllers[i];
+    const std::string dir = absl::StrCat(WorkerDirs()[i], "/", name);
     if (mkdir(dir.c_str(), 0755) != 0) {
       return absl::InternalError(absl::StrCat("cannot make ", dir, ": ", std::strerror(errno)));
     }
     group->dirs_.push_back(dir);
     bool ok = true;
-    if (absl::string_view(controller) == "memory" && limits.memory_bytes > 0) {
+    if (controller == "memory" && limits.memory_bytes > 0) {
       const std::string bytes = std::to_string(limits.memory_bytes);
       ok = WriteValue(dir + "/memory.limit_in_bytes", bytes);
       // Where swap is accounted, memory and swap together get the same cap.
@@ -127,9 +139,9 @@ absl::StatusOr<std::unique_ptr<Cgroup>> Cgroup::Create(const std::string& name,
       // TCP socket buffers are charged only once they have a limit.
       WriteValue(dir + "/memory.kmem.tcp.limit_in_bytes", bytes);
       group->memory_dir_ = dir;
-    } else if (absl::string_view(controller) == "pids" && limits.tasks > 0) {
+    } else if (controller == "pids" && limits.tasks > 0) {
       ok = WriteValue(dir + "/pids.max", std::to_string(limits.tasks));
-    } else if (absl::string_view(controller) == "cpu" && limits.cpus > 0) {
+    } else if (controller == "cpu" && limits.cpus > 0) {
       constexpr int64_t kPeriodUs = 100000;
       ok = WriteValue(dir + "/cpu.cfs_period_us", std::to_string(kPeriodUs)) &&
            WriteValue(dir + "/cpu.cfs_quota_us",

@@ -28,24 +28,6 @@ absl::Status Errno(absl::string_view what, absl::string_view name) {
   return absl::InternalError(absl::StrCat(what, " '", name, "': ", std::strerror(errno)));
 }
 
-// The names in directory `fd`, less "." and "..".
-std::vector<std::string> ListNames(int fd) {
-  std::vector<std::string> names;
-  const int own = dup(fd);
-  DIR* listing = own >= 0 ? fdopendir(own) : nullptr;
-  if (listing == nullptr) {
-    if (own >= 0) close(own);
-    return names;
-  }
-  rewinddir(listing);  // the duplicate shares the original's offset
-  while (const dirent* entry = readdir(listing)) {
-    const absl::string_view name = entry->d_name;
-    if (name != "." && name != "..") names.emplace_back(name);
-  }
-  closedir(listing);
-  return names;
-}
-
 // Opens the worker-side path of a tree's root: its own last name is never a link.
 UniqueFd OpenRoot(const std::string& path) { return UniqueFd(open(path.c_str(), kDirFlags)); }
 
@@ -88,7 +70,9 @@ absl::Status DeleteDirectoryAt(int parent, const std::string& name) {
   while (!levels.empty()) {
     Level& level = levels.back();
     if (!level.listed) {
-      for (const std::string& entry : ListNames(current.get())) {
+      absl::StatusOr<std::vector<std::string>> entries = ListDirectory(current.get());
+      if (!entries.ok()) return entries.status();
+      for (const std::string& entry : *entries) {
         if (UnlinkIn(current.get(), entry, 0) == 0) continue;
         if (errno == EISDIR) level.subdirs.push_back(entry);
         if (errno != EISDIR && errno != ENOENT) return Errno("cannot remove", entry);
@@ -201,7 +185,10 @@ class TreeCopier {
   TreeCopier(const CopyOptions& options, int to_root) : options_(options), to_root_(to_root) {}
 
   absl::Status CopyDirectory(int from, Target& to, const std::string& rel, int depth) {
-    for (const std::string& name : ListNames(from)) {
+    absl::StatusOr<std::vector<std::string>> names = ListDirectory(from);
+    if (!names.ok())
+      return absl::InternalError(absl::StrCat("'", rel, "': ", names.status().message()));
+    for (const std::string& name : *names) {
       const std::string child = rel.empty() ? name : absl::StrCat(rel, "/", name);
       struct stat st;
       if (fstatat(from, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -335,6 +322,24 @@ class TreeCopier {
 };
 
 }  // namespace
+
+absl::StatusOr<std::vector<std::string>> ListDirectory(int fd) {
+  std::vector<std::string> names;
+  const int own = dup(fd);
+  DIR* listing = own >= 0 ? fdopendir(own) : nullptr;
+  if (listing == nullptr) {
+    absl::Status error = Errno("cannot list", absl::StrCat("descriptor ", fd));
+    if (own >= 0) close(own);
+    return error;
+  }
+  rewinddir(listing);  // the duplicate shares the original's offset
+  while (const dirent* entry = readdir(listing)) {
+    const absl::string_view name = entry->d_name;
+    if (name != "." && name != "..") names.emplace_back(name);
+  }
+  closedir(listing);
+  return names;
+}
 
 absl::Status CopyTree(const std::string& from, const std::string& to, const CopyOptions& options) {
   UniqueFd source = OpenRoot(from);

@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "loom/sandbox/tree.h"
 #include "sandbox/unique_fd.h"
 
 namespace loom::sandbox {
@@ -83,34 +84,25 @@ class DiskWalk {
 
   // Counts what directory `fd` (at `rel`, `depth` below the root) holds.
   void Directory(int fd, const std::string& rel, int depth) {
-    const int own = dup(fd);
-    DIR* listing = own >= 0 ? fdopendir(own) : nullptr;
-    if (listing == nullptr) {
-      if (own >= 0) close(own);
-      Unreadable(rel);
-      return;
-    }
-    while (const dirent* entry = readdir(listing)) {
-      if (!usage.complete || !usage.unreadable.empty()) break;
-      const absl::string_view name = entry->d_name;
-      if (name == "." || name == "..") continue;
+    absl::StatusOr<std::vector<std::string>> names = ListDirectory(fd);
+    if (!names.ok()) return Unreadable(rel);
+    for (const std::string& name : *names) {
+      if (!usage.complete || !usage.unreadable.empty()) return;
       struct stat st;
-      if (fstatat(fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone
+      if (fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone
       Count(st);
       if (!S_ISDIR(st.st_mode)) continue;
       const std::string child = absl::StrCat(rel, "/", name);
       if (depth + 1 > limits_.max_depth) {
-        Unreadable(absl::StrCat(child, " (nested deeper than ", limits_.max_depth, ")"));
-        break;
+        return Unreadable(absl::StrCat(child, " (nested deeper than ", limits_.max_depth, ")"));
       }
-      UniqueFd sub(openat(fd, entry->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      UniqueFd sub(openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (sub.ok()) {
         Directory(sub.get(), child, depth + 1);
       } else if (errno != ENOENT && errno != ENOTDIR && errno != ELOOP) {
-        Unreadable(child);  // ENOTDIR, ELOOP: replaced since the listing
+        Unreadable(child);  // ENOENT, ENOTDIR, ELOOP: gone or replaced since the listing
       }
     }
-    closedir(listing);
   }
 
   DiskUsage usage;

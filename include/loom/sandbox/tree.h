@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace loom::sandbox {
 
@@ -56,6 +57,10 @@ absl::Status CopyTree(const std::string& from, const std::string& to, const Copy
 // INVALID_ARGUMENT for a `rel` that is absolute or holds "..".
 absl::Status WriteFileBeneath(const std::string& root, const std::string& rel,
                               const std::string& content, uid_t uid = static_cast<uid_t>(-1));
+
+// The names in the open directory `fd`, less "." and "..". INTERNAL when it
+// cannot be listed.
+absl::StatusOr<std::vector<std::string>> ListDirectory(int fd);
 
 // Removes `path` and everything beneath it, at any depth. A directory the
 // walk cannot enter or empty because its mode denies the worker is given
