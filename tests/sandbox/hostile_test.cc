@@ -229,6 +229,79 @@ TEST_F(HostileTest, NoAnswerEndsPatchesOrForgesTheTestRun) {
   }
 }
 
+// The same runner for pytest: a hidden test file with a fixture from the
+// task's conftest.py, against the agent's calc.py.
+v1::Task PytestTask() {
+  v1::Task task;
+  (*task.mutable_environment()->mutable_files())["calc.py"] =
+      "def clamp(value, low, high):\n    return value\n\n\n"
+      "def scale(value, factor):\n    return value * factor\n";
+  auto& hidden = *task.mutable_verification()->mutable_files();
+  hidden["tests/conftest.py"] =
+      "import pytest\n\n\n@pytest.fixture\ndef bounds():\n    return (0, 10)\n";
+  hidden["tests/test_calc.py"] =
+      "import pytest\nfrom calc import clamp, scale\n\n\n"
+      "@pytest.mark.parametrize('value, want', [(5, 5), (11, 10), (-1, 0)])\n"
+      "def test_clamp(value, want, bounds):\n    assert clamp(value, *bounds) == want\n\n\n"
+      "def test_scale():\n    assert scale(2, 3) == 6\n";
+  v1::TestLists& tests = *task.mutable_verification()->mutable_tests();
+  tests.set_runner("pytest");
+  tests.add_fail_to_pass("tests/test_calc.py::test_clamp");
+  tests.add_pass_to_pass("tests/test_calc.py::test_scale");
+  return task;
+}
+
+TEST_F(HostileTest, NoAnswerEndsPatchesOrConfiguresAwayAPytestRun) {
+  const v1::Task task = PytestTask();
+  ASSERT_TRUE(ValidateVerification(task.verification()).ok());
+  const std::string fixed =
+      "printf 'def clamp(v, lo, hi):\\n    return max(lo, min(v, hi))\\n\\n\\n"
+      "def scale(v, f):\\n    return v * f\\n' > calc.py";
+  const v1::Verdict honest = Judge(task, fixed);
+  EXPECT_EQ(honest.reward(), 1.0) << honest.details();
+  const v1::Verdict buggy = Judge(task, "true");
+  EXPECT_EQ(buggy.reward(), 0.0);
+  EXPECT_NE(buggy.details().find("fail_to_pass tests/test_calc.py::test_clamp: FAIL"),
+            std::string::npos)
+      << buggy.details();
+  EXPECT_NE(buggy.details().find("pass_to_pass tests/test_calc.py::test_scale: pass"),
+            std::string::npos)
+      << buggy.details();
+  const char* hacks[] = {
+      "echo 'import os; os._exit(0)' >> calc.py",
+      "echo 'raise SystemExit(0)' >> calc.py",
+      // a conftest.py of the agent's that turns every report into a pass
+      "printf 'import pytest\\n\\n\\n@pytest.hookimpl(hookwrapper=True)\\n"
+      "def pytest_runtest_makereport(item, call):\\n    outcome = yield\\n"
+      "    outcome.get_result().outcome = \"passed\"\\n' > conftest.py",
+      // ...or that deselects every test and calls the empty run a success, and a
+      // configuration file that only collects (each of them exit 0 under pytest)
+      "printf 'def pytest_collection_modifyitems(items):\\n    items.clear()\\n\\n\\n"
+      "def pytest_sessionfinish(session):\\n    session.exitstatus = 0\\n' > conftest.py",
+      "printf '[pytest]\\naddopts = --collect-only\\n' > pytest.ini",
+      // the hidden test's own .pyc, planted
+      "mkdir -p tests && printf 'def test_clamp(): pass\\ndef test_scale(): pass\\n' > "
+      "tests/test_calc.py && python3 -c 'import py_compile; py_compile.compile("
+      "\"tests/test_calc.py\", invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)'",
+  };
+  for (const char* hack : hacks) {
+    const v1::Verdict verdict = Judge(task, hack);
+    EXPECT_EQ(verdict.reward(), 0.0) << hack << "\n" << verdict.details();
+    EXPECT_NE(verdict.details().find("fail_to_pass tests/test_calc.py::test_clamp: FAIL"),
+              std::string::npos)
+        << hack << "\n"
+        << verdict.details();
+  }
+  // A test file of the agent's is never run as one of the task's.
+  v1::Task own = task;
+  own.mutable_verification()->mutable_tests()->set_fail_to_pass(0, "test_mine.py");
+  const v1::Verdict mine =
+      Judge(own, fixed + " && printf 'def test_x(): pass\\n' > test_mine.py");
+  EXPECT_EQ(mine.reward(), 0.0);
+  EXPECT_NE(mine.details().find("test_mine.py is not a file of the task's"), std::string::npos)
+      << mine.details();
+}
+
 // On the worker's own disk, as an unprivileged worker keeps sessions (a root
 // worker's tmpfs goes with one unmount).
 TEST_F(HostileTest, ATreeDeeperThanPathMaxGoesWithItsSession) {
