@@ -295,8 +295,7 @@ TEST_F(HostileTest, NoAnswerEndsPatchesOrConfiguresAwayAPytestRun) {
   // A test file of the agent's is never run as one of the task's.
   v1::Task own = task;
   own.mutable_verification()->mutable_tests()->set_fail_to_pass(0, "test_mine.py");
-  const v1::Verdict mine =
-      Judge(own, fixed + " && printf 'def test_x(): pass\\n' > test_mine.py");
+  const v1::Verdict mine = Judge(own, fixed + " && printf 'def test_x(): pass\\n' > test_mine.py");
   EXPECT_EQ(mine.reward(), 0.0);
   EXPECT_NE(mine.details().find("test_mine.py is not a file of the task's"), std::string::npos)
       << mine.details();
