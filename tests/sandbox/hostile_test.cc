@@ -455,8 +455,9 @@ TEST(UsageTest, ARacedDiskWalkChangesNoMode) {
   fs::remove_all(root);
 }
 
-// Kernel limits (a root worker): memory the /proc watch never saw, and files
-// that a walk between bursts would miss, are refused or killed by the kernel.
+// Kernel limits (a root worker): memory the /proc watch never saw (the socket
+// buffers below pass it with kernel_limits off, checked), and files that a
+// walk between bursts would miss, are refused or killed by the kernel.
 class KernelLimitTest : public SandboxFixture {
  protected:
   void SetUp() override {
@@ -481,6 +482,15 @@ TEST_F(KernelLimitTest, SharedMemoryOfEveryKindCountsAgainstTheMemoryCap) {
       "libc.shmat.restype = ctypes.c_void_p\n"
       "i = libc.shmget(0, 600 << 20, 0o1600)\np = libc.shmat(i, None, 0)\n"
       "ctypes.memset(p, 1, 600 << 20)\nimport time; time.sleep(5)'",
+      // socket buffers: datagrams queued on socket pairs that nobody reads,
+      // held by the kernel (about 440 MiB for each process here, uncapped)
+      "python3 -c 'import os, socket, time\nfor _ in range(2): os.fork()\npairs = []\n"
+      "for i in range(120):\n    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+      "    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)\n"
+      "    b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)\n"
+      "    a.setblocking(False)\n    pairs.append((a, b))\n    try:\n"
+      "        while True: a.send(bytes(65000))\n    except BlockingIOError:\n        pass\n"
+      "time.sleep(5)'",
   };
   for (const char* grab : grabs) {
     ProcessResult r = Run(grab, 30);
