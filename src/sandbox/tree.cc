@@ -323,8 +323,7 @@ class TreeCopier {
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> ListDirectory(int fd) {
-  std::vector<std::string> names;
+absl::Status ForEachName(int fd, const std::function<bool(const std::string&)>& visit) {
   const int own = dup(fd);
   DIR* listing = own >= 0 ? fdopendir(own) : nullptr;
   if (listing == nullptr) {
@@ -334,10 +333,20 @@ absl::StatusOr<std::vector<std::string>> ListDirectory(int fd) {
   }
   rewinddir(listing);  // the duplicate shares the original's offset
   while (const dirent* entry = readdir(listing)) {
-    const absl::string_view name = entry->d_name;
-    if (name != "." && name != "..") names.emplace_back(name);
+    const std::string name = entry->d_name;
+    if (name != "." && name != ".." && !visit(name)) break;
   }
   closedir(listing);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> ListDirectory(int fd) {
+  std::vector<std::string> names;
+  absl::Status listed = ForEachName(fd, [&](const std::string& name) {
+    names.push_back(name);
+    return true;
+  });
+  if (!listed.ok()) return listed;
   return names;
 }
 

@@ -84,17 +84,17 @@ class DiskWalk {
 
   // Counts what directory `fd` (at `rel`, `depth` below the root) holds.
   void Directory(int fd, const std::string& rel, int depth) {
-    absl::StatusOr<std::vector<std::string>> names = ListDirectory(fd);
-    if (!names.ok()) return Unreadable(rel);
-    for (const std::string& name : *names) {
-      if (!usage.complete || !usage.unreadable.empty()) return;
+    // Visited while listing, so a walk at its caps or deadline reads no further.
+    const absl::Status listed = ForEachName(fd, [&](const std::string& name) {
+      if (!usage.complete || !usage.unreadable.empty()) return false;
       struct stat st;
-      if (fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone
+      if (fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return true;  // gone
       Count(st);
-      if (!S_ISDIR(st.st_mode)) continue;
+      if (!S_ISDIR(st.st_mode)) return true;
       const std::string child = absl::StrCat(rel, "/", name);
       if (depth + 1 > limits_.max_depth) {
-        return Unreadable(absl::StrCat(child, " (nested deeper than ", limits_.max_depth, ")"));
+        Unreadable(absl::StrCat(child, " (nested deeper than ", limits_.max_depth, ")"));
+        return false;
       }
       UniqueFd sub(openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (sub.ok()) {
@@ -102,7 +102,9 @@ class DiskWalk {
       } else if (errno != ENOENT && errno != ENOTDIR && errno != ELOOP) {
         Unreadable(child);  // ENOENT, ENOTDIR, ELOOP: gone or replaced since the listing
       }
-    }
+      return true;
+    });
+    if (!listed.ok()) Unreadable(rel);
   }
 
   DiskUsage usage;

@@ -58,8 +58,12 @@ absl::Status CopyTree(const std::string& from, const std::string& to, const Copy
 absl::Status WriteFileBeneath(const std::string& root, const std::string& rel,
                               const std::string& content, uid_t uid = static_cast<uid_t>(-1));
 
-// The names in the open directory `fd`, less "." and "..". INTERNAL when it
-// cannot be listed.
+// Calls `visit` with each name in the open directory `fd`, less "." and "..",
+// until it returns false: a walk that stops early reads no further. INTERNAL
+// when the directory cannot be listed.
+absl::Status ForEachName(int fd, const std::function<bool(const std::string&)>& visit);
+
+// Every name in the open directory `fd`, as ForEachName lists them.
 absl::StatusOr<std::vector<std::string>> ListDirectory(int fd);
 
 // Removes `path` and everything beneath it, at any depth. A directory the
