@@ -31,6 +31,7 @@ struct WorkerFlags {
   int64_t sandbox_memory_mb = 2048;
   int64_t disk_mb = 2048;
   bool no_kernel_limits = false;
+  bool no_health_probe = false;
 };
 
 absl::Status LoadSecrets(WorkerFlags& flags) {
@@ -66,6 +67,7 @@ int RunWorker(WorkerFlags& flags, const Context& context) {
   box.caps.memory_bytes = flags.sandbox_memory_mb << 20;
   box.caps.disk_bytes = flags.disk_mb << 20;
   box.kernel_limits = !flags.no_kernel_limits;
+  box.health_probe = !flags.no_health_probe;
   box.output_cap = static_cast<size_t>(flags.output_cap_kb) << 10;
   // Block the stop signals before any thread exists; this thread waits for them.
   sigset_t stop;
@@ -142,6 +144,9 @@ void SetupWorker(CLI::App& app, Context& context) {
   cmd->add_flag("--no-kernel-limits", flags->no_kernel_limits,
                 "Cap memory and disk with the worker's own watch even where cgroups and a tmpfs "
                 "per session could be had");
+  cmd->add_flag("--no-health-probe", flags->no_health_probe,
+                "Never probe an episode's sandbox for an environment the agent broke (no "
+                "broke_environment failures; one command less per episode)");
   cmd->add_option("--idle-timeout-s", o.sessions.idle_timeout_s,
                   "Cancel a session whose client sends nothing for this long")
       ->check(CLI::Range(1.0, 1e6))

@@ -355,6 +355,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(const SandboxConfig& co
     fs::permissions(config.root, fs::perms::others_exec, fs::perm_options::add, ec);
   }
   chmod(sandbox->dir_.c_str(), 0700);
+  sandbox->health_command_ = environment.health_command();
   return sandbox;
 }
 

@@ -163,6 +163,7 @@ grpc::Status SandboxService::Status(grpc::ServerContext* context, const v1::Stat
   reply->set_refused(load.refused);
   reply->set_worker(name_);
   reply->set_episodes_running(episodes_running_.load());
+  reply->set_repercussions(repercussions_.load());
   reply->set_detached(leases_.detached());
   reply->set_leases_lapsed(leases_.lapsed());
   reply->set_limits(KernelLimits(config_));
@@ -334,6 +335,7 @@ grpc::Status SandboxService::RunEpisode(const ClientLink& link, const Sandbox& s
   ++episodes_running_;  // until the verdict is known, before it is sent
   *done.mutable_episode_done() = RunScaffold(sandbox, episode, generate, record);
   --episodes_running_;
+  if (!done.episode_done().repercussion().empty()) ++repercussions_;
   done.mutable_episode_done()->set_worker(name_);
   if (!protocol_error.ok()) {
     client.Release(protocol_error);

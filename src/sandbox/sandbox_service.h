@@ -64,7 +64,8 @@ class SandboxService final : public v1::SandboxWorker::Service {
   Leases leases_;
   std::atomic<int64_t> next_session_{0};
   std::atomic<int> episodes_running_{0};
-  std::atomic<int> unopened_{0};  // streams waiting for their first message
+  std::atomic<int64_t> repercussions_{0};  // episodes that broke their environment
+  std::atomic<int> unopened_{0};           // streams waiting for their first message
 };
 
 }  // namespace loom::sandbox

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "health.h"
 #include "loom/sandbox/tools.h"
 #include "loom/sandbox/verify.h"
 
@@ -21,6 +22,9 @@ using Clock = std::chrono::steady_clock;
 // failure of its own, scored like the step limit; never an infrastructure
 // failure, which the trainer would mask.
 constexpr size_t kMaxTrajectoryBytes = 24 << 20;
+
+// The health probe's limit (the task's tool limit when lower).
+constexpr double kHealthTimeoutS = 10;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -60,7 +64,14 @@ class Episode {
       Turn(turn);
     }
     if (!done_) Fail("step_limit", false);
-    if (!trajectory_.penalty()) {
+    if (!trajectory_.penalty() && trajectory_.repercussion().empty()) CheckHealth();
+    if (!trajectory_.repercussion().empty()) {
+      v1::Verdict* verdict = trajectory_.mutable_verdict();
+      verdict->set_reward(0);
+      verdict->set_passed(false);
+      verdict->set_details("not verified: the agent broke its environment (" +
+                           trajectory_.repercussion() + ")");
+    } else if (!trajectory_.penalty()) {
       *trajectory_.mutable_verdict() =
           Verify(sandbox_, task_.verification(), trajectory_.answer(), RemainingToolTime(true),
                  trajectory_.mutable_commands());
@@ -128,6 +139,8 @@ class Episode {
       spdlog::info("task {} tool {} exit {} {}ms{}", task_.id(), call.name(), result.exit_code(),
                    result.duration_ms(), result.timed_out() ? " timed-out" : "");
       if (on_tool_) on_tool_(result);
+      // A cap or the timeout may have left the environment unusable.
+      if (result.timed_out() || !result.limit().empty()) CheckHealth();
     }
     Add(ToolMessage(call, result));
     if (call.name() == "submit" && result.error().empty() && !done_) Submit(SubmittedAnswer(call));
@@ -160,6 +173,23 @@ class Episode {
   void Submit(const std::string& answer) {
     trajectory_.set_answer(answer);
     done_ = true;
+  }
+
+  // The repercussion signal: an environment the agent broke ends its
+  // episode as its own failure (see v1::Trajectory.repercussion). A probe
+  // that cannot run for the worker's reasons finds nothing.
+  void CheckHealth() {
+    const double timeout_s =
+        std::min(kHealthTimeoutS, static_cast<double>(options_.tool_timeout_s()));
+    absl::StatusOr<std::string> finding = ProbeHealth(sandbox_, timeout_s);
+    if (!finding.ok()) {
+      spdlog::warn("task {}: health probe: {}", task_.id(), finding.status().ToString());
+      return;
+    }
+    if (finding->empty()) return;
+    spdlog::info("task {}: the agent broke its environment: {}", task_.id(), *finding);
+    trajectory_.set_repercussion(*finding);
+    Fail("broke_environment: " + *finding, false);
   }
 
   void Fail(std::string reason, bool penalty) {

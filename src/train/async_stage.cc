@@ -139,6 +139,7 @@ class StepReport {
         line["episode"] = {{"steps", t.steps()},
                            {"format_errors", t.format_errors()},
                            {"failure_reason", t.failure_reason()},
+                           {"repercussion", t.repercussion()},
                            {"reward", t.verdict().reward()}};
       }
       if (info.teacher >= 0) {

@@ -50,6 +50,7 @@ struct GrpoTrainer::Judged {
   std::vector<int64_t> subgroup_ids;       // [n]
   int64_t parsed = 0;
   int64_t episodes = 0, episode_steps = 0;
+  int64_t episodes_broken = 0;       // ended because the agent broke its environment
   int64_t lag_sum = 0, lag_max = 0;  // policy versions behind, oldest token
   MeanBy reward_by_dataset, reward_by_effort, length_by_dataset, length_by_effort;
   MeanBy task_reward_by_effort;  // the verifier's reward alone: accuracy per effort
@@ -120,6 +121,7 @@ GrpoTrainer::Judged GrpoTrainer::JudgeBatch(const std::vector<TrainingSample>& s
     if (sample.info.agent) {
       ++judged.episodes;
       judged.episode_steps += sample.info.trajectory->steps();
+      judged.episodes_broken += !sample.info.trajectory->repercussion().empty();
     }
     judged.subgroup_ids.push_back(static_cast<int64_t>(sample.info.subgroup_id));
     const std::string& dataset = sample.info.problem->dataset;
@@ -306,6 +308,7 @@ nlohmann::json GrpoTrainer::Record(const Batch& batch, const Judged& judged,
   }
   if (judged.episodes > 0) {
     record["episodes"] = judged.episodes;
+    record["episodes_broken"] = judged.episodes_broken;
     record["episode_steps_mean"] =
         static_cast<double>(judged.episode_steps) / static_cast<double>(judged.episodes);
   }

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -176,6 +177,91 @@ TEST(EpisodeTest, AnOversizeEpisodeIsTheAgentsLimitFailure) {
   EXPECT_NE(last_tool.content().find("not run: the episode has ended (size_limit"),
             std::string::npos)
       << last_tool.content().substr(0, 200);
+}
+
+// The repercussion signal: an agent that leaves its environment broken (a
+// full disk, a workspace it locked itself out of, its own tools deleted)
+// fails as broke_environment, unverified and never masked, and the worker
+// counts it. The same episode that repairs what it did is verified as usual.
+TEST(EpisodeTest, AnAgentThatBreaksItsEnvironmentFailsForIt) {
+  auto workers = StartWorkers(1, 1, "", {"--disk-mb", "64"});
+  ASSERT_TRUE(workers);
+  rpc::WorkerPool pool(Pool(*workers));
+  v1::RunEpisode episode;
+  *episode.mutable_task() = tasks::FixRepoTask(3);
+  v1::Environment* env = episode.mutable_task()->mutable_environment();
+  (*env->mutable_files())["tools/check.sh"] = "echo fine\n";
+  env->set_health_command("test -f tools/check.sh");
+  const v1::GenerateReply fix =
+      ToolTurn("write_file", {{"path", "calc.py"},
+                              {"content",
+                               "def clamp(value, low, high):\n"
+                               "    return max(low, min(value, high))\n\n\n"
+                               "def scale(value, factor):\n    return value * factor\n"}});
+  auto bash = [](const std::string& command) { return ToolTurn("bash", {{"command", command}}); };
+  const v1::GenerateReply submit = ToolTurn("submit", {{"answer", "fixed"}});
+  struct Case {
+    const char* what;
+    std::string breaks, repairs, finding;
+  };
+  // As root the session's tmpfs refuses the write; an ordinary user's worker
+  // measures the files against the cap.
+  const std::string full = geteuid() == 0 ? "/workspace cannot be written: No space left on device"
+                                          : "its files fill the disk cap of 64 MiB";
+  const Case cases[] = {
+      {"fills its disk", "head -c 200M /dev/zero > /workspace/fill", "rm /workspace/fill", full},
+      {"makes its workspace read-only", "chmod 500 /workspace", "chmod 755 /workspace",
+       "/workspace cannot be written (mode 0500)"},
+      {"locks itself out", "chmod 000 /workspace", "",  // no command starts in it any more
+       "/workspace cannot be entered (mode 0000)"},
+      {"deletes its tools", "rm -r tools", "mkdir tools && echo 'echo fine' > tools/check.sh",
+       "health_command exits 1"},
+  };
+  int broken = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ScriptedPolicy breaker;
+    breaker.turns = {fix, bash(c.breaks), submit};
+    const v1::Trajectory t = pool.RunEpisode(episode, breaker.AsPolicy());
+    EXPECT_EQ(t.failure_reason().rfind("broke_environment: ", 0), 0u) << t.failure_reason();
+    EXPECT_NE(t.repercussion().find(c.finding), std::string::npos) << t.repercussion();
+    EXPECT_FALSE(t.penalty());
+    EXPECT_EQ(t.verdict().reward(), 0.0);
+    EXPECT_EQ(t.verdict().details().rfind("not verified", 0), 0u) << t.verdict().details();
+    broken += !t.repercussion().empty();
+
+    if (c.repairs.empty()) continue;
+    ScriptedPolicy repairer;
+    repairer.turns = {fix, bash(c.breaks), bash(c.repairs), submit};
+    const v1::Trajectory fine = pool.RunEpisode(episode, repairer.AsPolicy());
+    EXPECT_EQ(fine.repercussion(), "");
+    EXPECT_EQ(fine.failure_reason(), "");
+    EXPECT_EQ(fine.verdict().reward(), 1.0) << fine.verdict().details();
+  }
+  // A call that a cap or the timeout ends is probed at once: the episode
+  // ends there, without asking for the next turn.
+  episode.mutable_options()->set_tool_timeout_s(2);
+  ScriptedPolicy stuck;
+  stuck.turns = {fix, bash("rm -r tools; sleep 60"), submit};
+  const v1::Trajectory t = pool.RunEpisode(episode, stuck.AsPolicy());
+  EXPECT_EQ(t.repercussion(), "health_command exits 1");
+  EXPECT_EQ(t.steps(), 2);
+  EXPECT_EQ(stuck.requests.size(), 2u);
+  EXPECT_EQ(t.verdict().reward(), 0.0);
+  broken += !t.repercussion().empty();
+  EXPECT_EQ(testing_support::WorkerStatus(workers->targets()[0]).repercussions(), broken);
+
+  // Under the worker's watch the command is killed at the disk cap, and the
+  // files it left end the episode there.
+  auto watched = StartWorkers(1, 1, "", {"--disk-mb", "64", "--no-kernel-limits"});
+  ASSERT_TRUE(watched);
+  rpc::WorkerPool watched_pool(Pool(*watched));
+  ScriptedPolicy filler;
+  filler.turns = {fix, bash(cases[0].breaks), submit};
+  const v1::Trajectory over = watched_pool.RunEpisode(episode, filler.AsPolicy());
+  EXPECT_EQ(over.repercussion(), "its files fill the disk cap of 64 MiB");
+  EXPECT_EQ(over.steps(), 2);
+  EXPECT_EQ(over.verdict().reward(), 0.0);
 }
 
 TEST(EpisodeTest, UnparsableTurnBecomesAFormatErrorObservation) {

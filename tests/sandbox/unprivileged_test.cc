@@ -91,11 +91,9 @@ class UnprivilegedWorker : public testing::Test {
 };
 
 TEST_F(UnprivilegedWorker, SaysItWatchesAndNeverChmodsItsTokenThroughARacedWalk) {
-  auto stub = v1::SandboxWorker::NewStub(rpc::MakeChannel({target_, "s3cret", ""}));
-  grpc::ClientContext context;
-  rpc::PrepareContext(context, "s3cret", testing_support::In(10));
-  v1::StatusReply status;
-  ASSERT_TRUE(stub->Status(&context, v1::StatusRequest(), &status).ok());
+  grpc::Status called;
+  v1::StatusReply status = testing_support::WorkerStatus(target_, "s3cret", &called);
+  ASSERT_TRUE(called.ok()) << called.error_message();
   EXPECT_NE(status.limits().find("/proc watch"), std::string::npos) << status.limits();
 
   auto session = testing_support::OpenOn(target_, "s3cret");

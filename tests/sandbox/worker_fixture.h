@@ -1,6 +1,7 @@
 #pragma once
 // Helpers for tests against real `loom worker` processes on 127.0.0.1.
 
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -42,6 +43,18 @@ inline absl::StatusOr<std::unique_ptr<rpc::WorkerSession>> OpenOn(
   v1::OpenSession open;
   *open.mutable_environment() = env;
   return rpc::WorkerSession::Open(rpc::MakeChannel({target, token, ""}), token, open, In(60));
+}
+
+// The worker's Status reply (`status_out`: the call's status).
+inline v1::StatusReply WorkerStatus(const std::string& target, const std::string& token = "",
+                                    grpc::Status* status_out = nullptr) {
+  auto stub = v1::SandboxWorker::NewStub(rpc::MakeChannel({target, token, ""}));
+  grpc::ClientContext context;
+  rpc::PrepareContext(context, token, In(10));
+  v1::StatusReply reply;
+  grpc::Status status = stub->Status(&context, v1::StatusRequest(), &reply);
+  if (status_out != nullptr) *status_out = status;
+  return reply;
 }
 
 // An assistant turn of one tool call, as a scripted policy answers.

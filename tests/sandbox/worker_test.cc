@@ -22,6 +22,7 @@ using testing_support::BashCall;
 using testing_support::OpenOn;
 using testing_support::RunCommand;
 using testing_support::StartWorkers;
+using testing_support::WorkerStatus;
 
 std::string TokenFile(const std::string& token) {
   std::string path = ::testing::TempDir() + "/loom_token_" + std::to_string(getpid());
@@ -40,17 +41,6 @@ std::string OutputUntilListening(const std::string& args) {
                  "kill $W_PID 2>/dev/null; wait $W_PID'",
              &out);
   return out;
-}
-
-v1::StatusReply Status(const std::string& target, const std::string& token = "",
-                       grpc::Status* status_out = nullptr) {
-  auto stub = v1::SandboxWorker::NewStub(rpc::MakeChannel({target, token, ""}));
-  grpc::ClientContext context;
-  rpc::PrepareContext(context, token, testing_support::In(10));
-  v1::StatusReply reply;
-  grpc::Status status = stub->Status(&context, v1::StatusRequest(), &reply);
-  if (status_out != nullptr) *status_out = status;
-  return reply;
 }
 
 TEST(WorkerTest, RunsToolCallsInASession) {
@@ -75,12 +65,12 @@ TEST(WorkerTest, RefusesOverCapacityAtOnceAndReportsLoad) {
   const std::string target = workers->targets()[0];
   auto first = OpenOn(target);
   ASSERT_TRUE(first.ok()) << first.status();
-  v1::StatusReply load = Status(target);
+  v1::StatusReply load = WorkerStatus(target);
   EXPECT_EQ(load.live_sandboxes(), 1);
   EXPECT_EQ(load.capacity(), 1);
   auto second = OpenOn(target);
   EXPECT_TRUE(absl::IsResourceExhausted(second.status())) << second.status();
-  EXPECT_EQ(Status(target).refused(), 1);
+  EXPECT_EQ(WorkerStatus(target).refused(), 1);
   ASSERT_TRUE((*first)->Close().ok());
   auto third = OpenOn(target);
   EXPECT_TRUE(third.ok()) << third.status();
@@ -95,7 +85,7 @@ TEST(WorkerTest, RequiresTheAuthToken) {
     EXPECT_TRUE(absl::IsUnauthenticated(OpenOn(target, wrong).status())) << wrong;
   }
   grpc::Status status;
-  Status(target, "", &status);
+  WorkerStatus(target, "", &status);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   auto session = OpenOn(target, "s3cret");
   ASSERT_TRUE(session.ok()) << session.status();
@@ -147,7 +137,7 @@ TEST(WorkerTest, MalformedRequestsGetInvalidArgument) {
   EXPECT_EQ(SendRaw(target, {garbled}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(SendRaw(target, {}).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   // The worker still serves, with every slot free again.
-  EXPECT_EQ(Status(target).live_sandboxes(), 0);
+  EXPECT_EQ(WorkerStatus(target).live_sandboxes(), 0);
   EXPECT_TRUE(OpenOn(target).ok());
 }
 
@@ -160,7 +150,7 @@ TEST(WorkerTest, StreamsThatNeverOpenHoldNoSlotAndQuietOnesAreCancelled) {
   silent.set_deadline(testing_support::In(60));
   auto stream = stub->Session(&silent);  // never sends `open`
   usleep(200000);
-  EXPECT_EQ(Status(target).live_sandboxes(), 0);
+  EXPECT_EQ(WorkerStatus(target).live_sandboxes(), 0);
   auto session = OpenOn(target);  // the one slot is still free
   ASSERT_TRUE(session.ok()) << session.status();
   const auto start = std::chrono::steady_clock::now();
@@ -173,7 +163,7 @@ TEST(WorkerTest, StreamsThatNeverOpenHoldNoSlotAndQuietOnesAreCancelled) {
   // The open session went quiet too, and lost its slot.
   sleep(2);
   EXPECT_FALSE((*session)->Call(BashCall("true")).ok());
-  EXPECT_EQ(Status(target).live_sandboxes(), 0);
+  EXPECT_EQ(WorkerStatus(target).live_sandboxes(), 0);
 }
 
 // 1000 streams that never open once took a worker from 12 to 1011 threads.

@@ -159,16 +159,23 @@ TEST_F(AgentTrainTest, GrpoStepsRunMultiTurnEpisodesOnRealWorkers) {
   // Steps complete, each on 4 finished episodes, none failed.
   auto metrics = metrics::ReadMetrics(run_dir + "/metrics.jsonl");
   ASSERT_TRUE(metrics.ok()) << metrics.status();
-  int steps = 0;
+  int steps = 0, broken = 0;
   for (const Json& r : *metrics) {
     if (!r.contains("loss")) continue;
     ++steps;
     EXPECT_EQ(r["episodes"], 4) << r.dump();
     EXPECT_EQ(r["episodes_masked"], 0) << r.dump();
+    broken += r["episodes_broken"].get<int>();
     EXPECT_GE(r["episode_steps_mean"].get<double>(), 2.0) << r.dump();
     EXPECT_TRUE(r["reward_by_dataset"].contains("agent_arithmetic")) << r.dump();
   }
   EXPECT_EQ(steps, 3);
+  // Episodes that broke their environment are counted as samples.jsonl names them.
+  int named_broken = 0;
+  for (const Json& line : ReadJsonl(run_dir + "/samples.jsonl")) {
+    named_broken += !line["episode"]["repercussion"].get<std::string>().empty();
+  }
+  EXPECT_EQ(broken, named_broken);
 
   const std::vector<Json> records = ReadJsonl(run_dir + "/trajectories.jsonl");
   ASSERT_GE(records.size(), 12u);

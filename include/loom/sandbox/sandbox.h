@@ -53,6 +53,9 @@ struct SandboxConfig {
   // The kernel enforces the caps where it can (a cgroup per sandbox, a sized
   // tmpfs per session: KernelLimits()); false: the UsageWatch always does.
   bool kernel_limits = true;
+  // Episodes are probed for an environment the agent broke (health.h);
+  // false: never (no repercussion signal, one command less per episode).
+  bool health_probe = true;
 };
 
 // How this worker's sandboxes are limited, in words: the kernel's cgroups
@@ -103,6 +106,12 @@ class Sandbox {
       const v1::Verification& verification) const;
 
   const std::string& dir() const { return dir_; }
+  // The environment's check that it is still usable (see health.h).
+  const std::string& health_command() const { return health_command_; }
+  const SandboxConfig& config() const { return config_; }
+  // The session's files are on a tmpfs of its own, of the disk cap's size
+  // (the kernel refuses a write past it); false: the watch caps them.
+  bool own_filesystem() const { return own_filesystem_; }
   // A verification sandbox's workspace files that are not the agent's: the
   // hidden files and, with answer_paths, the snapshot's files outside them.
   const std::vector<std::string>& trusted_files() const { return trusted_files_; }
@@ -126,6 +135,7 @@ class Sandbox {
   std::string dir_;
   std::vector<std::string> bwrap_args_;  // up to the command
   std::vector<std::string> trusted_files_;
+  std::string health_command_;
   std::unique_ptr<Cgroup> cgroup_;  // null: the watch caps memory
   bool own_filesystem_ = false;     // dir_ is a tmpfs of the sandbox's size
 };
