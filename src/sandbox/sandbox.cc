@@ -512,10 +512,11 @@ absl::Status RemoveWorkerDirectory(const std::string& dir) {
 
 std::string KernelLimits(const SandboxConfig& config) {
   if (!config.kernel_limits) return "the worker's /proc watch (kernel limits turned off)";
-  const absl::Status cgroups = Cgroup::Available();
+  const absl::StatusOr<CgroupLayout> cgroups = Cgroup::Layout();
   const std::string memory =
-      cgroups.ok() ? "a cgroup per sandbox (v1 memory, pids, cpu)"
-                   : absl::StrCat("the worker's /proc watch for memory (", cgroups.message(), ")");
+      cgroups.ok()
+          ? absl::StrCat("a cgroup per sandbox (", cgroups->Describe(), ")")
+          : absl::StrCat("the worker's /proc watch for memory (", cgroups.status().message(), ")");
   const std::string disk = geteuid() == 0 ? "a sized tmpfs per session for disk and inodes"
                                           : "the worker's disk walk (a tmpfs needs a root worker)";
   return absl::StrCat(memory, "; ", disk);
