@@ -5,6 +5,7 @@
 #include <map>
 #include <vector>
 
+#include "loom/base/random.h"
 #include "loom/config/check.h"
 #include "loom/metrics/progress.h"
 #include "loom/model/transformer.h"
@@ -29,16 +30,9 @@ using train::TrainingSample;
 
 double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
 
-// splitmix64: a deterministic draw per (seed, id, stream).
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
+// A deterministic draw per (seed, id, stream).
 double Uniform(uint64_t seed, uint64_t id, uint64_t stream) {
-  return static_cast<double>(Mix(Mix(seed ^ stream) ^ id) >> 11) * 0x1.0p-53;
+  return UnitInterval(Mix64(Mix64(seed ^ stream) ^ id));
 }
 
 // Random prompts whose responses have heavy-tailed lengths; every sample is

@@ -3,17 +3,11 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
+#include "loom/base/random.h"
 #include "loom/config/check.h"
 
 namespace loom::dispatch {
 namespace {
-
-uint64_t Mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 absl::Status CheckOptions(const DispatchOptions& o, int group_size) {
   auto error = [](const std::string& text) { return absl::InvalidArgumentError(text); };
@@ -129,7 +123,7 @@ std::optional<int> Dispatcher::PickDataset() {
   }
   if (total <= 0) return std::nullopt;
   // 53 random bits -> [0, total).
-  double x = static_cast<double>(Mix64(rng_state_++) >> 11) * 0x1.0p-53 * total;
+  double x = UnitInterval(Mix64(rng_state_++)) * total;
   for (size_t d = 0; d < weights.size(); ++d) {
     if (weights[d] > 0 && x < weights[d]) return static_cast<int>(d);
     x -= weights[d];

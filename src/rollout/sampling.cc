@@ -8,15 +8,10 @@
 #include <numeric>
 #include <vector>
 
+#include "loom/base/random.h"
+
 namespace loom::rollout {
 namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 // log_softmax(logits / temperature) in double.  -> [vocab]
 std::vector<double> LogSoftmax(const float* logits, int64_t vocab, double temperature) {
@@ -63,7 +58,7 @@ std::vector<int64_t> Candidates(const std::vector<double>& logp, const SamplingP
 }  // namespace
 
 SampleRng::SampleRng(uint64_t run_seed, uint64_t sample_id)
-    : key_(SplitMix64(SplitMix64(run_seed) ^ sample_id)) {}
+    : key_(Mix64(Mix64(run_seed) ^ sample_id)) {}
 
 SampleRng SampleRng::FromState(uint64_t key, uint64_t counter) {
   SampleRng rng;
@@ -72,10 +67,7 @@ SampleRng SampleRng::FromState(uint64_t key, uint64_t counter) {
   return rng;
 }
 
-double SampleRng::NextUniform() {
-  const uint64_t bits = SplitMix64(key_ ^ SplitMix64(counter_++));
-  return static_cast<double>(bits >> 11) * 0x1.0p-53;
-}
+double SampleRng::NextUniform() { return UnitInterval(Mix64(key_ ^ Mix64(counter_++))); }
 
 SampledToken SampleToken(const float* logits, int64_t vocab, const SamplingParams& params,
                          SampleRng& rng) {
