@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs `loom train` on a config:
+# Installs what is missing, builds the `loom` binary (not the tests: those
+# are scripts/test.sh's), and runs `loom train` on a config:
 #   scripts/run.sh configs/quickstart.yaml [loom train options]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,5 +11,5 @@ fi
 config=$1
 shift
 scripts/setup.sh
-scripts/build.sh
+scripts/build.sh --target loom
 exec build/bin/loom train --config "$config" "$@"
