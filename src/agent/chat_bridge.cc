@@ -1,9 +1,9 @@
-#include "loom/rpc/chat_bridge.h"
+#include "loom/agent/chat_bridge.h"
 
 #include "absl/strings/str_cat.h"
 #include "loom/chat/parser.h"
 
-namespace loom::rpc {
+namespace loom::agent {
 namespace {
 
 absl::StatusOr<chat::Role> RoleOf(const std::string& role) {
@@ -59,4 +59,4 @@ v1::GenerateReply ReplyFromCompletion(std::string_view completion, chat::Thinkin
   return reply;
 }
 
-}  // namespace loom::rpc
+}  // namespace loom::agent

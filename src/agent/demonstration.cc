@@ -3,9 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "loom/agent/chat_bridge.h"
 #include "loom/agent/episodes.h"
-#include "loom/rpc/chat_bridge.h"
-#include "loom/sandbox/scaffold.h"
+#include "loom/tasks/conversation.h"
 
 namespace loom::agent {
 namespace {
@@ -37,7 +37,7 @@ absl::StatusOr<DemonstrationExample> EncodeDemonstration(
     const v1::Task& task, const std::vector<tasks::DemonstrationTurn>& turns,
     const v1::ScaffoldOptions& options, const tokenizer::Tokenizer& tokenizer, int effort,
     int64_t eos_id) {
-  const v1::ScaffoldOptions scaffold = sandbox::WithDefaults(options);
+  const v1::ScaffoldOptions scaffold = tasks::WithDefaults(options);
   if (turns.empty()) return absl::InvalidArgumentError("task " + task.id() + ": no turns");
   if (static_cast<int>(turns.size()) > scaffold.max_steps()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -50,7 +50,7 @@ absl::StatusOr<DemonstrationExample> EncodeDemonstration(
     example.loss_mask.insert(example.loss_mask.end(), ids.size(), loss);
   };
   v1::GenerateRequest request;
-  for (v1::Message& m : sandbox::OpeningMessages(task, scaffold)) {
+  for (v1::Message& m : tasks::OpeningMessages(task, scaffold)) {
     *request.add_append() = std::move(m);
   }
   for (size_t t = 0; t < turns.size(); ++t) {
@@ -60,7 +60,7 @@ absl::StatusOr<DemonstrationExample> EncodeDemonstration(
     if (!observed.ok()) return absl::InvalidArgumentError(at + observed.status().ToString());
     add(*observed, 0);
 
-    absl::StatusOr<chat::Message> assistant = rpc::ToChatMessage(turns[t].assistant);
+    absl::StatusOr<chat::Message> assistant = agent::ToChatMessage(turns[t].assistant);
     if (!assistant.ok()) return absl::InvalidArgumentError(at + assistant.status().ToString());
     absl::StatusOr<std::vector<int64_t>> generated =
         GeneratedIds(conversation, example.tokens, *assistant, tokenizer, eos_id);
@@ -90,7 +90,7 @@ absl::StatusOr<DemonstrationExample> EncodeDemonstration(
       v1::ToolResult result = turns[t].results[k];
       result.set_call_id(calls[k].id());
       result.set_name(calls[k].name());
-      *request.add_append() = sandbox::ToolMessage(calls[k], result);
+      *request.add_append() = tasks::ToolMessage(calls[k], result);
     }
   }
   return example;

@@ -9,10 +9,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "loom/agent/chat_bridge.h"
 #include "loom/chat/special_tokens.h"
 #include "loom/config/check.h"
-#include "loom/rpc/chat_bridge.h"
-#include "loom/sandbox/tools.h"
 #include "loom/tokenizer/utf8.h"
 
 namespace loom::agent {
@@ -128,7 +127,7 @@ absl::StatusOr<std::vector<int64_t>> AgentConversation::Observe(
     const v1::GenerateRequest& request) {
   std::vector<chat::Message> added;
   for (const v1::Message& m : request.append()) {
-    absl::StatusOr<chat::Message> message = rpc::ToChatMessage(m);
+    absl::StatusOr<chat::Message> message = agent::ToChatMessage(m);
     if (!message.ok()) return message.status();
     added.push_back(*std::move(message));
   }
@@ -152,11 +151,11 @@ absl::StatusOr<std::vector<int64_t>> AgentConversation::Observe(
 
 v1::GenerateReply AgentConversation::Reply(const std::string& completion, int turn) {
   v1::GenerateReply reply =
-      rpc::ReplyFromCompletion(tokenizer::RepairUtf8(completion), options_.thinking_mode, turn);
+      agent::ReplyFromCompletion(tokenizer::RepairUtf8(completion), options_.thinking_mode, turn);
   chat::Message assistant;
   assistant.role = chat::Role::kAssistant;
   if (reply.has_assistant()) {
-    absl::StatusOr<chat::Message> parsed = rpc::ToChatMessage(reply.assistant());
+    absl::StatusOr<chat::Message> parsed = agent::ToChatMessage(reply.assistant());
     if (parsed.ok()) assistant = *std::move(parsed);
   }
   // An unparsable turn still sits in the token sequence; an empty assistant

@@ -9,6 +9,7 @@
 #include "loom/sandbox/scaffold.h"
 #include "loom/sandbox/tools.h"
 #include "loom/sandbox/verify.h"
+#include "loom/tasks/conversation.h"
 
 namespace loom::sandbox {
 namespace {
@@ -291,7 +292,7 @@ grpc::Status SandboxService::RunEpisode(const ClientLink& link, const Sandbox& s
   // The client's limits, within the worker's.
   v1::RunEpisode episode = request;
   v1::ScaffoldOptions& options = *episode.mutable_options();
-  options = WithDefaults(options);
+  options = tasks::WithDefaults(options);
   options.set_tool_timeout_s(static_cast<int32_t>(
       std::min<double>(options.tool_timeout_s(), std::max(1.0, limits_.max_command_s))));
   options.set_max_time_s(static_cast<int32_t>(

@@ -9,6 +9,7 @@
 #include "health.h"
 #include "loom/sandbox/tools.h"
 #include "loom/sandbox/verify.h"
+#include "loom/tasks/conversation.h"
 
 namespace loom::sandbox {
 namespace {
@@ -37,7 +38,7 @@ class Episode {
           const ToolObserver& on_tool)
       : sandbox_(sandbox),
         task_(episode.task()),
-        options_(WithDefaults(episode.options())),
+        options_(tasks::WithDefaults(episode.options())),
         generate_(generate),
         on_tool_(on_tool) {
     trajectory_.set_task_id(task_.id());
@@ -82,7 +83,7 @@ class Episode {
 
  private:
   void Start() {
-    for (v1::Message& message : OpeningMessages(task_, options_)) Add(std::move(message));
+    for (v1::Message& message : tasks::OpeningMessages(task_, options_)) Add(std::move(message));
   }
 
   // Takes over a snapshot's episode: its workspace, record and elapsed time,
@@ -142,8 +143,9 @@ class Episode {
       // A cap or the timeout may have left the environment unusable.
       if (result.timed_out() || !result.limit().empty()) CheckHealth();
     }
-    Add(ToolMessage(call, result));
-    if (call.name() == "submit" && result.error().empty() && !done_) Submit(SubmittedAnswer(call));
+    Add(tasks::ToolMessage(call, result));
+    if (call.name() == "submit" && result.error().empty() && !done_)
+      Submit(tasks::SubmittedAnswer(call));
   }
 
   void Record(const v1::ToolCall& call, const v1::ToolResult& result) {
@@ -223,41 +225,6 @@ class Episode {
 };
 
 }  // namespace
-
-const char* DefaultSystemPrompt() {
-  return "You are an agent working in a Linux sandbox. Your files are in /workspace. Use the "
-         "tools to inspect, compute and edit; when you are done, call submit with your final "
-         "answer.";
-}
-
-std::vector<v1::Message> OpeningMessages(const v1::Task& task, const v1::ScaffoldOptions& options) {
-  v1::Message system;
-  system.set_role("system");
-  system.set_content(options.system_prompt().empty() ? DefaultSystemPrompt()
-                                                     : options.system_prompt());
-  if (!options.hide_tool_schemas()) system.set_tools_json(ToolSchemasJson());
-  v1::Message user;
-  user.set_role("user");
-  user.set_content(task.problem());
-  return {std::move(system), std::move(user)};
-}
-
-v1::Message ToolMessage(const v1::ToolCall& call, const v1::ToolResult& result) {
-  v1::Message tool;
-  tool.set_role("tool");
-  tool.set_tool_call_id(call.id());
-  tool.set_content(RenderToolResult(result));
-  *tool.mutable_result() = result;
-  return tool;
-}
-
-v1::ScaffoldOptions WithDefaults(const v1::ScaffoldOptions& options) {
-  v1::ScaffoldOptions out = options;
-  if (out.max_steps() <= 0) out.set_max_steps(8);
-  if (out.max_time_s() <= 0) out.set_max_time_s(300);
-  if (out.tool_timeout_s() <= 0) out.set_tool_timeout_s(30);
-  return out;
-}
 
 v1::Trajectory RunScaffold(const Sandbox& sandbox, const v1::RunEpisode& episode,
                            const GenerateFn& generate, const ToolObserver& on_tool) {

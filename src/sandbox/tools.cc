@@ -11,41 +11,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kSchemas[] = R"([
-{"type": "function", "function": {
-  "name": "bash",
-  "description": "Run a bash command in /workspace and return its exit code, stdout and stderr.",
-  "parameters": {"type": "object", "properties": {
-    "command": {"type": "string", "description": "The command."},
-    "timeout_s": {"type": "number", "description": "Wall-clock limit in seconds."}
-  }, "required": ["command"]}}},
-{"type": "function", "function": {
-  "name": "python",
-  "description": "Run a Python 3 program and return its output.",
-  "parameters": {"type": "object", "properties": {
-    "code": {"type": "string", "description": "The program."}
-  }, "required": ["code"]}}},
-{"type": "function", "function": {
-  "name": "read_file",
-  "description": "Return the content of a file.",
-  "parameters": {"type": "object", "properties": {
-    "path": {"type": "string", "description": "Path, relative to /workspace or absolute."}
-  }, "required": ["path"]}}},
-{"type": "function", "function": {
-  "name": "write_file",
-  "description": "Create or overwrite a file.",
-  "parameters": {"type": "object", "properties": {
-    "path": {"type": "string", "description": "Path, relative to /workspace or absolute."},
-    "content": {"type": "string", "description": "The new content."}
-  }, "required": ["path", "content"]}}},
-{"type": "function", "function": {
-  "name": "submit",
-  "description": "Submit the final answer and end the episode.",
-  "parameters": {"type": "object", "properties": {
-    "answer": {"type": "string", "description": "The answer."}
-  }, "required": ["answer"]}}}
-])";
-
 v1::ToolResult NotRun(const v1::ToolCall& call, std::string error) {
   v1::ToolResult result;
   result.set_call_id(call.id());
@@ -66,11 +31,6 @@ absl::StatusOr<std::string> StringArg(const json& args, const v1::ToolCall& call
 }
 
 }  // namespace
-
-const std::string& ToolSchemasJson() {
-  static const std::string schemas = nlohmann::ordered_json::parse(kSchemas).dump();
-  return schemas;
-}
 
 absl::StatusOr<ToolInvocation> ParseToolCall(const v1::ToolCall& call, double max_timeout_s) {
   json args = json::parse(call.arguments_json().empty() ? "{}" : call.arguments_json(), nullptr,
@@ -144,23 +104,6 @@ v1::ToolResult ToolResultOf(const v1::ToolCall& call, const absl::StatusOr<Proce
   result.set_limit(run->limit);
   result.set_duration_ms(run->duration_ms);
   return result;
-}
-
-std::string RenderToolResult(const v1::ToolResult& result) {
-  if (!result.error().empty()) return absl::StrCat("error: ", result.error());
-  std::string text = result.stdout();
-  if (!result.stderr().empty()) absl::StrAppend(&text, "\n[stderr]\n", result.stderr());
-  if (result.timed_out()) absl::StrAppend(&text, "\n[timed out]");
-  if (result.exit_code() != 0) absl::StrAppend(&text, "\n[exit code ", result.exit_code(), "]");
-  return text;
-}
-
-std::string SubmittedAnswer(const v1::ToolCall& call) {
-  json args = json::parse(call.arguments_json(), nullptr, false);
-  if (!args.is_object()) return "";
-  auto it = args.find("answer");
-  if (it == args.end()) return "";
-  return it->is_string() ? it->get<std::string>() : it->dump();
 }
 
 }  // namespace loom::sandbox

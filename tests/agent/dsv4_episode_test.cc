@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "loom/agent/chat_bridge.h"
 #include "loom/chat/encoder.h"
-#include "loom/rpc/chat_bridge.h"
 #include "loom/rpc/worker_pool.h"
 #include "sandbox/worker_fixture.h"
 
@@ -31,17 +31,17 @@ class Dsv4ScriptedPolicy {
 
   absl::StatusOr<v1::GenerateReply> operator()(const v1::GenerateRequest& request) {
     for (const v1::Message& m : request.append()) {
-      absl::StatusOr<chat::Message> message = rpc::ToChatMessage(m);
+      absl::StatusOr<chat::Message> message = agent::ToChatMessage(m);
       if (!message.ok()) return message.status();
       conversation_.push_back(*message);
     }
     absl::StatusOr<std::string> prompt = chat::EncodePrompt(conversation_, chat::EncodeOptions());
     if (!prompt.ok()) return prompt.status();
     prompts_.push_back(*prompt);
-    v1::GenerateReply reply = rpc::ReplyFromCompletion(
+    v1::GenerateReply reply = agent::ReplyFromCompletion(
         completions_.at(request.turn()), chat::ThinkingMode::kThinking, request.turn());
     if (reply.has_assistant()) {
-      absl::StatusOr<chat::Message> assistant = rpc::ToChatMessage(reply.assistant());
+      absl::StatusOr<chat::Message> assistant = agent::ToChatMessage(reply.assistant());
       if (!assistant.ok()) return assistant.status();
       conversation_.push_back(*assistant);
     }
@@ -91,27 +91,27 @@ TEST(Dsv4EpisodeTest, ToolCallsAndFormatErrorsRoundTrip) {
 TEST(ChatBridgeTest, MalformedInputsAreErrorsNotCrashes) {
   v1::Message bad_role;
   bad_role.set_role("narrator");
-  EXPECT_FALSE(rpc::ToChatMessage(bad_role).ok());
+  EXPECT_FALSE(agent::ToChatMessage(bad_role).ok());
   v1::Message bad_tools;
   bad_tools.set_role("system");
   bad_tools.set_tools_json("{not json");
-  EXPECT_FALSE(rpc::ToChatMessage(bad_tools).ok());
+  EXPECT_FALSE(agent::ToChatMessage(bad_tools).ok());
   for (const char* text : {"", "no think close", "</think>", "x</think>y<｜DSML｜tool_calls>"}) {
-    v1::GenerateReply reply = rpc::ReplyFromCompletion(text, chat::ThinkingMode::kThinking, 0);
+    v1::GenerateReply reply = agent::ReplyFromCompletion(text, chat::ThinkingMode::kThinking, 0);
     EXPECT_EQ(reply.result_case(), v1::GenerateReply::kParseError) << text;
   }
   // A parse error quotes the completion, cut between characters: the reply
   // still crosses the wire (protobuf strings must be UTF-8).
   const std::string cut_in_a_character = "hm</think>42" + kEos + std::string(59, 'a') + "ééé";
   v1::GenerateReply quoted =
-      rpc::ReplyFromCompletion(cut_in_a_character, chat::ThinkingMode::kThinking, 0);
+      agent::ReplyFromCompletion(cut_in_a_character, chat::ThinkingMode::kThinking, 0);
   ASSERT_EQ(quoted.result_case(), v1::GenerateReply::kParseError);
   EXPECT_NE(quoted.parse_error().find(std::string(59, 'a') + "...'"), std::string::npos)
       << quoted.parse_error();
   v1::GenerateReply received;
   EXPECT_TRUE(received.ParseFromString(quoted.SerializeAsString()));
   v1::GenerateReply ok =
-      rpc::ReplyFromCompletion("hm</think>42" + kEos, chat::ThinkingMode::kThinking, 3);
+      agent::ReplyFromCompletion("hm</think>42" + kEos, chat::ThinkingMode::kThinking, 3);
   ASSERT_TRUE(ok.has_assistant());
   EXPECT_EQ(ok.assistant().content(), "42");
   EXPECT_EQ(ok.turn(), 3);

@@ -15,9 +15,9 @@
 #include <functional>
 
 #include "absl/strings/escaping.h"
+#include "loom/agent/chat_bridge.h"
 #include "loom/agent/demonstration.h"
 #include "loom/chat/encoder.h"
-#include "loom/rpc/chat_bridge.h"
 #include "loom/tasks/agent_tasks.h"
 #include "loom/tokenizer/dsv4_tokens.h"
 #include "loom/tokenizer/tiny.h"
@@ -178,7 +178,7 @@ TEST_F(AgentEpisodesTest, ToolCallsFormatErrorsAndSubmitRoundTrip) {
   // assistant with the tool call, tool result).
   ASSERT_GE(t.messages_size(), 4);
   std::vector<chat::Message> conversation;
-  for (int i = 0; i < 4; ++i) conversation.push_back(*rpc::ToChatMessage(t.messages(i)));
+  for (int i = 0; i < 4; ++i) conversation.push_back(*agent::ToChatMessage(t.messages(i)));
   chat::EncodeOptions options;
   options.reasoning_effort = {chat::ReasoningEffort::Kind::kNumeric, 50};
   auto expected = chat::EncodeIds(conversation, options, *tok_);

@@ -16,6 +16,7 @@
 #include "loom/sandbox/scaffold.h"
 #include "loom/sandbox/tools.h"
 #include "loom/sandbox/verify.h"
+#include "loom/tasks/conversation.h"
 #include "loom/tasks/regex.h"
 #include "loom/v1/sandbox.pb.h"
 
@@ -29,12 +30,12 @@ void CheckCall(const loom::v1::ToolCall& call) {
     if (!(run->timeout_s > 0 && run->timeout_s <= kMaxTimeoutS)) std::abort();
     if (call.name() != "submit" && run->command.empty()) std::abort();
   }
-  loom::sandbox::SubmittedAnswer(call);
+  loom::tasks::SubmittedAnswer(call);
   loom::v1::ToolResult result;
   result.set_name(call.name());
   result.set_stdout(call.arguments_json());
   result.set_error(run.ok() ? "" : std::string(run.status().message()));
-  loom::sandbox::RenderToolResult(result);
+  loom::tasks::RenderToolResult(result);
 }
 
 }  // namespace
@@ -58,7 +59,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case loom::v1::ClientMessage::kRunEpisode: {
       const loom::v1::Task& task = message.run_episode().task();
-      loom::sandbox::WithDefaults(message.run_episode().options());
+      loom::tasks::WithDefaults(message.run_episode().options());
       loom::sandbox::CheckFiles(config, task.environment().files()).IgnoreError();
       loom::sandbox::CheckFiles(config, task.verification().files()).IgnoreError();
       if (loom::sandbox::ValidateVerification(task.verification()).ok() &&

@@ -13,6 +13,7 @@
 
 #include "loom/sandbox/tools.h"
 #include "loom/sandbox/verify.h"
+#include "loom/tasks/conversation.h"
 #include "sandbox_fixture.h"
 
 namespace loom::sandbox {
@@ -213,7 +214,7 @@ TEST_F(ContainmentTest, MalformedToolCallsAreReportedNotRun) {
     v1::ToolResult result = ExecuteTool(box, Call(name, args), 20);
     EXPECT_EQ(result.exit_code(), -1) << name << " " << args;
     EXPECT_FALSE(result.error().empty());
-    EXPECT_EQ(RenderToolResult(result).rfind("error: ", 0), 0u);
+    EXPECT_EQ(tasks::RenderToolResult(result).rfind("error: ", 0), 0u);
   }
 }
 

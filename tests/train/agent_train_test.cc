@@ -23,10 +23,10 @@
 #include <thread>
 
 #include "absl/strings/escaping.h"
+#include "loom/agent/chat_bridge.h"
 #include "loom/chat/encoder.h"
 #include "loom/metrics/metrics_writer.h"
 #include "loom/model/safetensors.h"
-#include "loom/rpc/chat_bridge.h"
 #include "loom/rpc/local_workers.h"
 #include "loom/rpc/worker_pool.h"
 #include "loom/tokenizer/tiny.h"
@@ -216,8 +216,8 @@ TEST_F(AgentTrainTest, GrpoStepsRunMultiTurnEpisodesOnRealWorkers) {
     }
     int parsed = 0, failed = 0;
     for (int turn = 0; turn < turns; ++turn) {
-      v1::GenerateReply reply =
-          rpc::ReplyFromCompletion(Text(runs.generated[turn]), chat::ThinkingMode::kThinking, turn);
+      v1::GenerateReply reply = agent::ReplyFromCompletion(Text(runs.generated[turn]),
+                                                           chat::ThinkingMode::kThinking, turn);
       if (reply.has_assistant()) {
         ASSERT_LT(parsed, static_cast<int>(assistants.size()));
         EXPECT_EQ(assistants[parsed++]["content"], reply.assistant().content());
@@ -230,7 +230,7 @@ TEST_F(AgentTrainTest, GrpoStepsRunMultiTurnEpisodesOnRealWorkers) {
     // After the last assistant message: its tool results, then one format
     // error per failed turn. Only what the last turn led to is unseen.
     const bool last_failed =
-        !rpc::ReplyFromCompletion(Text(runs.generated.back()), chat::ThinkingMode::kThinking, 0)
+        !agent::ReplyFromCompletion(Text(runs.generated.back()), chat::ThinkingMode::kThinking, 0)
              .has_assistant();
     if (last_failed) {
       unseen.pop_back();

@@ -13,7 +13,7 @@
 #include "loom/chat/message.h"
 #include "loom/v1/sandbox.pb.h"
 
-namespace loom::rpc {
+namespace loom::agent {
 
 // INVALID_ARGUMENT for an unknown role or a `tools_json` that is not JSON.
 absl::StatusOr<chat::Message> ToChatMessage(const v1::Message& message);
@@ -23,4 +23,4 @@ absl::StatusOr<chat::Message> ToChatMessage(const v1::Message& message);
 v1::GenerateReply ReplyFromCompletion(std::string_view completion, chat::ThinkingMode mode,
                                       int turn);
 
-}  // namespace loom::rpc
+}  // namespace loom::agent

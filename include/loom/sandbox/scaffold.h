@@ -11,6 +11,9 @@
 // its own, with the time it had spent, and asks again for the turn it was
 // waiting on.
 //
+// The messages it sends are loom/tasks/conversation.h's, which the trainer
+// side rebuilds for demonstrations.
+//
 // Tokens never appear here: the policy (the trainer) owns the token
 // sequence and receives, with each request, the messages to append.
 
@@ -29,19 +32,6 @@ namespace loom::sandbox {
 // duration_ms the time spent), for a snapshot.
 using GenerateFn = std::function<absl::StatusOr<v1::GenerateReply>(
     const v1::GenerateRequest& request, const v1::Trajectory& so_far)>;
-
-// The system prompt used when the task's options give none.
-const char* DefaultSystemPrompt();
-
-// The messages an episode of `task` opens with: the system prompt (with the
-// tool schemas unless `options` hide them) and the problem as the user turn.
-std::vector<v1::Message> OpeningMessages(const v1::Task& task, const v1::ScaffoldOptions& options);
-
-// The tool message that answers `call` with `result`.
-v1::Message ToolMessage(const v1::ToolCall& call, const v1::ToolResult& result);
-
-// Fills defaults (max_steps 8, max_time_s 300, tool_timeout_s 30).
-v1::ScaffoldOptions WithDefaults(const v1::ScaffoldOptions& options);
 
 // Called after every tool call the scaffold runs (the worker's load statistics).
 using ToolObserver = std::function<void(const v1::ToolResult&)>;

@@ -3,6 +3,8 @@
 // python(code), read_file(path), write_file(path, content), submit(answer).
 // Every one runs inside the sandbox (paths are the sandbox's, /workspace
 // relative), so a tool can never touch the worker's files.
+// Their schemas, as the model sees them, are tasks::ToolSchemasJson()
+// (loom/tasks/conversation.h), which the trainer side reads too.
 
 #include <string>
 #include <string_view>
@@ -12,10 +14,6 @@
 #include "loom/v1/sandbox.pb.h"
 
 namespace loom::sandbox {
-
-// The OpenAI tool list (JSON array) the scaffold puts on its system message;
-// the trainer's chat module renders it into the prompt.
-const std::string& ToolSchemasJson();
 
 // What a tool call runs in the sandbox: a bash command with its arguments
 // ($1..) and stdin, and its timeout (the call's own, capped by
@@ -44,11 +42,5 @@ v1::ToolResult ExecuteTool(const Sandbox& sandbox, const v1::ToolCall& call, dou
 // The result of `call` as the command `run` ended; a command that could not
 // start gives exit_code -1 and `error`. ExecuteTool's results are made so.
 v1::ToolResult ToolResultOf(const v1::ToolCall& call, const absl::StatusOr<ProcessResult>& run);
-
-// The text of the tool message the model sees for `result`.
-std::string RenderToolResult(const v1::ToolResult& result);
-
-// The submitted answer of a submit call ("" if the arguments are unusable).
-std::string SubmittedAnswer(const v1::ToolCall& call);
 
 }  // namespace loom::sandbox
