@@ -1,4 +1,4 @@
-#include "loom/train/async_stage.h"
+#include "train/async_stage.h"
 
 #include <unistd.h>
 
@@ -14,9 +14,9 @@
 #include "loom/train/evaluator.h"
 #include "loom/train/live_config.h"
 #include "loom/train/preemption.h"
-#include "loom/train/stage_checkpoint.h"
 #include "loom/v1/sandbox.pb.h"
 #include "train/agent_stage.h"
+#include "train/stage_checkpoint.h"
 
 namespace loom::train {
 namespace {

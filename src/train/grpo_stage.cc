@@ -1,12 +1,12 @@
-#include "loom/train/grpo_stage.h"
+#include "train/grpo_stage.h"
 
 #include <algorithm>
 
 #include <spdlog/spdlog.h>
 
 #include "loom/algo/length_reward.h"
-#include "loom/train/async_stage.h"
 #include "loom/train/grpo_step.h"
+#include "train/async_stage.h"
 
 namespace loom::train {
 namespace {

@@ -12,8 +12,8 @@
 #include "loom/rollout/sampling.h"
 #include "loom/train/batching.h"
 #include "loom/train/encoding.h"
-#include "loom/train/grpo_stage.h"
 #include "loom/v1/sandbox.pb.h"
+#include "train/grpo_stage.h"
 #include "train/trainer_util.h"
 
 namespace loom::train {

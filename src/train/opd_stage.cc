@@ -1,4 +1,4 @@
-#include "loom/train/opd_stage.h"
+#include "train/opd_stage.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -12,12 +12,12 @@
 #include <spdlog/spdlog.h>
 
 #include "loom/config/check.h"
-#include "loom/train/async_stage.h"
 #include "loom/train/checkpointer.h"
 #include "loom/train/evaluator.h"
 #include "loom/train/live_config.h"
 #include "loom/train/opd_step.h"
 #include "loom/train/preemption.h"
+#include "train/async_stage.h"
 
 namespace loom::train {
 namespace {

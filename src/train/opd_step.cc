@@ -12,7 +12,7 @@
 #include "loom/model/distill.h"
 #include "loom/train/batching.h"
 #include "loom/train/grpo_step.h"
-#include "loom/train/opd_stage.h"
+#include "train/opd_stage.h"
 #include "train/trainer_util.h"
 
 namespace loom::train {

@@ -14,11 +14,11 @@
 #include "loom/train/checkpointer.h"
 #include "loom/train/context.h"
 #include "loom/train/control.h"
-#include "loom/train/grpo_stage.h"
 #include "loom/train/live_config.h"
-#include "loom/train/opd_stage.h"
-#include "loom/train/sft_stage.h"
-#include "loom/train/stages.h"
+#include "train/grpo_stage.h"
+#include "train/opd_stage.h"
+#include "train/sft_stage.h"
+#include "train/stages.h"
 
 namespace loom::train {
 namespace fs = std::filesystem;

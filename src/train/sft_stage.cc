@@ -1,4 +1,4 @@
-#include "loom/train/sft_stage.h"
+#include "train/sft_stage.h"
 
 #include <unistd.h>
 
@@ -17,8 +17,8 @@
 #include "loom/train/encoding.h"
 #include "loom/train/evaluator.h"
 #include "loom/train/live_config.h"
-#include "loom/train/stage_checkpoint.h"
 #include "loom/train/stage_optimizer.h"
+#include "train/stage_checkpoint.h"
 
 namespace loom::train {
 namespace {

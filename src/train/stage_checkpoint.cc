@@ -1,4 +1,4 @@
-#include "loom/train/stage_checkpoint.h"
+#include "train/stage_checkpoint.h"
 
 #include <spdlog/spdlog.h>
 
@@ -9,9 +9,9 @@
 #include "loom/config/check.h"
 #include "loom/train/checkpointer.h"
 #include "loom/train/live_config.h"
-#include "loom/train/sft_stage.h"
 #include "loom/v1/sandbox.pb.h"
 #include "train/agent_stage.h"
+#include "train/sft_stage.h"
 
 namespace loom::train {
 namespace {
@@ -41,9 +41,16 @@ absl::StatusOr<TrainState> CaptureAsync(const TrainContext& context, AsyncStageS
   if (loop.agents() != nullptr) loop.agents()->TakeSnapshots();
   std::set<uint64_t> attachable;  // episodes a resumed run attaches to again
   for (const auto& [id, entry] : loop.table().entries()) {
-    SampleRecord record{id,           entry.dataset,        entry.problem_index, entry.subgroup_id,
-                        entry.effort, entry.config_version, entry.teacher,       entry.agent,
-                        nullptr,      nullptr};
+    SampleRecord record{id,
+                        entry.dataset,
+                        entry.problem_index,
+                        entry.subgroup_id,
+                        entry.effort,
+                        entry.config_version,
+                        entry.teacher,
+                        entry.agent,
+                        nullptr,
+                        nullptr};
     if (entry.trajectory != nullptr) record.trajectory = TrajectoryJson(*entry.trajectory);
     // A running episode's sandbox is on a worker. On a leased session its
     // record is kept (and, once it has turns, its sample) and a resumed run

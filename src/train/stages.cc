@@ -1,8 +1,8 @@
-#include "loom/train/stages.h"
+#include "train/stages.h"
 
-#include "loom/train/grpo_stage.h"
-#include "loom/train/opd_stage.h"
-#include "loom/train/sft_stage.h"
+#include "train/grpo_stage.h"
+#include "train/opd_stage.h"
+#include "train/sft_stage.h"
 
 namespace loom::train {
 namespace {

@@ -9,8 +9,12 @@
 // added in, which the engine's admission and batch order follow — so the run
 // continues exactly as if nothing happened, and a resumed run makes the same
 // decisions (given a KV pool that is not under pressure at the boundary).
-// A sandbox episode still running is not exported: its sandbox lives on a
-// worker, so a resumed run starts it again (same sample id and seed).
+// A sandbox episode still running keeps its sandbox on a worker: the
+// checkpoint holds its record (the episode so far, its session and lease,
+// and a snapshot of its workspace where one was taken), and a resumed run
+// attaches to it again while the worker still holds it, else goes on from
+// the snapshot on any worker, else starts it again (same sample id and seed;
+// docs/operations.md, "Resume").
 
 #include <cstdint>
 #include <functional>
