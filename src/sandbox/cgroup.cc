@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -149,12 +148,13 @@ std::vector<std::string> Subdirectories(const std::string& dir) {
   return names;
 }
 
-// The limit files of one group: `controller`'s under v1, all under v2.
-bool WriteLimits(const std::string& dir, int version, absl::string_view controller,
+// The limit files of one group, for the `controllers` it has (v1: its one;
+// v2: those enabled; a cap whose controller is missing is not set).
+bool WriteLimits(const std::string& dir, int version, const std::vector<std::string>& controllers,
                  const CgroupLimits& limits) {
   const bool v2 = version == 2;
   bool ok = true;
-  if ((v2 || controller == "memory") && limits.memory_bytes > 0) {
+  if (Has(controllers, "memory") && limits.memory_bytes > 0) {
     const std::string bytes = std::to_string(limits.memory_bytes);
     if (v2) {
       ok = WriteValue(dir + "/memory.max", bytes);
@@ -169,10 +169,10 @@ bool WriteLimits(const std::string& dir, int version, absl::string_view controll
       WriteValue(dir + "/memory.kmem.tcp.limit_in_bytes", bytes);
     }
   }
-  if ((v2 || controller == "pids") && limits.tasks > 0) {
+  if (Has(controllers, "pids") && limits.tasks > 0) {
     ok = ok && WriteValue(dir + "/pids.max", std::to_string(limits.tasks));
   }
-  if ((v2 || controller == "cpu") && limits.cpus > 0) {
+  if (Has(controllers, "cpu") && limits.cpus > 0) {
     const int64_t quota =
         std::max<int64_t>(1000, std::llround(limits.cpus * static_cast<double>(kCpuPeriodUs)));
     ok = ok && (v2 ? WriteValue(dir + "/cpu.max", absl::StrCat(quota, " ", kCpuPeriodUs))
@@ -264,10 +264,11 @@ absl::StatusOr<std::unique_ptr<Cgroup>> Cgroup::CreateIn(const CgroupLayout& lay
     }
     group->dirs_.push_back(dir);
     // v1: the directory's one controller; v2: all of them, in one directory.
-    const std::string controller = layout.version == 1 ? layout.controllers[i] : "";
-    if (layout.version == 2 || controller == "memory") group->memory_dir_ = dir;
+    const std::vector<std::string> controllers =
+        layout.version == 1 ? std::vector<std::string>{layout.controllers[i]} : layout.controllers;
+    if (Has(controllers, "memory")) group->memory_dir_ = dir;
     const int fd = open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
-    if (!WriteLimits(dir, layout.version, controller, limits) || fd < 0) {
+    if (!WriteLimits(dir, layout.version, controllers, limits) || fd < 0) {
       if (fd >= 0) close(fd);
       return absl::InternalError(
           absl::StrCat("cannot set the limits of ", dir, ": ", std::strerror(errno)));

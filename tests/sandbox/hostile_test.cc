@@ -581,10 +581,18 @@ TEST_F(KernelLimitTest, ACgroupV2GroupIsJoinedKilledAndRemoved) {
     EXPECT_EQ(Slurp((*group)->dirs()[0] + "/pids.max"), "64\n");
   }
 
-  auto group = Cgroup::CreateIn(*bare, "bare", CgroupLimits());
+  // Caps whose controllers the layout lacks (here all of them) are not set,
+  // and do not stop the group: Status.limits names the controllers there are.
+  CgroupLimits caps;
+  caps.memory_bytes = 256 << 20;
+  caps.tasks = 64;
+  caps.cpus = 1;
+  auto group = Cgroup::CreateIn(*bare, "bare", caps);
   ASSERT_TRUE(group.ok()) << group.status();
   ASSERT_EQ((*group)->join_fds().size(), 1u);
   const std::string dir = (*group)->dirs()[0];
+  EXPECT_FALSE(fs::exists(dir + "/memory.max"));
+  EXPECT_FALSE(fs::exists(dir + "/cpu.max"));
   const pid_t child = fork();
   if (child == 0) {
     if (write((*group)->join_fds()[0], "0", 1) != 1) _exit(3);
