@@ -45,6 +45,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "loom/agent/conversation.h"
+#include "loom/agent/episode_record.h"
 #include "loom/chat/encoder.h"
 #include "loom/chat/message.h"
 #include "loom/rpc/worker_pool.h"
@@ -52,39 +54,6 @@
 #include "loom/v1/sandbox.pb.h"
 
 namespace loom::agent {
-
-// The token view of one episode's conversation, kept by its client thread.
-// Appended messages are encoded as a continuation of what came before, so
-// nothing already in the engine is re-tokenised. Not thread-safe.
-class AgentConversation {
- public:
-  // `effort`: the numeric reasoning effort (1..100) in the system prompt; 0
-  // writes none.
-  AgentConversation(const tokenizer::Tokenizer& tokenizer, int effort, int64_t eos_id);
-
-  // The ids of `request.append()`: the whole prompt on the first call, then
-  // the continuation (led by EOS when the previous turn stopped at the end of
-  // a tool-call block without one), ending with the next assistant prefix.
-  absl::StatusOr<std::vector<int64_t>> Observe(const v1::GenerateRequest& request);
-
-  // The worker's reply for a generated turn. A completion that does not parse
-  // becomes `parse_error` (the worker answers with a format-error
-  // observation); it stays in the token sequence as an empty assistant turn.
-  v1::GenerateReply Reply(const std::string& completion, int turn);
-
-  // How messages are encoded: thinking mode, with the effort line.
-  const chat::EncodeOptions& options() const { return options_; }
-  // The conversation so far, as encoded (an unparsable turn as an empty
-  // assistant message).
-  const std::vector<chat::Message>& messages() const { return messages_; }
-
- private:
-  const tokenizer::Tokenizer& tokenizer_;
-  chat::EncodeOptions options_;
-  int64_t eos_id_;
-  std::vector<chat::Message> messages_;
-  bool needs_eos_ = false;  // the last turn ended without EOS
-};
 
 // Something a client thread posted for the run loop.
 struct AgentEvent {
@@ -100,37 +69,6 @@ struct AgentEvent {
   v1::GenerateRequest request;  // kPrompt, kAppend: the request `tokens` encode
   v1::Trajectory trajectory;    // kDone, kLost
 };
-
-// Where an episode runs: the worker (as the pool names it) and its session.
-struct EpisodePlace {
-  std::string target;
-  std::string session_id;
-};
-
-// What the run loop has seen of one episode, for a checkpoint: where it
-// runs, and each turn's request (whose tokens went into the sample) with the
-// completion handed back for it, or whether the sample was cut there. No
-// turns: the worker's first request has not reached the engine. A snapshot,
-// when one was taken, is of the episode waiting on the last turn or, when
-// that turn was answered, on the next; or, without `pending`, the episode's
-// final trajectory (it ended as the checkpoint was taken).
-struct EpisodeRecord {
-  struct Turn {
-    v1::GenerateRequest request;
-    std::optional<std::string> completion;
-    bool cut = false;
-  };
-  EpisodePlace place;
-  std::vector<Turn> turns;
-  std::optional<v1::EpisodeSnapshot> snapshot;
-};
-
-// An EpisodeRecord as a checkpoint holds it (requests in the protobuf JSON
-// mapping, a snapshot as base64 of its protobuf bytes), and back, with a
-// DATA_LOSS status led by `what` when malformed.
-nlohmann::json EpisodeRecordJson(const EpisodeRecord& record);
-absl::StatusOr<EpisodeRecord> EpisodeRecordFromJson(const nlohmann::json& json,
-                                                    const std::string& what);
 
 struct AgentOptions {
   v1::ScaffoldOptions scaffold;
