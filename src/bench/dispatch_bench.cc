@@ -22,10 +22,12 @@ using train::Batch;
 using train::BatchTrainer;
 using train::InflightObservations;
 using train::LoopHooks;
+using train::PromptSource;
 using train::SampleEntry;
 using train::ShiftedBatch;
 using train::StageOptimizer;
 using train::TeacherForcing;
+using train::TrainedStep;
 using train::TrainingSample;
 
 double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
@@ -35,39 +37,33 @@ double Uniform(uint64_t seed, uint64_t id, uint64_t stream) {
   return UnitInterval(Mix64(Mix64(seed ^ stream) ^ id));
 }
 
-// Random prompts whose responses have heavy-tailed lengths; every sample is
-// recorded in the loop's table and added to its engine.
-class LongTailPort : public dispatch::RolloutPort {
+// Random prompts whose responses have heavy-tailed lengths.
+class LongTailPrompts : public PromptSource {
  public:
-  LongTailPort(AsyncLoop& loop, const DispatchBenchOptions& options, int64_t vocab)
-      : loop_(loop), options_(options), vocab_(vocab) {}
+  LongTailPrompts(const DispatchBenchOptions& options, int64_t vocab)
+      : options_(options), vocab_(vocab) {}
 
-  int64_t PolicyVersion() const override { return loop_.engine().policy_version(); }
-
-  void Admit(const dispatch::PromptGroup& group) override {
-    std::vector<int64_t> prompt(16);
-    for (size_t i = 0; i < prompt.size(); ++i) {
-      prompt[i] = static_cast<int64_t>(Uniform(options_.seed, group.prompt_id, i + 100) * vocab_);
+  Prompt Open(const dispatch::PromptGroup& group, const dispatch::Subgroup& subgroup,
+              const dispatch::SampleTicket& ticket) override {
+    Prompt prompt;
+    prompt.entry.effort = subgroup.effort;
+    rollout::SampleRequest request;
+    request.prompt.resize(16);
+    for (size_t i = 0; i < request.prompt.size(); ++i) {
+      request.prompt[i] =
+          static_cast<int64_t>(Uniform(options_.seed, group.prompt_id, i + 100) * vocab_);
     }
-    for (const auto& subgroup : group.subgroups) {
-      for (const auto& ticket : subgroup.samples) {
-        SampleEntry entry;
-        entry.id = ticket.sample_id;
-        entry.subgroup_id = subgroup.id;
-        entry.effort = subgroup.effort;
-        loop_.table().Admit(std::move(entry));
-        rollout::SampleRequest request;
-        request.id = ticket.sample_id;
-        request.prompt = prompt;
-        request.sampling.temperature = 1.0;
-        request.stop.max_new_tokens = Length(ticket.sample_id);
-        if (absl::Status s = loop_.engine().Add(request); !s.ok()) {
-          loop_.table().Fail(ticket.sample_id, s);
-        }
-      }
-    }
+    request.sampling.temperature = 1.0;
+    request.stop.max_new_tokens = Length(ticket.sample_id);
+    prompt.request = std::move(request);
+    return prompt;
   }
 
+  absl::StatusOr<rollout::SampleRequest> Reopen(SampleEntry&) override {
+    return absl::UnimplementedError("the dispatch bench does not resume");
+  }
+
+ private:
   // Pareto(min_length, alpha), capped at max_length.
   int64_t Length(uint64_t sample_id) const {
     const double u = std::max(1e-12, 1.0 - Uniform(options_.seed, sample_id, 7));
@@ -76,8 +72,6 @@ class LongTailPort : public dispatch::RolloutPort {
     return std::min<int64_t>(options_.max_length, static_cast<int64_t>(x));
   }
 
- private:
-  AsyncLoop& loop_;
   const DispatchBenchOptions& options_;
   int64_t vocab_;
 };
@@ -87,11 +81,10 @@ class LongTailPort : public dispatch::RolloutPort {
 // constant learning rate, no clipping.
 class LikelihoodTrainer : public BatchTrainer {
  public:
-  LikelihoodTrainer(model::Transformer& model, const config::OptimizerFields& fields,
-                    int64_t& policy_version)
-      : model_(model), optimizer_(model, fields), policy_version_(policy_version) {}
+  LikelihoodTrainer(model::Transformer& model, const config::OptimizerFields& fields)
+      : model_(model), optimizer_(model, fields) {}
 
-  absl::StatusOr<nlohmann::json> Train(const Batch& batch) override {
+  absl::StatusOr<TrainedStep> Train(const Batch& batch) override {
     const double start = Seconds();
     std::vector<const std::vector<int64_t>*> tokens;
     std::vector<const std::vector<uint8_t>*> masks;
@@ -107,13 +100,14 @@ class LikelihoodTrainer : public BatchTrainer {
     if (auto applied = optimizer_.Step(batch.step, policy_version_); !applied.ok()) {
       return applied.status();
     }
-    return nlohmann::json{{"samples", batch.samples.size()}, {"train_seconds", Seconds() - start}};
+    return TrainedStep{{{"samples", batch.samples.size()}, {"train_seconds", Seconds() - start}},
+                       policy_version_};
   }
 
  private:
   model::Transformer& model_;
   StageOptimizer optimizer_;
-  int64_t& policy_version_;
+  int64_t policy_version_ = 0;
 };
 
 absl::StatusOr<nlohmann::json> RunMode(const std::string& mode, const DispatchBenchOptions& options,
@@ -134,7 +128,7 @@ absl::StatusOr<nlohmann::json> RunMode(const std::string& mode, const DispatchBe
   dispatch.seed = options.seed;
   auto loop = AsyncLoop::Create(model, loop_options);
   if (!loop.ok()) return loop.status();
-  LongTailPort port(**loop, options, model.config().vocab_size);
+  LongTailPrompts prompts(options, model.config().vocab_size);
 
   config::OptimizerFields fields;
   fields.steps = options.train_steps;
@@ -143,8 +137,8 @@ absl::StatusOr<nlohmann::json> RunMode(const std::string& mode, const DispatchBe
   fields.min_lr_ratio = 1.0;
   fields.grad_clip = 0;
   fields.beta2 = 0.999;
-  int64_t version = 0, steps = 0, trained = 0, decode_tokens = 0;
-  LikelihoodTrainer trainer(model, fields, version);
+  int64_t trained = 0, decode_tokens = 0;
+  LikelihoodTrainer trainer(model, fields);
   double train_seconds = 0;
   LoopHooks hooks;
   hooks.after_step = [&](int64_t, const nlohmann::json& record) {
@@ -154,8 +148,7 @@ absl::StatusOr<nlohmann::json> RunMode(const std::string& mode, const DispatchBe
     return absl::OkStatus();
   };
   const double start = Seconds();
-  if (absl::Status s = (*loop)->Run(port, trainer, steps, options.train_steps, version, hooks);
-      !s.ok()) {
+  if (absl::Status s = (*loop)->Run(prompts, trainer, options.train_steps, hooks); !s.ok()) {
     return s;
   }
   const double seconds = Seconds() - start;
@@ -164,7 +157,7 @@ absl::StatusOr<nlohmann::json> RunMode(const std::string& mode, const DispatchBe
   const double mean = seen.sum / n;
   const double variance = std::max(0.0, seen.sum_sq / n - mean * mean);
   return nlohmann::json{{"mode", mode},
-                        {"train_steps", steps},
+                        {"train_steps", (*loop)->step()},
                         {"samples", trained},
                         {"seconds", seconds},
                         {"samples_per_s", static_cast<double>(trained) / seconds},

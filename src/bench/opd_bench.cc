@@ -223,11 +223,11 @@ absl::StatusOr<nlohmann::json> RunOpdBench(const OpdBenchOptions& options) {
       if (round == 0) continue;
       (spread_first ? spread_s : single_s).push_back(seconds);
       if (spread_first) {
-        loads += (*record)["teacher_loads"].get<int64_t>();
-        evictions += (*record)["teacher_evictions"].get<int64_t>();
-        load_s += (*record)["teacher_load_s"].get<double>();
-        teacher_s.push_back((*record)["time_teacher_s"].get<double>());
-        student_s.push_back((*record)["time_student_s"].get<double>());
+        loads += record->record["teacher_loads"].get<int64_t>();
+        evictions += record->record["teacher_evictions"].get<int64_t>();
+        load_s += record->record["teacher_load_s"].get<double>();
+        teacher_s.push_back(record->record["time_teacher_s"].get<double>());
+        student_s.push_back(record->record["time_student_s"].get<double>());
       }
     }
   }

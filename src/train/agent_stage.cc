@@ -1,11 +1,11 @@
 #include "train/agent_stage.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include <algorithm>
 
 #include "loom/chat/special_tokens.h"
 #include "loom/config/check.h"
+#include "loom/tasks/agent_tasks.h"
+#include "loom/v1/sandbox.pb.h"
 
 namespace loom::train {
 
@@ -22,7 +22,7 @@ absl::StatusOr<std::unique_ptr<AgentStage>> AgentStage::Create(const TrainContex
   if (!log.ok()) return log.status();
   auto clients = rpc::StartSandboxClients(context.config.sandbox);
   if (!clients.ok()) return clients.status();
-  std::unique_ptr<AgentStage> stage(new AgentStage(context, *std::move(log)));
+  std::unique_ptr<AgentStage> stage(new AgentStage(context, engine, *std::move(log)));
   stage->clients_ = *std::move(clients);
   agent::AgentOptions options;
   options.scaffold = rpc::ScaffoldOptionsFrom(context.config.sandbox);
@@ -37,33 +37,90 @@ absl::StatusOr<std::unique_ptr<AgentStage>> AgentStage::Create(const TrainContex
   return stage;
 }
 
-nlohmann::json TrajectoryJson(const v1::Trajectory& trajectory) {
-  std::string text;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;  // a reward of 0 is a reward
-  LOOM_CHECK(google::protobuf::util::MessageToJsonString(trajectory, &text, options).ok(),
-             "protobuf cannot print a trajectory as JSON");
-  return nlohmann::json::parse(text);
+v1::Task AgentStage::Task(const SampleEntry& entry) const {
+  const config::DatasetSection& spec = context_.config.tasks.datasets[entry.dataset];
+  return tasks::BuiltinTask(spec.kind, entry.problem->task_seed);
 }
 
-absl::StatusOr<v1::Trajectory> TrajectoryFromJson(const nlohmann::json& json,
-                                                  const std::string& what) {
-  v1::Trajectory trajectory;
-  const auto parsed = google::protobuf::util::JsonStringToMessage(json.dump(), &trajectory);
-  if (!parsed.ok()) return absl::DataLossError(what + ": " + parsed.ToString());
-  return trajectory;
+void AgentStage::Start(const SampleEntry& entry, rollout::SampleRequest request) {
+  rollout_->Start(std::move(request), Task(entry),
+                  context_.config.effort.PromptEffort(entry.effort));
 }
 
-absl::Status AgentStage::Log(const rollout::SampleState& state, const SampleEntry& info) {
-  return log_.Write({{"sample", state.id},
-                     {"dataset", context_.datasets[info.dataset]->name()},
-                     {"effort", info.effort},
-                     {"version", context_.policy_version},
-                     {"prompt_length", state.prompt_length},
-                     {"tokens", state.tokens},
-                     {"loss_mask", state.loss_mask},
-                     {"trajectory", TrajectoryJson(*info.trajectory)}});
+absl::StatusOr<bool> AgentStage::Resume(const SampleEntry& entry, rollout::SampleRequest request,
+                                        const nlohmann::json& json) {
+  if (json.is_null()) {
+    Start(entry, std::move(request));
+    return false;
+  }
+  const std::string sample = "checkpoint state.json: sample " + std::to_string(entry.id);
+  auto record = agent::EpisodeRecordFromJson(json, sample + ": episode");
+  if (!record.ok()) return record.status();
+  const bool attaches = !record->turns.empty();
+  if (attaches && engine_.Find(entry.id) == nullptr) {
+    return absl::DataLossError(sample + " has an episode record but no tokens");
+  }
+  // Without turns the record's session is released and the episode starts again.
+  rollout_->Resume(std::move(request), Task(entry),
+                   context_.config.effort.PromptEffort(entry.effort), *std::move(record));
+  return attaches;
+}
+
+absl::StatusOr<std::vector<SampleEnvironment::Ended>> AgentStage::Pump(double wait_s,
+                                                                       const SampleTable& table) {
+  std::vector<Ended> ended;
+  for (agent::AgentResult& result : rollout_->Pump(wait_s)) {
+    const SampleEntry* entry = table.Find(result.state.id);
+    LOOM_CHECK(entry != nullptr, "agent sample " << result.state.id << " is not in the table");
+    auto trajectory = std::make_shared<const v1::Trajectory>(std::move(result.trajectory));
+    if (absl::Status s = log_.Write({{"sample", result.state.id},
+                                     {"dataset", context_.datasets[entry->dataset]->name()},
+                                     {"effort", entry->effort},
+                                     {"version", context_.policy_version},
+                                     {"prompt_length", result.state.prompt_length},
+                                     {"tokens", result.state.tokens},
+                                     {"loss_mask", result.state.loss_mask},
+                                     {"trajectory", agent::TrajectoryJson(*trajectory)}});
+        !s.ok()) {
+      return s;
+    }
+    ended.push_back({std::move(result.state), std::move(trajectory)});
+  }
+  return ended;
+}
+
+void AgentStage::BeginExport() {
+  exported_.clear();
+  const config::SandboxSection& sandbox = context_.config.sandbox;
+  if (sandbox.snapshot_mb <= 0) return;
+  const double wait_s =
+      std::min<double>(sandbox.tool_timeout_s, context_.config.ckpt.preempt_deadline_s / 3);
+  rollout_->TakeSnapshots(int64_t{sandbox.snapshot_mb} << 20, wait_s);
+}
+
+SampleEnvironment::Exported AgentStage::Export(uint64_t id) {
+  // A running episode's sandbox is on a worker. On a leased session its
+  // record is kept (and, once it has turns, its sample) and a resumed run
+  // attaches to it again; otherwise that run starts it again from its prompt.
+  Exported exported;
+  std::optional<agent::EpisodeRecord> episode = rollout_->Record(id);
+  if (!episode) return exported;
+  exported.record = agent::EpisodeRecordJson(*episode);
+  if (episode->turns.empty()) return exported;
+  exported.tokens = true;
+  exported.held = rollout_->Held(id);
+  exported_.insert(id);
+  return exported;
+}
+
+void AgentStage::AddStepFigures(const std::map<std::string, int64_t>& masked_by_cause,
+                                nlohmann::json& record) const {
+  int64_t masked = 0;
+  for (const auto& [cause, count] : masked_by_cause) masked += count;
+  record["episodes_masked"] = masked;
+  record["episodes_masked_by_cause"] = masked_by_cause;
+  record["episodes_not_reattached"] = rollout_->restarted() + rollout_->restored();
+  record["episodes_restored"] = rollout_->restored();
 }
 
 }  // namespace loom::train

@@ -1,6 +1,6 @@
 #pragma once
-// AgentStage: what the GRPO stage needs for datasets with `environment:
-// sandbox` — the sandbox clients (local workers or remote ones, and the
+// AgentStage: the sample environment of datasets with `environment:
+// sandbox` (sample_environment.h) — the sandbox clients (local workers or remote ones, and the
 // pool), the episodes' client threads, their glue to the engine, and the
 // run's trajectory log (<run dir>/trajectories.jsonl: every finished agent
 // sample with its tokens, loss mask and the worker's trajectory).
@@ -20,18 +20,12 @@
 #include "loom/rollout/engine.h"
 #include "loom/rpc/sandbox_clients.h"
 #include "loom/train/context.h"
+#include "loom/train/sample_environment.h"
 #include "loom/train/sample_table.h"
 
 namespace loom::train {
 
-// A trajectory in the protobuf JSON mapping (the .proto's field names, zeros
-// printed), as trajectories.jsonl and checkpoints hold it; and back, with a
-// DATA_LOSS status led by `what` when the JSON is not a trajectory.
-nlohmann::json TrajectoryJson(const v1::Trajectory& trajectory);
-absl::StatusOr<v1::Trajectory> TrajectoryFromJson(const nlohmann::json& json,
-                                                  const std::string& what);
-
-class AgentStage {
+class AgentStage : public SampleEnvironment {
  public:
   // Null when no dataset has `environment: sandbox`. Errors: the sandbox
   // clients could not start (FAILED_PRECONDITION without workers), the
@@ -39,38 +33,49 @@ class AgentStage {
   static absl::StatusOr<std::unique_ptr<AgentStage>> Create(const TrainContext& context,
                                                             rollout::RolloutEngine& engine);
 
-  agent::AgentRollout* rollout() { return rollout_.get(); }
+  void Start(const SampleEntry& entry, rollout::SampleRequest request) override;
+  // Ended episodes are appended to the trajectory log.
+  absl::StatusOr<std::vector<Ended>> Pump(double wait_s, const SampleTable& table) override;
+  void Stopped(const std::vector<uint64_t>& ids) override { rollout_->OnStopped(ids); }
+  bool Hold(rollout::SampleState& state) override { return rollout_->Hold(state); }
+  int64_t inflight() const override { return rollout_->inflight(); }
 
-  // The episodes a checkpoint recorded for a resumed run to attach to; the
-  // latest are kept on their workers if the stage ends preempted (Preempted),
-  // and every other running episode's session is released on exit.
-  void set_checkpointed(std::set<uint64_t> ids) { checkpointed_ = std::move(ids); }
-  void Preempted() { episodes_->KeepOnExit(checkpointed_); }
-  // For a checkpoint: snapshots of the leased episodes that go on
+  // A leased episode that has turns is exported with its record and
+  // tokens, for a resumed run to attach to; its snapshot is taken first
   // (sandbox.snapshot_mb), waited for up to sandbox.tool_timeout_s but at
   // most a third of ckpt.preempt_deadline_s, which the whole checkpoint of a
-  // preemption must meet.
-  void TakeSnapshots() {
-    const config::SandboxSection& sandbox = context_.config.sandbox;
-    if (sandbox.snapshot_mb <= 0) return;
-    const double wait_s =
-        std::min<double>(sandbox.tool_timeout_s, context_.config.ckpt.preempt_deadline_s / 3);
-    rollout_->TakeSnapshots(int64_t{sandbox.snapshot_mb} << 20, wait_s);
-  }
+  // preemption must meet. Others start again.
+  void BeginExport() override;
+  Exported Export(uint64_t id) override;
+  bool Holds(uint64_t id) const override { return rollout_->Held(id) != nullptr; }
+  absl::StatusOr<bool> Resume(const SampleEntry& entry, rollout::SampleRequest request,
+                              const nlohmann::json& record) override;
+  // The episodes the latest checkpoint exported stay on their workers; every
+  // other running episode's session is released on exit.
+  void Preempted() override { episodes_->KeepOnExit(exported_); }
 
-  // Appends a finished agent sample (its trajectory in `info`) to the log.
-  absl::Status Log(const rollout::SampleState& state, const SampleEntry& info);
+  // episodes_masked (with episodes_masked_by_cause), and since the run
+  // (re)started, resumed episodes that could not be attached again
+  // (episodes_not_reattached) and of them those that went on from their
+  // snapshots (episodes_restored).
+  void AddStepFigures(const std::map<std::string, int64_t>& masked_by_cause,
+                      nlohmann::json& record) const override;
 
  private:
-  AgentStage(const TrainContext& context, metrics::MetricsWriter log)
-      : context_(context), log_(std::move(log)) {}
+  AgentStage(const TrainContext& context, const rollout::RolloutEngine& engine,
+             metrics::MetricsWriter log)
+      : context_(context), engine_(engine), log_(std::move(log)) {}
+
+  // The worker's task for `entry` and the effort its prompt shows.
+  v1::Task Task(const SampleEntry& entry) const;
 
   const TrainContext& context_;
+  const rollout::RolloutEngine& engine_;
   rpc::SandboxClients clients_;
   std::unique_ptr<agent::AgentEpisodes> episodes_;
   std::unique_ptr<agent::AgentRollout> rollout_;
   metrics::MetricsWriter log_;
-  std::set<uint64_t> checkpointed_;
+  std::set<uint64_t> exported_;  // by the latest checkpoint, to attach to again
 };
 
 }  // namespace loom::train

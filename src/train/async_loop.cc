@@ -10,7 +10,6 @@
 #include "loom/config/check.h"
 #include "loom/metrics/progress.h"
 #include "loom/v1/sandbox.pb.h"
-#include "train/agent_stage.h"
 
 namespace loom::train {
 namespace {
@@ -36,8 +35,45 @@ absl::StatusOr<std::unique_ptr<AsyncLoop>> AsyncLoop::Create(const model::Transf
   if (!engine.ok()) return engine.status();
   auto dispatcher = dispatch::Dispatcher::Create(options.dispatch);
   if (!dispatcher.ok()) return dispatcher.status();
-  return std::unique_ptr<AsyncLoop>(new AsyncLoop(*std::move(engine), *std::move(dispatcher),
-                                                  options.offload_parked, options.group));
+  std::unique_ptr<AsyncLoop> loop(
+      new AsyncLoop(*std::move(engine), *std::move(dispatcher), options));
+  if (options.environment) {
+    auto environment = options.environment(*loop->engine_);
+    if (!environment.ok()) return environment.status();
+    loop->environment_ = *std::move(environment);
+  }
+  return loop;
+}
+
+void AsyncLoop::Admit(const dispatch::PromptGroup& group) {
+  for (const dispatch::Subgroup& subgroup : group.subgroups) {
+    for (const dispatch::SampleTicket& ticket : subgroup.samples) {
+      PromptSource::Prompt prompt = source_->Open(group, subgroup, ticket);
+      prompt.entry.id = ticket.sample_id;
+      prompt.entry.subgroup_id = subgroup.id;
+      table_.Admit(prompt.entry);
+      if (!prompt.request.ok()) {
+        table_.Fail(ticket.sample_id, prompt.request.status());
+        continue;
+      }
+      prompt.request->id = ticket.sample_id;
+      if (prompt.entry.agent) {
+        LOOM_CHECK(environment_ != nullptr, "an environment's sample in a loop without one");
+        environment_->Start(prompt.entry, *std::move(prompt.request));
+      } else if (absl::Status s = engine_->Add(*prompt.request); !s.ok()) {
+        table_.Fail(ticket.sample_id, s);
+      }
+    }
+  }
+}
+
+void AsyncLoop::SetDatasets(const std::vector<dispatch::DatasetQuota>& datasets) {
+  const absl::Status s = dispatcher_->SetDatasets(datasets);
+  LOOM_CHECK(s.ok(), "a live mix the dispatcher refuses: " << s.message());
+}
+
+void AsyncLoop::Preempted() {
+  if (environment_ != nullptr) environment_->Preempted();
 }
 
 void AsyncLoop::DropFailures() {
@@ -68,13 +104,14 @@ void AsyncLoop::Finished(uint64_t id, rollout::SampleState state) {
 absl::Status AsyncLoop::CollectEpisodes() {
   // Wait for the workers only when the engine has nothing to run.
   const bool idle = engine_->num_running() + engine_->num_waiting() == 0;
-  for (agent::AgentResult& result : agents_->rollout()->Pump(idle ? 0.05 : 0)) {
-    const uint64_t id = result.state.id;
+  auto ended = environment_->Pump(idle ? 0.05 : 0, table_);
+  if (!ended.ok()) return ended.status();
+  for (SampleEnvironment::Ended& episode : *ended) {
+    const uint64_t id = episode.state.id;
     SampleEntry* entry = table_.Find(id);
-    LOOM_CHECK(entry != nullptr, "agent sample " << id);
-    entry->trajectory = std::make_shared<const v1::Trajectory>(std::move(result.trajectory));
-    if (absl::Status s = agents_->Log(result.state, *entry); !s.ok()) return s;
-    Finished(id, std::move(result.state));
+    LOOM_CHECK(entry != nullptr, "environment sample " << id);
+    entry->trajectory = std::move(episode.trajectory);
+    Finished(id, std::move(episode.state));
   }
   return absl::OkStatus();
 }
@@ -85,19 +122,18 @@ absl::Status AsyncLoop::StepEngine() {
     if (!stats.ok()) return stats.status();
     totals_.decode_tokens += stats->decode_tokens;
     totals_.prefill_tokens += stats->prefill_tokens;
-    if (agents_ != nullptr) agents_->rollout()->OnStopped(stats->tool_wait);
+    if (environment_ != nullptr) environment_->Stopped(stats->tool_wait);
   }
   for (rollout::SampleState& sample : engine_->TakeFinished()) {
-    if (agents_ != nullptr && agents_->rollout()->Hold(sample)) continue;
+    if (environment_ != nullptr && environment_->Hold(sample)) continue;
     const uint64_t id = sample.id;
     Finished(id, std::move(sample));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<std::vector<TrainingSample>>> AsyncLoop::NextBatch(
-    int64_t policy_version) {
-  bool ready = dispatcher_->BatchReady(policy_version);
+absl::StatusOr<std::optional<std::vector<TrainingSample>>> AsyncLoop::NextBatch() {
+  bool ready = dispatcher_->BatchReady(policy_version_);
   waiting_for_ranks_ = false;
   if (group_ != nullptr && group_->size() > 1) {
     auto waiting = group_->Any(!ready);  // some rank has no batch yet
@@ -106,7 +142,7 @@ absl::StatusOr<std::optional<std::vector<TrainingSample>>> AsyncLoop::NextBatch(
     ready = !*waiting;
   }
   if (!ready) return std::nullopt;
-  auto taken = dispatcher_->TakeBatch(policy_version);
+  auto taken = dispatcher_->TakeBatch(policy_version_);
   LOOM_CHECK(taken.has_value(), "a batch the dispatcher called ready could not be taken");
   std::vector<TrainingSample> samples = table_.Take(*taken);
   MaskInfrastructureFailures(samples, masked_);
@@ -116,33 +152,34 @@ absl::StatusOr<std::optional<std::vector<TrainingSample>>> AsyncLoop::NextBatch(
   return samples;
 }
 
-absl::Status AsyncLoop::Run(dispatch::RolloutPort& port, BatchTrainer& trainer, int64_t& step,
-                            int64_t steps, const int64_t& policy_version, const LoopHooks& hooks) {
+absl::Status AsyncLoop::Run(PromptSource& source, BatchTrainer& trainer, int64_t steps,
+                            const LoopHooks& hooks) {
+  source_ = &source;
   double rollout_start = Seconds();
-  while (step < steps) {
+  while (step_ < steps) {
     if (hooks.boundary) {
       if (absl::Status s = hooks.boundary(/*after_step=*/false); !s.ok()) return s;
     }
-    const int admitted = dispatcher_->Refill(port);
+    const int admitted = dispatcher_->Refill(*this);
     const int64_t finished_before = finished_;
     DropFailures();
     const double inflight = static_cast<double>(engine_->num_samples());
     ++inflight_.count;
     inflight_.sum += inflight;
     inflight_.sum_sq += inflight * inflight;
-    if (agents_ != nullptr) {
+    if (environment_ != nullptr) {
       if (absl::Status s = CollectEpisodes(); !s.ok()) return s;
     }
     if (absl::Status s = StepEngine(); !s.ok()) return s;
 
-    auto ready = NextBatch(policy_version);
+    auto ready = NextBatch();
     if (!ready.ok()) return ready.status();
     if (!*ready) {
       if (waiting_for_ranks_) continue;
 
       // Samples that finished in this iteration may have made room for the
       // next refill: only an iteration with no change at all is a stall.
-      const int64_t episodes = agents_ != nullptr ? agents_->rollout()->inflight() : 0;
+      const int64_t episodes = environment_ != nullptr ? environment_->inflight() : 0;
       if (engine_->num_samples() == 0 && admitted == 0 && episodes == 0 &&
           finished_ == finished_before) {
         return absl::InternalError(absl::StrCat(
@@ -154,45 +191,40 @@ absl::Status AsyncLoop::Run(dispatch::RolloutPort& port, BatchTrainer& trainer, 
       }
       continue;
     }
-    std::vector<TrainingSample> samples = **std::move(ready);
     totals_.seconds += Seconds() - rollout_start;
-    engine_->ParkAll();
-    if (offload_parked_) engine_->OffloadParked();
-
-    Batch batch{std::move(samples), step, dispatcher_->TakeStats(), totals_, std::move(masked_)};
-    masked_.clear();
-    auto record = trainer.Train(batch);
-    if (!record.ok()) return record.status();
-    (*record)["prefill_tokens"] = totals_.prefill_tokens;
-    (*record)["decode_tokens"] = totals_.decode_tokens;
-    std::set<int64_t> versions;
-    for (const TrainingSample& sample : batch.samples) versions.insert(sample.info.config_version);
-    (*record)["batch_config_versions"] = versions;
-    if (agents_ != nullptr) {
-      int64_t masked = 0;
-      for (const auto& [cause, count] : batch.masked_by_cause) masked += count;
-      (*record)["episodes_masked"] = masked;
-      (*record)["episodes_masked_by_cause"] = batch.masked_by_cause;
-      // Since the run (re)started: resumed episodes that could not be attached
-      // again, and of them those that went on from their snapshots.
-      (*record)["episodes_not_reattached"] =
-          agents_->rollout()->restarted() + agents_->rollout()->restored();
-      (*record)["episodes_restored"] = agents_->rollout()->restored();
-    }
-    if (hooks.trained) {
-      if (absl::Status s = hooks.trained(batch); !s.ok()) return s;
-    }
-    totals_ = {};
-    ++step;
-    if (absl::Status s = engine_->Resume(policy_version); !s.ok()) return s;
-    if (hooks.after_step) {
-      if (absl::Status s = hooks.after_step(step, *record); !s.ok()) return s;
-    }
-    if (hooks.boundary) {
-      if (absl::Status s = hooks.boundary(/*after_step=*/true); !s.ok()) return s;
-    }
+    if (absl::Status s = TrainStep(**std::move(ready), trainer, hooks); !s.ok()) return s;
     rollout_start = Seconds();
   }
+  return absl::OkStatus();
+}
+
+absl::Status AsyncLoop::TrainStep(std::vector<TrainingSample> samples, BatchTrainer& trainer,
+                                  const LoopHooks& hooks) {
+  engine_->ParkAll();
+  if (offload_parked_) engine_->OffloadParked();
+
+  Batch batch{std::move(samples), step_, dispatcher_->TakeStats(), totals_, std::move(masked_)};
+  masked_.clear();
+  auto trained = trainer.Train(batch);
+  if (!trained.ok()) return trained.status();
+  policy_version_ = trained->policy_version;
+  nlohmann::json& record = trained->record;
+  record["prefill_tokens"] = totals_.prefill_tokens;
+  record["decode_tokens"] = totals_.decode_tokens;
+  std::set<int64_t> versions;
+  for (const TrainingSample& sample : batch.samples) versions.insert(sample.info.config_version);
+  record["batch_config_versions"] = versions;
+  if (environment_ != nullptr) environment_->AddStepFigures(batch.masked_by_cause, record);
+  if (hooks.trained) {
+    if (absl::Status s = hooks.trained(batch); !s.ok()) return s;
+  }
+  totals_ = {};
+  ++step_;
+  if (absl::Status s = engine_->Resume(policy_version_); !s.ok()) return s;
+  if (hooks.after_step) {
+    if (absl::Status s = hooks.after_step(step_, record); !s.ok()) return s;
+  }
+  if (hooks.boundary) return hooks.boundary(/*after_step=*/true);
   return absl::OkStatus();
 }
 

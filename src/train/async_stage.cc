@@ -5,10 +5,8 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
-#include "loom/agent/rollout.h"
 #include "loom/config/check.h"
 #include "loom/metrics/progress.h"
-#include "loom/tasks/agent_tasks.h"
 #include "loom/train/control.h"
 #include "loom/train/encoding.h"
 #include "loom/train/evaluator.h"
@@ -21,76 +19,68 @@
 namespace loom::train {
 namespace {
 
-// The real engine as the dispatcher sees it: admitting a prompt group encodes
-// its problem once per effort, records every sample in the table and adds it
-// to the engine (with its dataset's teacher, in OPD); a sandbox dataset's samples start their
-// episodes instead (their prompts come from the worker). A sample that cannot start is reported to
-// the table as failed.
-class EnginePort : public dispatch::RolloutPort {
+// The run's datasets as the loop's prompt source: a sample's problem comes
+// from its dataset, its prompt is that problem encoded at the effort its
+// subgroup shows (once per subgroup), and in OPD it gets its dataset's
+// teacher. A sandbox dataset's samples are the agent environment's: their
+// prompts come from the worker.
+class DatasetPrompts : public PromptSource {
  public:
-  EnginePort(const TrainContext& context, AsyncLoop& loop, AgentStage* agents, bool teachers)
-      : context_(context), loop_(loop), agents_(agents), teachers_(teachers) {}
+  DatasetPrompts(const TrainContext& context, bool teachers)
+      : context_(context), teachers_(teachers) {}
 
-  int64_t PolicyVersion() const override { return loop_.engine().policy_version(); }
-
-  void Admit(const dispatch::PromptGroup& group) override {
-    const auto& dataset = *context_.datasets[group.dataset];
-    auto problem = std::make_shared<tasks::Problem>(dataset.Train(group.problem_index));
-    const config::DatasetSection& spec = context_.config.tasks.datasets[group.dataset];
-    const bool agent = spec.environment == "sandbox";
-    for (const dispatch::Subgroup& subgroup : group.subgroups) {
-      const int shown_effort = context_.config.effort.PromptEffort(subgroup.effort);
-      absl::StatusOr<std::vector<int64_t>> prompt = std::vector<int64_t>();
-      if (!agent) prompt = EncodeProblemPrompt(*problem, shown_effort, context_.tokenizer);
-      for (const dispatch::SampleTicket& ticket : subgroup.samples) {
-        SampleEntry entry;
-        entry.id = ticket.sample_id;
-        entry.subgroup_id = subgroup.id;
-        entry.effort = subgroup.effort;
-        entry.dataset = group.dataset;
-        entry.problem_index = group.problem_index;
-        entry.problem = problem;
-        entry.agent = agent;
-        entry.config_version = context_.live->version();
-        if (teachers_) entry.teacher = context_.live->TeacherSlot(group.dataset);
-        loop_.table().Admit(std::move(entry));
-        if (!prompt.ok()) {
-          loop_.table().Fail(ticket.sample_id, prompt.status());
-          continue;
-        }
-        if (agent) {
-          StartEpisode(*loop_.table().Find(ticket.sample_id));
-        } else if (absl::Status s = loop_.engine().Add(Request(ticket.sample_id, *prompt));
-                   !s.ok()) {
-          loop_.table().Fail(ticket.sample_id, s);
-        }
-      }
+  Prompt Open(const dispatch::PromptGroup& group, const dispatch::Subgroup& subgroup,
+              const dispatch::SampleTicket&) override {
+    if (group.prompt_id != group_ || !problem_) {
+      group_ = group.prompt_id;
+      problem_ = std::make_shared<tasks::Problem>(
+          context_.datasets[group.dataset]->Train(group.problem_index));
+      subgroup_.reset();
     }
+    Prompt prompt;
+    prompt.entry.effort = subgroup.effort;
+    prompt.entry.dataset = group.dataset;
+    prompt.entry.problem_index = group.problem_index;
+    prompt.entry.problem = problem_;
+    prompt.entry.agent = context_.config.tasks.datasets[group.dataset].environment == "sandbox";
+    prompt.entry.config_version = context_.live->version();
+    if (teachers_) prompt.entry.teacher = context_.live->TeacherSlot(group.dataset);
+    prompt.request = Request();
+    if (prompt.entry.agent) return prompt;
+    if (subgroup_ != subgroup.id) {
+      subgroup_ = subgroup.id;
+      encoded_ = EncodeProblemPrompt(
+          *problem_, context_.config.effort.PromptEffort(subgroup.effort), context_.tokenizer);
+    }
+    if (!encoded_.ok()) {
+      prompt.request = encoded_.status();
+    } else {
+      prompt.request->prompt = *encoded_;
+    }
+    return prompt;
   }
 
-  // Starts an agent sample's episode; its prompt comes from the worker.
-  void StartEpisode(const SampleEntry& entry) { ContinueEpisode(entry, std::nullopt); }
-
-  // A resumed run: attaches again to an episode `record` describes, or
-  // without one starts the episode again.
-  void ContinueEpisode(const SampleEntry& entry, std::optional<agent::EpisodeRecord> record) {
-    LOOM_CHECK(agents_ != nullptr, "sandbox dataset without sandbox clients");
-    const config::DatasetSection& spec = context_.config.tasks.datasets[entry.dataset];
-    v1::Task task = tasks::BuiltinTask(spec.kind, entry.problem->task_seed);
-    const int effort = context_.config.effort.PromptEffort(entry.effort);
-    if (record) {
-      agents_->rollout()->Resume(Request(entry.id, {}), task, effort, *std::move(record));
-    } else {
-      agents_->rollout()->Start(Request(entry.id, {}), task, effort);
+  absl::StatusOr<rollout::SampleRequest> Reopen(SampleEntry& entry) override {
+    const auto& datasets = context_.config.tasks.datasets;
+    const std::string sample = "checkpoint sample " + std::to_string(entry.id);
+    if (entry.dataset < 0 || entry.dataset >= static_cast<int>(datasets.size())) {
+      return absl::DataLossError(sample + ": dataset " + std::to_string(entry.dataset) +
+                                 " does not exist in this config");
     }
+    if (entry.agent && datasets[entry.dataset].environment != "sandbox") {
+      return absl::FailedPreconditionError(sample + " is an agent episode but dataset '" +
+                                           datasets[entry.dataset].name +
+                                           "' has no `environment: sandbox` now");
+    }
+    entry.problem = std::make_shared<tasks::Problem>(
+        context_.datasets[entry.dataset]->Train(entry.problem_index));
+    return Request();
   }
 
  private:
-  rollout::SampleRequest Request(uint64_t id, const std::vector<int64_t>& prompt) const {
+  rollout::SampleRequest Request() const {
     const config::RolloutSection& rollout = context_.config.rollout;
     rollout::SampleRequest request;
-    request.id = id;
-    request.prompt = prompt;
     request.sampling = {rollout.temperature, rollout.top_p, rollout.top_k};
     request.stop.max_new_tokens = rollout.max_new_tokens;
     request.stop.eos_token_ids = {context_.special_tokens.eos};
@@ -98,9 +88,13 @@ class EnginePort : public dispatch::RolloutPort {
   }
 
   const TrainContext& context_;
-  AsyncLoop& loop_;
-  AgentStage* agents_;  // null without sandbox datasets
-  bool teachers_;       // opd: record each sample's teacher slot
+  bool teachers_;  // opd: record each sample's teacher slot
+  // The problem of the prompt group being admitted, and its prompt at the
+  // effort of the subgroup being admitted.
+  uint64_t group_ = 0;
+  std::shared_ptr<tasks::Problem> problem_;
+  std::optional<uint64_t> subgroup_;
+  absl::StatusOr<std::vector<int64_t>> encoded_ = std::vector<int64_t>();
 };
 
 // Per-step reporting: the metrics line, the progress line, a line per
@@ -223,36 +217,28 @@ absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
   }
   options.group = context.group;
   options.offload_parked = config.rollout.offload_parked;
+  options.environment =
+      [&](rollout::RolloutEngine& engine) -> absl::StatusOr<std::unique_ptr<SampleEnvironment>> {
+    auto agents = AgentStage::Create(context, engine);
+    if (!agents.ok()) return agents.status();
+    return std::unique_ptr<SampleEnvironment>(*std::move(agents));
+  };
   auto loop = AsyncLoop::Create(context.model, options);
   if (!loop.ok()) return loop.status();
 
   StageOptimizer optimizer(context.model, *spec.optimizer, context.group, context.bucket_bytes());
   auto trainer = spec.make_trainer(optimizer);
   if (!trainer.ok()) return trainer.status();
-  auto agents = AgentStage::Create(context, (*loop)->engine());
-  if (!agents.ok()) return agents.status();
-  (*loop)->set_agents(agents->get());
-  EnginePort port(context, **loop, agents->get(), spec.teachers);
-
-  int64_t step = 0;
-  AsyncStageState state{spec.stage, **loop, optimizer.adamw(), step};
-  if (absl::Status s =
-          RestoreAsync(context, state,
-                       [&](const SampleEntry& entry, std::optional<agent::EpisodeRecord> record) {
-                         port.ContinueEpisode(entry, std::move(record));
-                       });
-      !s.ok()) {
-    return s;
-  }
+  DatasetPrompts prompts(context, spec.teachers);
+  AsyncStageState state{spec.stage, **loop, optimizer.adamw()};
+  if (absl::Status s = RestoreAsync(context, state, prompts); !s.ok()) return s;
   auto samples = metrics::MetricsWriter::Open(context.run_dir.samples_path());
   if (!samples.ok()) return samples.status();
   StepReport report(context, **loop, spec, *samples);
   LoopHooks hooks;
   hooks.boundary = [&](bool after_step) {
     if (context.control != nullptr && context.control->Poll()) {
-      // Validated by LiveConfig::Apply against the same rules.
-      const absl::Status s = (*loop)->dispatcher().SetDatasets(context.live->datasets());
-      LOOM_CHECK(s.ok(), "a live mix the dispatcher refuses: " << s.message());
+      (*loop)->SetDatasets(context.live->datasets());
     }
     return AsyncBoundary(context, state, after_step);
   };
@@ -260,9 +246,8 @@ absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
   hooks.after_step = [&](int64_t done, const nlohmann::json& record) {
     return report(done, record);
   };
-  absl::Status ran =
-      (*loop)->Run(port, **trainer, step, spec.optimizer->steps, context.policy_version, hooks);
-  if (*agents != nullptr && IsPreempted(ran)) (*agents)->Preempted();
+  absl::Status ran = (*loop)->Run(prompts, **trainer, spec.optimizer->steps, hooks);
+  if (IsPreempted(ran)) (*loop)->Preempted();
   return ran;
 }
 

@@ -232,7 +232,7 @@ absl::StatusOr<GrpoTrainer::LossTotals> GrpoTrainer::Backward(
   return totals;
 }
 
-absl::StatusOr<nlohmann::json> GrpoTrainer::Train(const Batch& batch) {
+absl::StatusOr<TrainedStep> GrpoTrainer::Train(const Batch& batch) {
   const double start = metrics::ProgressLine::SteadySeconds();
   const int64_t version = context_.policy_version;
   // Empty only on a rank whose samples were all lost to infrastructure: it
@@ -258,7 +258,7 @@ absl::StatusOr<nlohmann::json> GrpoTrainer::Train(const Batch& batch) {
     }
   }
   optimizer_.AddRankFigures(*applied, record);
-  return record;
+  return TrainedStep{std::move(record), context_.policy_version};
 }
 
 nlohmann::json GrpoTrainer::Record(const Batch& batch, const Judged& judged,

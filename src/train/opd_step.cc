@@ -255,7 +255,7 @@ void OpdTrainer::RecordKl(const std::vector<TrainingSample>& samples, const Micr
   }
 }
 
-absl::StatusOr<nlohmann::json> OpdTrainer::Train(const Batch& batch) {
+absl::StatusOr<TrainedStep> OpdTrainer::Train(const Batch& batch) {
   const double start = Seconds();
   const config::RunConfig& config = context_.config;
   const std::vector<TrainingSample>& samples = batch.samples;
@@ -339,7 +339,7 @@ absl::StatusOr<nlohmann::json> OpdTrainer::Train(const Batch& batch) {
     record["staleness_mean"] = g[7] / g[0];
   }
   optimizer_.AddRankFigures(*applied, record);
-  return record;
+  return TrainedStep{std::move(record), context_.policy_version};
 }
 
 nlohmann::json OpdTrainer::Record(const Batch& batch, const Step& step,

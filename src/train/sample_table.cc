@@ -17,6 +17,11 @@ SampleEntry* SampleTable::Find(uint64_t id) {
   return it == entries_.end() ? nullptr : &it->second;
 }
 
+const SampleEntry* SampleTable::Find(uint64_t id) const {
+  auto it = entries_.find(id);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
 void SampleTable::Finish(uint64_t id, rollout::SampleState state) {
   SampleEntry* entry = Find(id);
   LOOM_CHECK(entry != nullptr, "finished sample " << id << " is not in the table");

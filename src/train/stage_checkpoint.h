@@ -17,11 +17,8 @@
 // docs/operations.md, "Resume").
 
 #include <cstdint>
-#include <functional>
-#include <optional>
 
 #include "absl/status/status.h"
-#include "loom/agent/episodes.h"
 #include "loom/train/adamw.h"
 #include "loom/train/async_loop.h"
 #include "loom/train/context.h"
@@ -32,9 +29,8 @@ namespace loom::train {
 // Borrowed views of an async stage's state.
 struct AsyncStageState {
   const char* stage;  // kGrpoStage, kOpdStage: the checkpoint's stage name
-  AsyncLoop& loop;    // engine, dispatcher, sample table, rollout totals
+  AsyncLoop& loop;    // its step, engine, dispatcher, samples and environment
   AdamW& optimizer;
-  int64_t& step;  // optimizer steps done in the stage
 };
 
 // Checkpoint boundary of an async stage's loop (between engine steps;
@@ -43,15 +39,9 @@ struct AsyncStageState {
 absl::Status AsyncBoundary(TrainContext& context, AsyncStageState loop, bool after_step);
 
 // Restores an async stage from the checkpoint being resumed, if it stopped
-// in this stage (otherwise does nothing). Agent samples whose episodes were
-// running go to `continue_episode`: with their episode's record (a leased
-// session; the sample is back in the engine) to attach to it again, without
-// one to start it again from its prompt. Finished ones keep their
-// trajectories.
-using EpisodeContinuation =
-    std::function<void(const SampleEntry&, std::optional<agent::EpisodeRecord>)>;
-absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop,
-                          const EpisodeContinuation& continue_episode);
+// in this stage (otherwise does nothing): the optimizer, and the loop's
+// state with `prompts` reopening its samples (AsyncLoop::Import).
+absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop, PromptSource& prompts);
 
 // Checkpoint boundary of the SFT stage after `step` optimizer steps
 // (`after_step`: one just finished); `cursor` is the sampler's data cursor.

@@ -32,50 +32,40 @@ std::unique_ptr<model::Transformer> TinyModel() {
   return model::Transformer::RandomInit(c, 3, {at::kFloat, at::kCPU, /*requires_grad=*/false});
 }
 
-// Prompts of 4 tokens; every `poison`-th prompt group has one too long to start.
-class Port : public dispatch::RolloutPort {
+// Prompts of 4 tokens; every `poison`-th prompt group has one too long to
+// start (the engine refuses it).
+class Prompts : public PromptSource {
  public:
-  Port(AsyncLoop& loop, int poison) : loop_(loop), poison_(poison) {}
-  int64_t PolicyVersion() const override { return loop_.engine().policy_version(); }
-  void Admit(const dispatch::PromptGroup& group) override {
+  explicit Prompts(int poison) : poison_(poison) {}
+  Prompt Open(const dispatch::PromptGroup& group, const dispatch::Subgroup& subgroup,
+              const dispatch::SampleTicket& ticket) override {
     const bool too_long = poison_ > 0 && group.prompt_id % poison_ == 0;
-    for (const auto& subgroup : group.subgroups) {
-      for (const auto& ticket : subgroup.samples) {
-        SampleEntry entry;
-        entry.id = ticket.sample_id;
-        entry.subgroup_id = subgroup.id;
-        entry.effort = subgroup.effort;
-        entry.problem = std::make_shared<tasks::Problem>();
-        loop_.table().Admit(std::move(entry));
-        rollout::SampleRequest request;
-        request.id = ticket.sample_id;
-        request.prompt.assign(too_long ? 80 : 4, static_cast<int64_t>(group.prompt_id % 60) + 1);
-        request.stop.max_new_tokens =
-            same_length > 0 ? same_length : 1 + static_cast<int64_t>(ticket.sample_id % 9);
-        if (absl::Status s = loop_.engine().Add(request); !s.ok()) {
-          loop_.table().Fail(ticket.sample_id, s);
-          ++failed;
-        } else {
-          started.insert(ticket.sample_id);
-        }
-      }
-    }
+    Prompt prompt;
+    prompt.entry.effort = subgroup.effort;
+    prompt.entry.problem = std::make_shared<tasks::Problem>();
+    rollout::SampleRequest request;
+    request.prompt.assign(too_long ? 80 : 4, static_cast<int64_t>(group.prompt_id % 60) + 1);
+    request.stop.max_new_tokens =
+        same_length > 0 ? same_length : 1 + static_cast<int64_t>(ticket.sample_id % 9);
+    prompt.request = std::move(request);
+    (too_long ? refused : opened).insert(ticket.sample_id);
+    return prompt;
   }
-  std::set<uint64_t> started;
-  int failed = 0;
+  absl::StatusOr<rollout::SampleRequest> Reopen(SampleEntry&) override {
+    return absl::UnimplementedError("not resumed");
+  }
+  std::set<uint64_t> opened, refused;
   int64_t same_length = 0;  // > 0: every sample generates this many tokens
 
  private:
-  AsyncLoop& loop_;
   int poison_;
 };
 
 // Records what it was given and bumps the version.
 class RecordingTrainer : public BatchTrainer {
  public:
-  RecordingTrainer(int64_t& version, int64_t max_staleness)
-      : version_(version), max_staleness_(max_staleness) {}
-  absl::StatusOr<nlohmann::json> Train(const Batch& batch) override {
+  explicit RecordingTrainer(int64_t max_staleness) : max_staleness_(max_staleness) {}
+  absl::StatusOr<TrainedStep> Train(const Batch& batch) override {
     steps.push_back(batch.step);
     std::map<uint64_t, int> per_subgroup;
     for (const TrainingSample& s : batch.samples) {
@@ -90,15 +80,14 @@ class RecordingTrainer : public BatchTrainer {
     }
     for (const auto& [subgroup, count] : per_subgroup) EXPECT_EQ(count, 3) << subgroup;
     sizes.push_back(static_cast<int>(batch.samples.size()));
-    ++version_;
-    return nlohmann::json{{"samples", batch.samples.size()}};
+    return TrainedStep{{{"samples", batch.samples.size()}}, ++version_};
   }
   std::vector<int64_t> steps;
   std::vector<int> sizes;
   std::set<uint64_t> trained;
 
  private:
-  int64_t& version_;
+  int64_t version_ = 0;
   int64_t max_staleness_;
 };
 
@@ -119,20 +108,19 @@ TEST(AsyncLoopTest, HandsTheTrainerWholeSubgroupsInStepOrder) {
   auto model = TinyModel();
   auto loop = AsyncLoop::Create(*model, LoopOptions());
   ASSERT_TRUE(loop.ok()) << loop.status();
-  Port port(**loop, /*poison=*/0);
-  int64_t version = 0, step = 0;
-  RecordingTrainer trainer(version, 1);
+  Prompts prompts(/*poison=*/0);
+  RecordingTrainer trainer(1);
   std::vector<int64_t> resumed_at;
   LoopHooks hooks;
   hooks.after_step = [&](int64_t done, const nlohmann::json& record) {
-    EXPECT_EQ(done, step);
+    EXPECT_EQ(done, (*loop)->step());
     EXPECT_TRUE(record.contains("decode_tokens")) << record.dump();
     resumed_at.push_back((*loop)->engine().policy_version());
     return absl::OkStatus();
   };
-  ASSERT_TRUE((*loop)->Run(port, trainer, step, 5, version, hooks).ok());
-  EXPECT_EQ(step, 5);
-  EXPECT_EQ(version, 5);
+  ASSERT_TRUE((*loop)->Run(prompts, trainer, 5, hooks).ok());
+  EXPECT_EQ((*loop)->step(), 5);
+  EXPECT_EQ((*loop)->policy_version(), 5);
   EXPECT_EQ(trainer.steps, (std::vector<int64_t>{0, 1, 2, 3, 4}));
   EXPECT_EQ(resumed_at, (std::vector<int64_t>{1, 2, 3, 4, 5}));
   for (int size : trainer.sizes) EXPECT_GE(size, 6);
@@ -140,7 +128,7 @@ TEST(AsyncLoopTest, HandsTheTrainerWholeSubgroupsInStepOrder) {
   int total = 0;
   for (int size : trainer.sizes) total += size;
   EXPECT_EQ(static_cast<size_t>(total), trainer.trained.size());
-  for (uint64_t id : trainer.trained) EXPECT_TRUE(port.started.count(id)) << id;
+  for (uint64_t id : trainer.trained) EXPECT_TRUE(prompts.opened.count(id)) << id;
   // Untrained samples are still in the table, the rest left it.
   for (uint64_t id : trainer.trained) EXPECT_EQ((*loop)->table().Find(id), nullptr);
   EXPECT_GT((*loop)->inflight().count, 0);
@@ -156,11 +144,10 @@ TEST(AsyncLoopTest, ABatchLargerThanTheInflightCapFillsOverWaves) {
   options.dispatch.batch_samples = 6;
   auto loop = AsyncLoop::Create(*model, options);
   ASSERT_TRUE(loop.ok()) << loop.status();
-  Port port(**loop, /*poison=*/0);
-  port.same_length = 4;
-  int64_t version = 0, step = 0;
-  RecordingTrainer trainer(version, 1);
-  const absl::Status run = (*loop)->Run(port, trainer, step, 3, version, LoopHooks());
+  Prompts prompts(/*poison=*/0);
+  prompts.same_length = 4;
+  RecordingTrainer trainer(1);
+  const absl::Status run = (*loop)->Run(prompts, trainer, 3, LoopHooks());
   ASSERT_TRUE(run.ok()) << run;
   EXPECT_EQ(trainer.sizes, (std::vector<int>{6, 6, 6}));
 }
@@ -169,14 +156,13 @@ TEST(AsyncLoopTest, SamplesThatCannotStartNeverReachTheTrainer) {
   auto model = TinyModel();
   auto loop = AsyncLoop::Create(*model, LoopOptions());
   ASSERT_TRUE(loop.ok()) << loop.status();
-  Port port(**loop, /*poison=*/3);
-  int64_t version = 0, step = 0;
-  RecordingTrainer trainer(version, 1);
-  ASSERT_TRUE((*loop)->Run(port, trainer, step, 6, version, {}).ok());
-  EXPECT_GT(port.failed, 0) << "some prompt groups must have been too long";
-  for (uint64_t id : trainer.trained) EXPECT_TRUE(port.started.count(id)) << id;
+  Prompts prompts(/*poison=*/3);
+  RecordingTrainer trainer(1);
+  ASSERT_TRUE((*loop)->Run(prompts, trainer, 6, {}).ok());
+  EXPECT_FALSE(prompts.refused.empty()) << "some prompt groups must have been too long";
+  for (uint64_t id : trainer.trained) EXPECT_TRUE(prompts.opened.count(id)) << id;
   for (const auto& [id, entry] : (*loop)->table().entries()) {
-    EXPECT_TRUE(port.started.count(id)) << "failed sample " << id << " left in the table";
+    EXPECT_TRUE(prompts.opened.count(id)) << "failed sample " << id << " left in the table";
   }
 }
 

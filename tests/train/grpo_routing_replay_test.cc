@@ -121,7 +121,11 @@ struct MoeFixture : TrainFixture {
                         algo::EffortLengthReward(config.grpo.length_reward, {100}), -1);
     train::Batch batch;
     batch.samples = samples;
-    return trainer.Train(batch);
+    const int64_t version = context->policy_version;
+    auto trained = trainer.Train(batch);
+    if (!trained.ok()) return trained.status();
+    EXPECT_EQ(trained->policy_version, version + 1) << "one optimizer step, one version";
+    return trained->record;
   }
 };
 

@@ -75,7 +75,11 @@ struct Fixture : TrainFixture {
                         think_end_id);
     train::Batch batch;
     batch.samples = samples;
-    return trainer.Train(batch);
+    const int64_t version = context->policy_version;
+    auto trained = trainer.Train(batch);
+    if (!trained.ok()) return trained.status();
+    EXPECT_EQ(trained->policy_version, version + 1) << "one optimizer step, one version";
+    return trained->record;
   }
 
   // Every parameter, flattened into one vector (a copy).

@@ -1,21 +1,25 @@
 #pragma once
 // AsyncLoop: the one asynchronous run loop. It owns the rollout engine, the
-// dispatcher and the sample table, and cycles
+// dispatcher, the sample table and the sample environment, and cycles
 //
 //   refill → engine step → finished → ready? → park → train → resume
 //
 // until the stage has taken its steps: the dispatcher admits prompt groups
-// through a RolloutPort, the engine generates one token step at a time,
-// finished samples go back to the dispatcher (and into the table), and when a
-// batch of complete subgroups is ready the engine is parked at a token
-// boundary, a BatchTrainer takes one optimizer step on it, and the parked
-// samples resume on their KV cache under the new policy version.
+// (the loop is its RolloutPort: each ticket's prompt and identity come from a
+// PromptSource, the sample goes into the table and then into the engine, or
+// into the environment for an agent episode), the engine generates one token
+// step at a time, finished samples go back to the dispatcher (and into the
+// table), and when a batch of complete subgroups is ready the engine is
+// parked at a token boundary, a BatchTrainer takes one optimizer step on it,
+// and the parked samples resume on their KV cache under the new policy
+// version the trainer returns.
 //
-// What differs between stages plugs in: how prompts enter the engine (the
-// port, which records every admitted sample in the table, or reports that it
-// could not start), how a batch is trained (the trainer: GRPO, and the
-// dispatch bench's), agent episodes, and hooks for checkpoints and per-step
-// reporting. Run loop thread only.
+// What differs between stages plugs in: where prompts come from (the source:
+// datasets, the dispatch bench's random prompts), how a batch is trained (the
+// trainer: GRPO, OPD, the bench's), agent episodes (the environment), and
+// hooks for checkpoints and per-step reporting. A checkpoint exports the
+// loop's state between engine steps and a resumed run imports it
+// (async_loop_state.cc). Run loop thread only.
 
 #include <cstdint>
 #include <functional>
@@ -31,11 +35,11 @@
 #include "loom/dispatch/dispatcher.h"
 #include "loom/dist/group.h"
 #include "loom/rollout/engine.h"
+#include "loom/train/sample_environment.h"
 #include "loom/train/sample_table.h"
+#include "loom/train/train_state.h"
 
 namespace loom::train {
-
-class AgentStage;
 
 // Rollout work since the previous step, for throughput metrics.
 struct RolloutTotals {
@@ -65,12 +69,40 @@ struct Batch {
 void MaskInfrastructureFailures(std::vector<TrainingSample>& samples,
                                 std::map<std::string, int64_t>& by_cause);
 
+// What a trainer's optimizer step produced.
+struct TrainedStep {
+  nlohmann::json record;       // the step's metrics line
+  int64_t policy_version = 0;  // of the weights it left
+};
+
 class BatchTrainer {
  public:
   virtual ~BatchTrainer() = default;
-  // One optimizer step on `batch`; increments the policy version it was
-  // built with. Returns the step's metrics line.
-  virtual absl::StatusOr<nlohmann::json> Train(const Batch& batch) = 0;
+  // One optimizer step on `batch`.
+  virtual absl::StatusOr<TrainedStep> Train(const Batch& batch) = 0;
+};
+
+// Where the loop's samples come from: asked once per ticket the dispatcher
+// admits, for the sample's identity and the request it is generated from.
+class PromptSource {
+ public:
+  virtual ~PromptSource() = default;
+
+  struct Prompt {
+    SampleEntry entry;  // the loop sets its id and subgroup_id
+    // The loop sets its id. For an environment's sample (entry.agent) the
+    // prompt is empty: the environment supplies it. An error: the sample
+    // cannot start, and its prompt group is dropped with a warning.
+    absl::StatusOr<rollout::SampleRequest> request;
+  };
+  virtual Prompt Open(const dispatch::PromptGroup& group, const dispatch::Subgroup& subgroup,
+                      const dispatch::SampleTicket& ticket) = 0;
+
+  // A resumed run: `entry` as a checkpoint recorded it. Fills in its problem
+  // and returns the request it was started from (its prompt empty), or
+  // DATA_LOSS / FAILED_PRECONDITION when this run's datasets cannot have
+  // produced it.
+  virtual absl::StatusOr<rollout::SampleRequest> Reopen(SampleEntry& entry) = 0;
 };
 
 struct LoopHooks {
@@ -94,10 +126,19 @@ struct InflightObservations {
   double sum = 0, sum_sq = 0;
 };
 
-class AsyncLoop {
+// What a resumed loop restored, for its log line and resume event.
+struct ImportedLoop {
+  size_t inflight = 0;  // samples back in the engine with their KV
+  int64_t kv_tokens = 0;
+  size_t finished = 0;     // finished samples awaiting training
+  int64_t reattached = 0;  // environment episodes attached to again
+  int64_t started_again = 0;
+};
+
+class AsyncLoop : private dispatch::RolloutPort {
  public:
   struct Options {
-    rollout::EngineOptions engine;
+    rollout::EngineOptions engine;  // engine.initial_version: the policy version it starts at
     dispatch::DispatchOptions dispatch;
     bool offload_parked = false;  // move parked samples' KV to the host while training
     // Several ranks (borrowed; null: one): each runs this loop on its share
@@ -105,61 +146,98 @@ class AsyncLoop {
     // every rank has a batch ready — a rank whose batch is ready keeps
     // generating until the others have theirs.
     dist::Group* group = nullptr;
+    // Makes the sample environment around the loop's engine (unset, or
+    // returning null: none).
+    std::function<absl::StatusOr<std::unique_ptr<SampleEnvironment>>(rollout::RolloutEngine&)>
+        environment;
   };
   static absl::StatusOr<std::unique_ptr<AsyncLoop>> Create(const model::Transformer& model,
                                                            const Options& options);
 
-  rollout::RolloutEngine& engine() { return *engine_; }
-  dispatch::Dispatcher& dispatcher() { return *dispatcher_; }
+  const rollout::RolloutEngine& engine() const { return *engine_; }
   const dispatch::Dispatcher& dispatcher() const { return *dispatcher_; }
-  SampleTable& table() { return table_; }
-  RolloutTotals& totals() { return totals_; }
+  const SampleTable& table() const { return table_; }
   const InflightObservations& inflight() const { return inflight_; }
+  int64_t step() const { return step_; }  // optimizer steps taken in the stage
+  int64_t policy_version() const { return policy_version_; }
 
-  // Agent episodes of sandbox datasets (borrowed; null: none).
-  void set_agents(AgentStage* agents) { agents_ = agents; }
-  AgentStage* agents() const { return agents_; }
+  // Takes optimizer steps until `steps` are done, each on a batch `trainer`
+  // trains. INTERNAL when nothing is in flight, nothing can be dispatched
+  // and no batch is ready.
+  absl::Status Run(PromptSource& source, BatchTrainer& trainer, int64_t steps,
+                   const LoopHooks& hooks);
+  // A live change of the dataset mix (validated by LiveConfig::Apply against
+  // the dispatcher's rules).
+  void SetDatasets(const std::vector<dispatch::DatasetQuota>& datasets);
+  // The run stops preempted (after its checkpoint).
+  void Preempted();
 
-  // Runs optimizer steps `step`.. `steps` - 1 (`step` counts them), each
-  // bumping `policy_version` through `trainer`. INTERNAL when nothing is in
-  // flight, nothing can be dispatched and no batch is ready.
-  absl::Status Run(dispatch::RolloutPort& port, BatchTrainer& trainer, int64_t& step, int64_t steps,
-                   const int64_t& policy_version, const LoopHooks& hooks);
+  // Checkpoints (between engine steps). Export parks the engine and writes
+  // out the dispatcher and every sample, in-flight ones with their KV on the
+  // host; ContinueAfterExport puts the exported samples back so the run goes
+  // on as if nothing happened.
+  absl::StatusOr<GrpoCursor> Export();
+  absl::Status ContinueAfterExport(GrpoCursor cursor);
+  // A resumed run: the state `cursor` holds (with `rank_change` when fewer
+  // ranks wrote it), the loop at optimizer step `step`; `source` reopens
+  // each sample and the environment attaches to its episodes again.
+  absl::StatusOr<ImportedLoop> Import(GrpoCursor cursor, const RankChange* rank_change,
+                                      int64_t step, PromptSource& source);
 
  private:
   AsyncLoop(std::unique_ptr<rollout::RolloutEngine> engine,
-            std::unique_ptr<dispatch::Dispatcher> dispatcher, bool offload_parked,
-            dist::Group* group)
+            std::unique_ptr<dispatch::Dispatcher> dispatcher, const Options& options)
       : engine_(std::move(engine)),
         dispatcher_(std::move(dispatcher)),
-        offload_parked_(offload_parked),
-        group_(group) {}
+        offload_parked_(options.offload_parked),
+        group_(options.group),
+        policy_version_(options.engine.initial_version) {}
+
+  // RolloutPort: the dispatcher admits through the loop.
+  int64_t PolicyVersion() const override { return engine_->policy_version(); }
+  void Admit(const dispatch::PromptGroup& group) override;
 
   // A batch of complete subgroups to train on now, or none (with several
   // ranks: unless every rank has one ready), infrastructure failures taken
   // out. Sets waiting_for_ranks_ when this rank's batch waits for others.
-  absl::StatusOr<std::optional<std::vector<TrainingSample>>> NextBatch(int64_t policy_version);
+  absl::StatusOr<std::optional<std::vector<TrainingSample>>> NextBatch();
+  // Trains on `samples`, reports, resumes the engine at the new version.
+  absl::Status TrainStep(std::vector<TrainingSample> samples, BatchTrainer& trainer,
+                         const LoopHooks& hooks);
 
   // Drops the prompt groups of samples that could not start, with a warning.
   void DropFailures();
-  // Finished agent episodes into the table; their trajectories are logged.
+  // Finished environment episodes into the table.
   absl::Status CollectEpisodes();
   // One engine step (when it has samples) and its finished samples.
   absl::Status StepEngine();
   // A finished sample back to the dispatcher: kept in the table or dropped.
   void Finished(uint64_t id, rollout::SampleState state);
 
+  // Import's parts: the dispatcher's state (and those of the ranks this one
+  // took over), the samples' entries and states, the environment's episodes.
+  absl::Status ImportDispatcher(const nlohmann::json& state, const RankChange* rank_change);
+  struct Episode {
+    rollout::SampleRequest request;  // the sample's, as its source reopened it
+    nlohmann::json record;           // its SampleEnvironment::Exported record
+  };
+  absl::Status ImportSamples(GrpoCursor& cursor, PromptSource& source, ImportedLoop& imported);
+  absl::Status ContinueEpisodes(std::map<uint64_t, Episode> episodes, ImportedLoop& imported);
+
   std::unique_ptr<rollout::RolloutEngine> engine_;
   std::unique_ptr<dispatch::Dispatcher> dispatcher_;
+  std::unique_ptr<SampleEnvironment> environment_;  // null: none
+  PromptSource* source_ = nullptr;                  // during Run
   bool offload_parked_;
   dist::Group* group_;
   bool waiting_for_ranks_ = false;  // a batch is ready here, not yet on every rank
+  int64_t step_ = 0;
+  int64_t policy_version_;
   SampleTable table_;
   RolloutTotals totals_;
   InflightObservations inflight_;
   std::map<std::string, int64_t> masked_;  // since the previous step
   int64_t finished_ = 0;                   // samples finished (or failed) so far
-  AgentStage* agents_ = nullptr;
 };
 
 }  // namespace loom::train

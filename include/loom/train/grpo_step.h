@@ -43,7 +43,7 @@ class GrpoTrainer : public BatchTrainer {
 
   // Trains on the batch's samples (complete subgroups) as its step of the
   // stage; bumps context.policy_version. Returns the step's metrics line.
-  absl::StatusOr<nlohmann::json> Train(const Batch& batch) override;
+  absl::StatusOr<TrainedStep> Train(const Batch& batch) override;
 
  private:
   struct Judged;      // rewards and the metrics kept alongside them

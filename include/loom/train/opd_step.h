@@ -43,7 +43,7 @@ class OpdTrainer : public BatchTrainer {
       : context_(context), optimizer_(optimizer), teachers_(teachers) {}
 
   // Trains on the batch as its step of the stage; bumps context.policy_version.
-  absl::StatusOr<nlohmann::json> Train(const Batch& batch) override;
+  absl::StatusOr<TrainedStep> Train(const Batch& batch) override;
 
  private:
   struct Step;       // what one step accumulates across teachers and micro-batches

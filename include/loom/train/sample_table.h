@@ -60,6 +60,7 @@ class SampleTable {
   void Admit(SampleEntry entry);
   // The sample's record, or null.
   SampleEntry* Find(uint64_t id);
+  const SampleEntry* Find(uint64_t id) const;
   // Records that sample `id` finished with `state`.
   void Finish(uint64_t id, rollout::SampleState state);
   // Removes a sample (dropped or failed).
