@@ -13,8 +13,7 @@ void SampleTable::Admit(SampleEntry entry) {
 }
 
 SampleEntry* SampleTable::Find(uint64_t id) {
-  auto it = entries_.find(id);
-  return it == entries_.end() ? nullptr : &it->second;
+  return const_cast<SampleEntry*>(std::as_const(*this).Find(id));
 }
 
 const SampleEntry* SampleTable::Find(uint64_t id) const {
