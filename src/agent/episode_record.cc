@@ -30,6 +30,61 @@ nlohmann::json EpisodeRecordJson(const EpisodeRecord& record) {
   return out;
 }
 
+namespace {
+
+// Turn `i` of a record; an error says what is wrong with it (the caller
+// names the record).
+absl::StatusOr<EpisodeRecord::Turn> TurnFromJson(const nlohmann::json& j, size_t i) {
+  const std::string at = absl::StrCat("turns[", i, "]");
+  auto fail = [&](const std::string& why) { return absl::DataLossError(at + why); };
+  if (!j.is_object() || !j.contains("request") || !j["request"].is_object()) {
+    return fail(": needs a `request` object");
+  }
+  EpisodeRecord::Turn turn;
+  const auto parsed =
+      google::protobuf::util::JsonStringToMessage(j["request"].dump(), &turn.request);
+  if (!parsed.ok()) return fail(".request: " + parsed.ToString());
+  if (turn.request.turn() != static_cast<int>(i)) {
+    return fail(absl::StrCat(".request.turn: ", turn.request.turn(), " where ", i,
+                             " comes (turns follow each other from 0)"));
+  }
+  if (j.contains("completion")) {
+    if (!j["completion"].is_string()) return fail(".completion: must be a string");
+    turn.completion = j["completion"].get<std::string>();
+  }
+  if (j.contains("cut")) {
+    if (!j["cut"].is_boolean()) return fail(".cut: must be a boolean");
+    turn.cut = j["cut"].get<bool>();
+  }
+  return turn;
+}
+
+// The record's snapshot: it waits on the last turn recorded or, when that
+// one was answered, the next; or the episode ended.
+absl::StatusOr<v1::EpisodeSnapshot> SnapshotFromJson(
+    const nlohmann::json& json, const std::vector<EpisodeRecord::Turn>& turns) {
+  std::string bytes;
+  v1::EpisodeSnapshot snapshot;
+  if (!json.is_string() || !absl::Base64Unescape(json.get<std::string>(), &bytes) ||
+      !snapshot.ParseFromString(bytes)) {
+    return absl::DataLossError("`snapshot` must be a base64 EpisodeSnapshot");
+  }
+  const int last = turns.empty() ? -1 : turns.back().request.turn();
+  const int waits = snapshot.pending().turn();
+  if (!snapshot.has_pending()) {
+    if (snapshot.trajectory().failure_reason().empty() && !snapshot.trajectory().has_verdict()) {
+      return absl::DataLossError("`snapshot` has neither a pending request nor the episode's end");
+    }
+  } else if (last < 0 || !(waits == last || (waits == last + 1 && turns.back().completion))) {
+    return absl::DataLossError(
+        absl::StrCat("`snapshot` waits on turn ", waits,
+                     ", neither the last turn recorded nor the one after its answer"));
+  }
+  return snapshot;
+}
+
+}  // namespace
+
 absl::StatusOr<EpisodeRecord> EpisodeRecordFromJson(const nlohmann::json& json,
                                                     const std::string& what) {
   auto fail = [&](const std::string& why) { return absl::DataLossError(what + ": " + why); };
@@ -42,55 +97,19 @@ absl::StatusOr<EpisodeRecord> EpisodeRecordFromJson(const nlohmann::json& json,
   }
   record.place = {json["target"].get<std::string>(), json["session_id"].get<std::string>()};
   if (!json.contains("turns") || !json["turns"].is_array()) return fail("`turns` must be an array");
-  for (size_t i = 0; i < json["turns"].size(); ++i) {
-    const nlohmann::json& j = json["turns"][i];
-    const std::string at = absl::StrCat("turns[", i, "]");
-    if (!j.is_object() || !j.contains("request") || !j["request"].is_object()) {
-      return fail(at + ": needs a `request` object");
+  const nlohmann::json& turns = json["turns"];
+  for (size_t i = 0; i < turns.size(); ++i) {
+    absl::StatusOr<EpisodeRecord::Turn> turn = TurnFromJson(turns[i], i);
+    if (!turn.ok()) return fail(std::string(turn.status().message()));
+    if (i + 1 < turns.size() && !turn->completion && !turn->cut) {
+      return fail(absl::StrCat("turns[", i, "]: only the last turn may be unanswered"));
     }
-    EpisodeRecord::Turn turn;
-    const auto parsed =
-        google::protobuf::util::JsonStringToMessage(j["request"].dump(), &turn.request);
-    if (!parsed.ok()) return fail(at + ".request: " + parsed.ToString());
-    if (turn.request.turn() != static_cast<int>(i)) {
-      return fail(absl::StrCat(at, ".request.turn: ", turn.request.turn(), " where ", i,
-                               " comes (turns follow each other from 0)"));
-    }
-    if (j.contains("completion")) {
-      if (!j["completion"].is_string()) return fail(at + ".completion: must be a string");
-      turn.completion = j["completion"].get<std::string>();
-    }
-    if (j.contains("cut")) {
-      if (!j["cut"].is_boolean()) return fail(at + ".cut: must be a boolean");
-      turn.cut = j["cut"].get<bool>();
-    }
-    if (i + 1 < json["turns"].size() && !turn.completion && !turn.cut) {
-      return fail(at + ": only the last turn may be unanswered");
-    }
-    record.turns.push_back(std::move(turn));
+    record.turns.push_back(*std::move(turn));
   }
   if (json.contains("snapshot")) {
-    std::string bytes;
-    v1::EpisodeSnapshot snapshot;
-    if (!json["snapshot"].is_string() ||
-        !absl::Base64Unescape(json["snapshot"].get<std::string>(), &bytes) ||
-        !snapshot.ParseFromString(bytes)) {
-      return fail("`snapshot` must be a base64 EpisodeSnapshot");
-    }
-    // It waits on the last turn recorded or, when that one was answered, the
-    // next; or the episode ended.
-    const int last = record.turns.empty() ? -1 : record.turns.back().request.turn();
-    const int waits = snapshot.pending().turn();
-    if (!snapshot.has_pending()) {
-      if (snapshot.trajectory().failure_reason().empty() && !snapshot.trajectory().has_verdict()) {
-        return fail("`snapshot` has neither a pending request nor the episode's end");
-      }
-    } else if (last < 0 ||
-               !(waits == last || (waits == last + 1 && record.turns.back().completion))) {
-      return fail(absl::StrCat("`snapshot` waits on turn ", waits,
-                               ", neither the last turn recorded nor the one after its answer"));
-    }
-    record.snapshot = std::move(snapshot);
+    absl::StatusOr<v1::EpisodeSnapshot> snapshot = SnapshotFromJson(json["snapshot"], record.turns);
+    if (!snapshot.ok()) return fail(std::string(snapshot.status().message()));
+    record.snapshot = *std::move(snapshot);
   }
   return record;
 }

@@ -118,36 +118,54 @@ void AgentEpisodes::Release(const std::string& target, const std::vector<std::st
   }
 }
 
-void AgentEpisodes::RunClient(uint64_t id, v1::Task task, int effort) {
-  Client client{AgentConversation(tokenizer_, effort, options_.eos_id)};
-  v1::RunEpisode episode;
-  *episode.mutable_task() = std::move(task);
-  *episode.mutable_options() = options_.scaffold;
-  bool delivered = false;
-  v1::Trajectory trajectory = pool_.RunEpisode(
-      episode, [&](const v1::GenerateRequest& request) { return Turn(id, client, request); },
-      [&](rpc::WorkerSession& session) {
-        client.session = &session;
-        Placed(id, session);
-      },
-      [&](const v1::Trajectory& done) {
-        delivered = true;
-        return Deliver(id, done);
-      });
-  if (!delivered) {  // it failed without a worker's verdict
-    AgentEvent done;
-    done.kind = AgentEvent::Kind::kDone;
-    done.id = id;
-    done.trajectory = std::move(trajectory);
-    Post(std::move(done));
-  }
-}
-
-bool AgentEpisodes::Deliver(uint64_t id, const v1::Trajectory& trajectory) {
+AgentEvent AgentEpisodes::Done(uint64_t id, v1::Trajectory trajectory) {
   AgentEvent done;
   done.kind = AgentEvent::Kind::kDone;
   done.id = id;
-  done.trajectory = trajectory;
+  done.trajectory = std::move(trajectory);
+  return done;
+}
+
+AgentEvent AgentEpisodes::Lost(uint64_t id, std::string why) {
+  AgentEvent lost;
+  lost.kind = AgentEvent::Kind::kLost;
+  lost.id = id;
+  lost.trajectory.set_failure_reason(std::move(why));
+  return lost;
+}
+
+rpc::WorkerPool::OnOpened AgentEpisodes::Opened(uint64_t id, Client& client) {
+  return [this, id, &client](rpc::WorkerSession& session) {
+    client.session = &session;
+    Placed(id, session);
+  };
+}
+
+rpc::WorkerPool::OnDone AgentEpisodes::Delivered(uint64_t id, Client& client) {
+  return [this, id, &client](const v1::Trajectory& done) {
+    client.delivered = true;
+    return Deliver(id, done);
+  };
+}
+
+v1::RunEpisode AgentEpisodes::Episode(v1::Task task) const {
+  v1::RunEpisode episode;
+  *episode.mutable_task() = std::move(task);
+  *episode.mutable_options() = options_.scaffold;
+  return episode;
+}
+
+void AgentEpisodes::RunClient(uint64_t id, v1::Task task, int effort) {
+  Client client{AgentConversation(tokenizer_, effort, options_.eos_id)};
+  v1::Trajectory trajectory = pool_.RunEpisode(
+      Episode(std::move(task)),
+      [&](const v1::GenerateRequest& request) { return Turn(id, client, request); },
+      Opened(id, client), Delivered(id, client));
+  if (!client.delivered) Post(Done(id, std::move(trajectory)));  // failed without a verdict
+}
+
+bool AgentEpisodes::Deliver(uint64_t id, const v1::Trajectory& trajectory) {
+  AgentEvent done = Done(id, trajectory);
   std::unique_lock<std::mutex> lock(mu_);
   Ended(id, &trajectory);
   inbox_.push_back(std::move(done));
@@ -156,113 +174,97 @@ bool AgentEpisodes::Deliver(uint64_t id, const v1::Trajectory& trajectory) {
   return delivered_.count(id) > 0;
 }
 
+// A resumed episode takes one of four ways: it had ended as the checkpoint
+// was taken (its end is all there is to know); it attaches to its session
+// again; its session is gone and it goes on from its snapshot on any worker;
+// or it is lost, to start again from its prompt.
 void AgentEpisodes::RunResumed(uint64_t id, v1::Task task, int effort, EpisodeRecord record) {
   if (record.snapshot && !record.snapshot->has_pending()) {
-    // It ended as the checkpoint was taken: its end is all there is to know.
     Release(record.place.target, {record.place.session_id});
-    AgentEvent done;
-    done.kind = AgentEvent::Kind::kDone;
-    done.id = id;
-    done.trajectory = std::move(*record.snapshot->mutable_trajectory());
-    return Post(std::move(done));
+    return Post(Done(id, std::move(*record.snapshot->mutable_trajectory())));
   }
-  // The conversation as the record left it; the replies already given are
-  // given again if the worker asks again (it never got them).
-  Client client{AgentConversation(tokenizer_, effort, options_.eos_id)};
-  std::map<int, v1::GenerateReply> answered;
-  int unanswered = -1;  // the turn whose tokens are in the sample, still generating
-  absl::Status replayed = absl::OkStatus();
+  Replay replay(Client{AgentConversation(tokenizer_, effort, options_.eos_id)});
+  if (absl::Status rebuilt = Rebuild(record, replay); !rebuilt.ok()) {
+    return Post(Lost(id, std::string(rebuilt.message())));
+  }
+  absl::StatusOr<v1::Trajectory> attached =
+      pool_.ResumeEpisode(record.place.target, record.place.session_id, Replayed(id, replay),
+                          Delivered(id, replay.client), Opened(id, replay.client));
+  if (replay.client.delivered) return;
+  if (!replay.diverged.empty()) {
+    Release(record.place.target, {record.place.session_id});  // no use to anyone now
+    return Post(Lost(id, replay.diverged));
+  }
+  if (attached.ok()) return Post(Done(id, *std::move(attached)));
+  if (absl::IsCancelled(attached.status())) {
+    v1::Trajectory stopped;
+    stopped.set_failure_reason("cancelled: the trainer is stopping");
+    stopped.set_penalty(true);
+    return Post(Done(id, std::move(stopped)));
+  }
+  if (!record.snapshot) return Post(Lost(id, std::string(attached.status().message())));
+  // Its session is gone (the worker died, the lease lapsed).
+  spdlog::info(
+      "agent sample {}: cannot attach to session {} ({}); it goes on from its snapshot of turn {}",
+      id, record.place.session_id, std::string(attached.status().message()),
+      record.snapshot->pending().turn());
+  GoOnFromSnapshot(id, std::move(task), *std::move(record.snapshot), replay);
+}
+
+absl::Status AgentEpisodes::Rebuild(const EpisodeRecord& record, Replay& replay) {
   for (const EpisodeRecord::Turn& turn : record.turns) {
     const int k = turn.request.turn();
-    if (auto ids = client.conversation.Observe(turn.request); !ids.ok()) {
-      replayed = ids.status();
-      break;
+    if (auto ids = replay.client.conversation.Observe(turn.request); !ids.ok()) {
+      return ids.status();
     }
     if (turn.cut) {
-      answered[k].set_stop(true);
+      replay.answered[k].set_stop(true);
     } else if (turn.completion) {
-      answered[k] = client.conversation.Reply(*turn.completion, k);
+      replay.answered[k] = replay.client.conversation.Reply(*turn.completion, k);
     } else {
-      unanswered = k;
+      replay.unanswered = k;
     }
   }
-  // A worker past the record (attached from an older checkpoint) asks for a
-  // turn the sample's tokens cannot continue to.
-  int last = record.turns.back().request.turn();  // the last turn the sample holds
-  std::string diverged;
-  bool delivered = false;
-  const rpc::Policy policy =
-      [&](const v1::GenerateRequest& request) -> absl::StatusOr<v1::GenerateReply> {
-    auto it = answered.find(request.turn());
-    if (it != answered.end()) return it->second;
-    if (request.turn() == unanswered) return AwaitTurn(id, client, unanswered);
-    if (request.turn() == last + 1) {
-      last = request.turn();
-      return Turn(id, client, request);
-    }
-    diverged = absl::StrCat("the worker asks for turn ", request.turn(), " after turn ", last,
-                            ": the episode went on past this checkpoint");
-    return absl::FailedPreconditionError(diverged);
-  };
-  const rpc::WorkerPool::OnDone on_done = [&](const v1::Trajectory& done) {
-    delivered = true;
-    return Deliver(id, done);
-  };
-  const rpc::WorkerPool::OnOpened on_opened = [&](rpc::WorkerSession& session) {
-    client.session = &session;
-    Placed(id, session);
-  };
-  absl::StatusOr<v1::Trajectory> trajectory =
-      replayed.ok() ? pool_.ResumeEpisode(record.place.target, record.place.session_id, policy,
-                                          on_done, on_opened)
-                    : absl::StatusOr<v1::Trajectory>(replayed);
-  if (delivered) return;
-  AgentEvent event;
-  event.id = id;
-  event.kind = AgentEvent::Kind::kDone;
-  if (!diverged.empty()) {
-    Release(record.place.target, {record.place.session_id});  // no use to anyone now
-    event.kind = AgentEvent::Kind::kLost;
-    event.trajectory.set_failure_reason(diverged);
-  } else if (trajectory.ok()) {
-    event.trajectory = *std::move(trajectory);
-  } else if (absl::IsCancelled(trajectory.status())) {
-    event.trajectory.set_failure_reason("cancelled: the trainer is stopping");
-    event.trajectory.set_penalty(true);
-  } else if (replayed.ok() && record.snapshot) {
-    // Its session is gone (the worker died, the lease lapsed): it goes on
-    // from the snapshot on any worker.
-    spdlog::info(
-        "agent sample {}: cannot attach to session {} ({}); it goes on from its "
-        "snapshot of turn {}",
-        id, record.place.session_id, std::string(trajectory.status().message()),
-        record.snapshot->pending().turn());
-    v1::RunEpisode episode;
-    *episode.mutable_task() = std::move(task);
-    *episode.mutable_options() = options_.scaffold;
-    *episode.mutable_resume() = *std::move(record.snapshot);
-    bool opened = false;
-    v1::Trajectory restored = pool_.RunEpisode(
-        episode, policy,
-        [&](rpc::WorkerSession& session) {
-          opened = true;
-          ++restored_;
-          on_opened(session);
-        },
-        on_done);
-    if (delivered) return;
-    if (opened) {
-      event.trajectory = std::move(restored);  // lost after it went on: a penalty, as any episode
-    } else {
-      event.kind = AgentEvent::Kind::kLost;
-      event.trajectory.set_failure_reason(
-          absl::StrCat("no worker took its snapshot: ", restored.failure_reason()));
-    }
-  } else {
-    event.kind = AgentEvent::Kind::kLost;
-    event.trajectory.set_failure_reason(std::string(trajectory.status().message()));
-  }
-  Post(std::move(event));
+  replay.last = record.turns.empty() ? -1 : record.turns.back().request.turn();
+  return absl::OkStatus();
+}
+
+rpc::Policy AgentEpisodes::Replayed(uint64_t id, Replay& replay) {
+  return
+      [this, id, &replay](const v1::GenerateRequest& request) -> absl::StatusOr<v1::GenerateReply> {
+        auto it = replay.answered.find(request.turn());
+        if (it != replay.answered.end()) return it->second;
+        if (request.turn() == replay.unanswered)
+          return AwaitTurn(id, replay.client, replay.unanswered);
+        if (request.turn() == replay.last + 1) {
+          replay.last = request.turn();
+          return Turn(id, replay.client, request);
+        }
+        // A worker past the record (attached from an older checkpoint) asks for
+        // a turn the sample's tokens cannot continue to.
+        replay.diverged = absl::StrCat("the worker asks for turn ", request.turn(), " after turn ",
+                                       replay.last, ": the episode went on past this checkpoint");
+        return absl::FailedPreconditionError(replay.diverged);
+      };
+}
+
+void AgentEpisodes::GoOnFromSnapshot(uint64_t id, v1::Task task, v1::EpisodeSnapshot snapshot,
+                                     Replay& replay) {
+  v1::RunEpisode episode = Episode(std::move(task));
+  *episode.mutable_resume() = std::move(snapshot);
+  bool opened = false;
+  const rpc::WorkerPool::OnOpened placed = Opened(id, replay.client);
+  v1::Trajectory restored = pool_.RunEpisode(
+      episode, Replayed(id, replay),
+      [&](rpc::WorkerSession& session) {
+        opened = true;
+        ++restored_;
+        placed(session);
+      },
+      Delivered(id, replay.client));
+  if (replay.client.delivered) return;
+  if (opened) return Post(Done(id, std::move(restored)));  // lost after it went on: a penalty
+  Post(Lost(id, absl::StrCat("no worker took its snapshot: ", restored.failure_reason())));
 }
 
 absl::StatusOr<v1::GenerateReply> AgentEpisodes::Turn(uint64_t id, Client& client,

@@ -134,14 +134,39 @@ class AgentEpisodes {
     bool ended = false;                 // its kDone or kLost is posted
     std::optional<v1::Trajectory> end;  // the kDone's trajectory
   };
-  // A client thread's episode: its conversation and, once opened, its session.
+  // A client thread's episode: its conversation, once opened its session,
+  // and whether its trajectory reached the run loop.
   struct Client {
     AgentConversation conversation;
     rpc::WorkerSession* session = nullptr;
+    bool delivered = false;
+  };
+  // A resumed episode's client, with the conversation rebuilt from its
+  // record: the replies already given (given again if the worker asks again:
+  // it never got them), the turn whose tokens the sample holds and is still
+  // generating, the last turn the sample holds, and why the worker went past it.
+  struct Replay {
+    explicit Replay(Client c) : client(std::move(c)) {}
+    Client client;
+    std::map<int, v1::GenerateReply> answered;
+    int unanswered = -1;
+    int last = -1;
+    std::string diverged;
   };
 
   void RunClient(uint64_t id, v1::Task task, int effort);
   void RunResumed(uint64_t id, v1::Task task, int effort, EpisodeRecord record);
+  // Replays the record's turns into `replay`.
+  static absl::Status Rebuild(const EpisodeRecord& record, Replay& replay);
+  // The policy of a resumed episode: what the record answered, then on.
+  rpc::Policy Replayed(uint64_t id, Replay& replay);
+  // Runs a resumed episode from its snapshot on any worker.
+  void GoOnFromSnapshot(uint64_t id, v1::Task task, v1::EpisodeSnapshot snapshot, Replay& replay);
+  v1::RunEpisode Episode(v1::Task task) const;
+  rpc::WorkerPool::OnOpened Opened(uint64_t id, Client& client);
+  rpc::WorkerPool::OnDone Delivered(uint64_t id, Client& client);
+  static AgentEvent Done(uint64_t id, v1::Trajectory trajectory);
+  static AgentEvent Lost(uint64_t id, std::string why);
   // Posts the request's tokens, then waits for the generated turn.
   absl::StatusOr<v1::GenerateReply> Turn(uint64_t id, Client& client,
                                          const v1::GenerateRequest& request);
