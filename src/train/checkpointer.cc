@@ -126,6 +126,46 @@ int Checkpointer::WrittenRanks() const {
   return ranks;
 }
 
+absl::Status Checkpointer::FurthestStream(int written, RankChange& change) const {
+  uint64_t furthest = 0;
+  for (int r = 0; r < written; ++r) {
+    auto dispatcher = ReadDispatcherState(ShareDir(r));
+    if (!dispatcher.ok()) return dispatcher.status();
+    const auto next_id = dispatcher->find("next_id");
+    if (next_id == dispatcher->end() || !next_id->is_number_unsigned()) {
+      return absl::DataLossError(ShareDir(r) + "/state.json: grpo.dispatcher has no next_id");
+    }
+    if (change.stream.is_null() || next_id->get<uint64_t>() > furthest) {
+      furthest = next_id->get<uint64_t>();
+      change.stream = *std::move(dispatcher);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checkpointer::AdoptRank(int gone, int written, GrpoCursor& own,
+                                     RankChange& change) const {
+  auto share = ReadRankState(ShareDir(gone));
+  if (!share.ok()) return share.status();
+  spdlog::info(
+      "{} was written by {} ranks: rank {} takes over rank {}'s {} in-flight and {} "
+      "finished samples",
+      resume_dir_, written, group_ != nullptr ? group_->rank() : 0, gone, share->inflight.size(),
+      share->finished.size());
+  auto append = [](auto& into, auto& from) {
+    into.insert(into.end(), std::make_move_iterator(from.begin()),
+                std::make_move_iterator(from.end()));
+  };
+  append(own.inflight, share->inflight);
+  append(own.finished, share->finished);
+  append(own.records, share->records);
+  own.prefill_tokens += share->prefill_tokens;
+  own.decode_tokens += share->decode_tokens;
+  change.adopted_ranks.push_back(gone);
+  change.adopted.push_back(std::move(share->dispatcher));
+  return absl::OkStatus();
+}
+
 absl::Status Checkpointer::TakeRankShare() {
   if (!resume_state_ || !resume_state_->grpo) return absl::OkStatus();
   const int world = group_ != nullptr ? group_->size() : 1;
@@ -145,40 +185,11 @@ absl::Status Checkpointer::TakeRankShare() {
 
   RankChange change;
   change.written_ranks = written;
-  uint64_t furthest = 0;
-  for (int r = 0; r < written; ++r) {
-    auto dispatcher = ReadDispatcherState(ShareDir(r));
-    if (!dispatcher.ok()) return dispatcher.status();
-    const auto next_id = dispatcher->find("next_id");
-    if (next_id == dispatcher->end() || !next_id->is_number_unsigned()) {
-      return absl::DataLossError(ShareDir(r) + "/state.json: grpo.dispatcher has no next_id");
-    }
-    if (change.stream.is_null() || next_id->get<uint64_t>() > furthest) {
-      furthest = next_id->get<uint64_t>();
-      change.stream = *std::move(dispatcher);
-    }
-  }
+  if (absl::Status s = FurthestStream(written, change); !s.ok()) return s;
   GrpoCursor& own = *resume_state_->grpo;
   for (int gone = world; gone < written; ++gone) {
     if (gone % world != rank) continue;
-    auto share = ReadRankState(ShareDir(gone));
-    if (!share.ok()) return share.status();
-    spdlog::info(
-        "{} was written by {} ranks: rank {} takes over rank {}'s {} in-flight and {} "
-        "finished samples",
-        resume_dir_, written, rank, gone, share->inflight.size(), share->finished.size());
-    auto append = [](std::vector<rollout::SampleState>& into,
-                     std::vector<rollout::SampleState>& from) {
-      into.insert(into.end(), std::make_move_iterator(from.begin()),
-                  std::make_move_iterator(from.end()));
-    };
-    append(own.inflight, share->inflight);
-    append(own.finished, share->finished);
-    own.records.insert(own.records.end(), share->records.begin(), share->records.end());
-    own.prefill_tokens += share->prefill_tokens;
-    own.decode_tokens += share->decode_tokens;
-    change.adopted_ranks.push_back(gone);
-    change.adopted.push_back(std::move(share->dispatcher));
+    if (absl::Status s = AdoptRank(gone, written, own, change); !s.ok()) return s;
   }
   auto by_id = [](const auto& a, const auto& b) { return a.id < b.id; };
   std::sort(own.inflight.begin(), own.inflight.end(), by_id);

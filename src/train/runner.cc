@@ -107,100 +107,75 @@ absl::Status CheckSameResume(dist::Group& group, const std::optional<RunCursor>&
   return absl::OkStatus();
 }
 
-absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
-                       const std::string& resume, const dist::RankInfo& rank) {
-  if (rank.distributed()) {
-    // A teacher made from a companion config is trained by a child run,
-    // which one rank cannot do while the others wait in a collective.
-    for (const config::TeacherSection& teacher : config.opd.teachers) {
-      if (config.HasStage(kOpdStage) && !teacher.config.empty() &&
-          !fs::exists(teacher.path + "/config.json")) {
-        return absl::FailedPreconditionError(
-            "opd.teachers: '" + teacher.name + "' has no model at " + teacher.path +
-            " yet; make it before a multi-rank run: loom train --config " + teacher.config +
-            " --resume auto");
-      }
+// A teacher made from a companion config is trained by a child run, which
+// one rank cannot do while the others wait in a collective: a multi-rank run
+// needs its teachers made.
+absl::Status CheckTeachersMade(const config::RunConfig& config) {
+  if (!config.HasStage(kOpdStage)) return absl::OkStatus();
+  for (const config::TeacherSection& teacher : config.opd.teachers) {
+    if (!teacher.config.empty() && !fs::exists(teacher.path + "/config.json")) {
+      return absl::FailedPreconditionError(
+          "opd.teachers: '" + teacher.name + "' has no model at " + teacher.path +
+          " yet; make it before a multi-rank run: loom train --config " + teacher.config +
+          " --resume auto");
     }
   }
-  auto dtype = model::ParseDtype(config.model.dtype);
-  if (!dtype.ok()) return dtype.status();
-  auto device = PickDevice(config.model.device, rank);
-  if (!device.ok()) return device.status();
-  auto group = JoinRanks(config, rank, *device);
-  if (!group.ok()) return group.status();
-  auto checkpointer = Checkpointer::Open(config, run_dir, resume, group->get());
-  if (!checkpointer.ok()) return checkpointer.status();
-  const auto& cursor = (*checkpointer)->resume_cursor();
-  if (*group != nullptr) {
-    if (absl::Status s = CheckSameResume(**group, cursor); !s.ok()) return s;
-    // Rank 0 creates a missing model; the others wait, then create their own
-    // only where they do not share its filesystem (same seed, same weights).
-    if (rank.rank == 0) {
+  return absl::OkStatus();
+}
+
+// Creates a missing model. With several ranks, rank 0 creates it and the
+// others wait, then create their own only where they do not share its
+// filesystem (same seed, same weights).
+absl::Status EnsureModelOnEveryRank(const config::RunConfig& config, dist::Group* group) {
+  if (group != nullptr) {
+    if (group->rank() == 0) {
       if (absl::Status s = EnsureModel(config.model, config.run.seed); !s.ok()) return s;
     }
-    if (absl::Status s = (*group)->Barrier(); !s.ok()) return s;
+    if (absl::Status s = group->Barrier(); !s.ok()) return s;
   }
-  if (absl::Status s = EnsureModel(config.model, config.run.seed); !s.ok()) return s;
+  return EnsureModel(config.model, config.run.seed);
+}
+
+// The model the run trains, from the checkpoint's weights; with several
+// ranks every rank starts from rank 0's weights, whatever its files hold.
+absl::StatusOr<std::unique_ptr<model::Transformer>> LoadModel(const config::RunConfig& config,
+                                                              const Checkpointer& checkpointer,
+                                                              at::ScalarType dtype,
+                                                              at::Device device,
+                                                              dist::Group* group) {
   const bool autocast = config.model.autocast == "bfloat16";
-  auto model =
-      model::Transformer::Load((*checkpointer)->ModelDir(), {*dtype, *device, true, autocast});
-  if (!model.ok()) return model.status();
-  if (*group != nullptr) {
-    // Every rank starts from rank 0's weights, whatever its files hold.
-    if (absl::Status s = dist::BroadcastParameters(**group, (*model)->Parameters()); !s.ok()) {
-      return s;
-    }
+  auto model = model::Transformer::Load(checkpointer.ModelDir(), {dtype, device, true, autocast});
+  if (!model.ok() || group == nullptr) return model;
+  if (absl::Status s = dist::BroadcastParameters(*group, (*model)->Parameters()); !s.ok()) {
+    return s;
   }
-  auto tokenizer = tokenizer::Tokenizer::FromFile(config.model.path + "/tokenizer.json");
-  if (!tokenizer.ok()) return tokenizer.status();
-  // The live config: the file's, or the version the checkpoint recorded.
-  std::unique_ptr<LiveConfig> live = std::make_unique<LiveConfig>(config);
-  if (cursor && !cursor->live.is_null()) {
-    auto restored = LiveConfig::Restore(config, cursor->config_version, cursor->live);
-    if (!restored.ok()) return restored.status();
-    live = *std::move(restored);
-    spdlog::info("live config: resuming at version {}", live->version());
-  }
-  auto teachers = OpenTeachers(config, live->teacher_slots(), (*model)->config().vocab_size,
-                               **tokenizer, {*dtype, *device, false});
-  if (!teachers.ok()) return teachers.status();
-  live->set_teachers(teachers->get());
-  auto special_tokens = chat::SpecialTokenIds::Resolve(**tokenizer);
-  if (!special_tokens.ok()) return special_tokens.status();
+  return model;
+}
+
+// The live config: the file's, or the version the checkpoint recorded.
+absl::StatusOr<std::unique_ptr<LiveConfig>> OpenLiveConfig(const config::RunConfig& config,
+                                                           const std::optional<RunCursor>& cursor) {
+  if (!cursor || cursor->live.is_null()) return std::make_unique<LiveConfig>(config);
+  auto restored = LiveConfig::Restore(config, cursor->config_version, cursor->live);
+  if (restored.ok()) spdlog::info("live config: resuming at version {}", (*restored)->version());
+  return restored;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<tasks::Dataset>>> LoadDatasets(
+    const config::RunConfig& config) {
   auto datasets = tasks::LoadDatasets(config.tasks, static_cast<uint64_t>(config.run.seed));
-  if (!datasets.ok()) return datasets.status();
-  if (datasets->empty() && !config.train.stages.empty()) {
+  if (datasets.ok() && datasets->empty() && !config.train.stages.empty()) {
     return absl::InvalidArgumentError(
         "tasks.datasets is empty: the stages have nothing to train on");
   }
-  auto metrics = metrics::MetricsWriter::Open(run_dir.metrics_path());
-  if (!metrics.ok()) return metrics.status();
-  if (rank.rank == 0) {
-    if (absl::Status s = AttachTensorBoard(config, run_dir, *metrics); !s.ok()) return s;
-  }
-  spdlog::info("model {} ({:.2f}M parameters, {}), stages: {}", config.model.path,
-               static_cast<double>((*model)->NumParameters()) / 1e6, config.model.dtype,
-               config.train.stages.size());
+  return datasets;
+}
 
-  TrainContext context{config,   run_dir,         **model, **tokenizer,        *datasets,
-                       *metrics, *special_tokens, 0,       checkpointer->get()};
-  context.live = live.get();
-  context.teachers = teachers->get();
-  context.group = group->get();
-  ControlInbox control(context);
-  if (rank.distributed()) {
-    spdlog::info("live changes (loom ctl) are not taken in multi-rank runs");
-    metrics->SetCommon("config_version", live->version());
-  } else {
-    if (absl::Status s = control.Start(); !s.ok()) return s;
-    context.control = &control;
-  }
-  size_t first_stage = 0;
-  if (cursor) {
-    context.policy_version = cursor->policy_version;
-    first_stage = static_cast<size_t>(cursor->stage_index);
-    if (absl::Status s = RestoreTorchRng((*checkpointer)->resume_dir()); !s.ok()) return s;
-  }
+// Runs the stages from the checkpoint's on; rank 0 saves each stage's weights.
+absl::Status RunEachStage(TrainContext& context, const std::optional<RunCursor>& cursor,
+                          const dist::RankInfo& rank) {
+  const config::RunConfig& config = context.config;
+  const size_t first_stage = cursor ? static_cast<size_t>(cursor->stage_index) : 0;
   metrics::RunEta run_eta(context.policy_version, TotalSteps(config));
   context.run_eta = &run_eta;
   for (size_t i = first_stage; i < config.train.stages.size(); ++i) {
@@ -213,13 +188,74 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
                          context.policy_version + kind->steps(config) - done_in_stage);
     if (absl::Status s = kind->run(context); !s.ok()) return s;
     if (rank.rank != 0) continue;  // rank 0 saves the weights every rank holds
-    const std::string out = run_dir.stage_path(stage);
-    if (absl::Status s = (*model)->Save(out); !s.ok()) return s;
+    const std::string out = context.run_dir.stage_path(stage);
+    if (absl::Status s = context.model.Save(out); !s.ok()) return s;
     fs::copy_file(config.model.path + "/tokenizer.json", out + "/tokenizer.json",
                   fs::copy_options::overwrite_existing);
     spdlog::info("stage {} done; weights in {}", stage, out);
   }
   return absl::OkStatus();
+}
+
+absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
+                       const std::string& resume, const dist::RankInfo& rank) {
+  if (rank.distributed()) {
+    if (absl::Status s = CheckTeachersMade(config); !s.ok()) return s;
+  }
+  auto dtype = model::ParseDtype(config.model.dtype);
+  if (!dtype.ok()) return dtype.status();
+  auto device = PickDevice(config.model.device, rank);
+  if (!device.ok()) return device.status();
+  auto group = JoinRanks(config, rank, *device);
+  if (!group.ok()) return group.status();
+  auto checkpointer = Checkpointer::Open(config, run_dir, resume, group->get());
+  if (!checkpointer.ok()) return checkpointer.status();
+  const auto& cursor = (*checkpointer)->resume_cursor();
+  if (*group != nullptr) {
+    if (absl::Status s = CheckSameResume(**group, cursor); !s.ok()) return s;
+  }
+  if (absl::Status s = EnsureModelOnEveryRank(config, group->get()); !s.ok()) return s;
+  auto model = LoadModel(config, **checkpointer, *dtype, *device, group->get());
+  if (!model.ok()) return model.status();
+  auto tokenizer = tokenizer::Tokenizer::FromFile(config.model.path + "/tokenizer.json");
+  if (!tokenizer.ok()) return tokenizer.status();
+  auto live = OpenLiveConfig(config, cursor);
+  if (!live.ok()) return live.status();
+  auto teachers = OpenTeachers(config, (*live)->teacher_slots(), (*model)->config().vocab_size,
+                               **tokenizer, {*dtype, *device, false});
+  if (!teachers.ok()) return teachers.status();
+  (*live)->set_teachers(teachers->get());
+  auto special_tokens = chat::SpecialTokenIds::Resolve(**tokenizer);
+  if (!special_tokens.ok()) return special_tokens.status();
+  auto datasets = LoadDatasets(config);
+  if (!datasets.ok()) return datasets.status();
+  auto metrics = metrics::MetricsWriter::Open(run_dir.metrics_path());
+  if (!metrics.ok()) return metrics.status();
+  if (rank.rank == 0) {
+    if (absl::Status s = AttachTensorBoard(config, run_dir, *metrics); !s.ok()) return s;
+  }
+  spdlog::info("model {} ({:.2f}M parameters, {}), stages: {}", config.model.path,
+               static_cast<double>((*model)->NumParameters()) / 1e6, config.model.dtype,
+               config.train.stages.size());
+
+  TrainContext context{config,   run_dir,         **model, **tokenizer,        *datasets,
+                       *metrics, *special_tokens, 0,       checkpointer->get()};
+  context.live = live->get();
+  context.teachers = teachers->get();
+  context.group = group->get();
+  ControlInbox control(context);
+  if (rank.distributed()) {
+    spdlog::info("live changes (loom ctl) are not taken in multi-rank runs");
+    metrics->SetCommon("config_version", (*live)->version());
+  } else {
+    if (absl::Status s = control.Start(); !s.ok()) return s;
+    context.control = &control;
+  }
+  if (cursor) {
+    context.policy_version = cursor->policy_version;
+    if (absl::Status s = RestoreTorchRng((*checkpointer)->resume_dir()); !s.ok()) return s;
+  }
+  return RunEachStage(context, cursor, rank);
 }
 
 }  // namespace

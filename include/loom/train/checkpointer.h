@@ -93,6 +93,11 @@ class Checkpointer {
   absl::Status TakeRankShare();
   std::string ShareDir(int rank) const;  // where rank `rank`'s loop was written
   int WrittenRanks() const;              // how many ranks wrote the checkpoint
+  // The dispatcher state furthest along of the `written` ranks': the
+  // stream every rank goes on from.
+  absl::Status FurthestStream(int written, RankChange& change) const;
+  // Takes rank `gone`'s share (a rank this run no longer has) into `own`.
+  absl::Status AdoptRank(int gone, int written, GrpoCursor& own, RankChange& change) const;
   absl::Status ResolveAndRead(const std::string& resume_spec);
 
   const config::RunConfig& config_;
