@@ -33,6 +33,19 @@ at::Tensor PolicyTokenWeights(const at::Tensor& loss_mask, const at::Tensor& ver
   return weights * fresh.to(at::kFloat);
 }
 
+int64_t WeightedTokens(const std::vector<uint8_t>& loss_mask, const std::vector<int64_t>& versions,
+                       int64_t policy_version, int64_t mask_lag) {
+  const auto targets = static_cast<int64_t>(loss_mask.size()) - 1;
+  if (targets <= 0) return 0;
+  // Views of the caller's vectors, read only.
+  const at::Tensor mask =
+      at::from_blob(const_cast<uint8_t*>(loss_mask.data()) + 1, {targets}, at::kByte);
+  const at::Tensor token_versions =
+      at::from_blob(const_cast<int64_t*>(versions.data()) + 1, {targets}, at::kLong);
+  return static_cast<int64_t>(
+      PolicyTokenWeights(mask, token_versions, policy_version, mask_lag).sum().item<double>());
+}
+
 PolicyLossResult PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions& options) {
   CheckShapes(in);
   PolicyLossResult result;

@@ -5,7 +5,6 @@
 #include "loom/agent/demonstration.h"
 #include "loom/chat/encoder.h"
 #include "loom/chat/message.h"
-#include "loom/chat/parser.h"
 
 namespace loom::train {
 namespace {
@@ -112,25 +111,6 @@ absl::StatusOr<SftExample> EncodeAgentSftExample(const tasks::Problem& problem,
                                             options, tokenizer, effort, eos_id);
   if (!example.ok()) return example.status();
   return SftExample{std::move(example->tokens), std::move(example->loss_mask)};
-}
-
-Judgement JudgeCompletion(const tasks::Problem& problem, const std::vector<int64_t>& completion,
-                          const tokenizer::Tokenizer& tokenizer) {
-  Judgement judgement;
-  auto text = tokenizer.Decode(std::vector<int32_t>(completion.begin(), completion.end()));
-  if (!text.ok()) {
-    judgement.parse_error = std::string(text.status().message());
-    return judgement;
-  }
-  auto message = chat::ParseCompletion(*text, chat::ThinkingMode::kThinking);
-  if (!message.ok()) {
-    judgement.parse_error = std::string(message.status().message());
-    return judgement;
-  }
-  judgement.parsed = true;
-  judgement.content = message->content;
-  judgement.reward = problem.Score(message->content);
-  return judgement;
 }
 
 }  // namespace loom::train

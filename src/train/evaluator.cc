@@ -147,7 +147,7 @@ absl::Status SumTallies(std::vector<EvalTally>& totals, dist::Group& group) {
 }  // namespace
 
 void EvalTally::Add(size_t problem, const std::vector<int64_t>& completion,
-                    const Judgement& judgement, int64_t think_end_id) {
+                    const algo::Judgement& judgement, int64_t think_end_id) {
   reward += judgement.reward;
   parsed += judgement.parsed;
   response += static_cast<double>(completion.size());
@@ -274,7 +274,7 @@ absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Trans
       std::vector<int64_t> completion(sample.tokens.begin() + sample.prompt_length,
                                       sample.tokens.end());
       totals[prompt.cell].Add(prompt.problem_index, completion,
-                              JudgeCompletion(*prompt.problem, completion, inputs.tokenizer),
+                              algo::JudgeCompletion(*prompt.problem, completion, inputs.tokenizer),
                               inputs.special_tokens.think_end);
     }
   }

@@ -11,9 +11,9 @@
 #include "loom/metrics/progress.h"
 #include "loom/model/distill.h"
 #include "loom/train/batching.h"
-#include "loom/train/grpo_step.h"
+#include "train/micro_batch.h"
 #include "train/opd_stage.h"
-#include "train/trainer_util.h"
+#include "train/step_figures.h"
 
 namespace loom::train {
 
@@ -21,10 +21,10 @@ struct OpdTrainer::Step {
   int64_t version = 0;
   double normalizer = 1;  // weighted tokens of the whole batch: one token-level mean
   at::Tensor advantages;  // [n] verifier-reward advantages (opd.reward_weight > 0)
-  double loss = 0;
-  double kl_weighted = 0;  // per-token KL summed over weighted tokens
-  double weighted_tokens = 0, loss_tokens = 0;
-  int64_t trained_tokens = 0;
+  // The judged batch's, and the loss's: "loss", "kl_weighted" (per-token KL
+  // summed over weighted tokens), "weighted_tokens", "loss_tokens",
+  // "trained_tokens".
+  StepFigures figures;
   double teacher_seconds = 0, student_seconds = 0;
   MeanBy kl_by_dataset, kl_by_teacher;
 };
@@ -99,18 +99,19 @@ absl::Status OpdTrainer::MicroBatchBackward(const std::vector<TrainingSample>& s
                                             Step& step) const {
   const config::RunConfig& config = context_.config;
   Micro micro(samples, indices, temperature, step.version, config.async.mask_lag);
-  for (int64_t length : micro.packed.lengths) step.trained_tokens += length;
-  step.loss_tokens += micro.packed.shifted.target_weight.sum().item<double>();
-  step.weighted_tokens += static_cast<double>(micro.rows.size(0));
+  for (int64_t length : micro.packed.lengths) {
+    step.figures.Add("trained_tokens", static_cast<double>(length));
+  }
+  step.figures.Add("loss_tokens", micro.packed.shifted.target_weight.sum().item<double>());
+  step.figures.Add("weighted_tokens", static_cast<double>(micro.rows.size(0)));
   const bool full = config.opd.FullKl();
-  const double reward_weight = config.opd.reward_weight;
 
   // The student's stack runs once for the whole micro-batch, with its
   // recorded routing as in GRPO. Full KL needs its final hidden states at the
   // weighted rows, and its target log-probs only for a policy-loss term.
   double start = Seconds();
   model::PackedBatch batch = micro.packed.shifted.batch;
-  if (full && reward_weight == 0) batch.targets = at::Tensor();
+  if (full && config.opd.reward_weight == 0) batch.targets = at::Tensor();
   model::ScoreOptions options;
   options.temperature = temperature;
   if (full) options.hidden_rows = micro.rows;
@@ -130,30 +131,37 @@ absl::Status OpdTrainer::MicroBatchBackward(const std::vector<TrainingSample>& s
   if (full && distilled.hidden.grad().defined()) {
     loss = (scored->hidden * distilled.hidden.grad()).sum();
   }
-  if (!full || reward_weight > 0) {
-    at::Tensor advantages = at::zeros_like(micro.packed.behaviour);
-    if (!full) {
-      // The sampled form: log p_teacher(y) - log p_behaviour(y), and its negative
-      // the sampled token's KL estimate.
-      const at::Tensor sampled =
-          (distilled.teacher_logprobs - micro.packed.behaviour) * micro.weights;
-      advantages = advantages + sampled;
-      distilled.kl = -sampled.index_select(0, micro.rows).to(at::kDouble);
-    }
-    if (reward_weight > 0) {
-      advantages = advantages + reward_weight * algo::ExpandToTokens(step.advantages.index_select(
-                                                                         0, micro.packed.index),
-                                                                     micro.packed.lengths);
-    }
-    at::Tensor policy_loss = PolicyLoss(micro, scored->logprobs, advantages, step);
-    step.loss += policy_loss.item<double>();
+  if (!full || config.opd.reward_weight > 0) {
+    at::Tensor policy_loss =
+        PolicyLoss(micro, scored->logprobs, Advantages(micro, distilled, step), step);
+    step.figures.Add("loss", policy_loss.item<double>());
     loss = loss + policy_loss;
   }
   if (loss.requires_grad()) loss.backward();
-  step.loss += distilled.kl_loss;
+  step.figures.Add("loss", distilled.kl_loss);
   step.student_seconds += Seconds() - start;
   RecordKl(samples, micro, distilled.kl, step);
   return absl::OkStatus();
+}
+
+at::Tensor OpdTrainer::Advantages(const Micro& micro, Distilled& distilled,
+                                  const Step& step) const {
+  at::Tensor advantages = at::zeros_like(micro.packed.behaviour);
+  if (!context_.config.opd.FullKl()) {
+    // The sampled form: log p_teacher(y) - log p_behaviour(y), and its
+    // negative the sampled token's KL estimate.
+    const at::Tensor sampled =
+        (distilled.teacher_logprobs - micro.packed.behaviour) * micro.weights;
+    advantages = advantages + sampled;
+    distilled.kl = -sampled.index_select(0, micro.rows).to(at::kDouble);
+  }
+  const double reward_weight = context_.config.opd.reward_weight;
+  if (reward_weight > 0) {
+    advantages = advantages + reward_weight * algo::ExpandToTokens(step.advantages.index_select(
+                                                                       0, micro.packed.index),
+                                                                   micro.packed.lengths);
+  }
+  return advantages;
 }
 
 absl::Status OpdTrainer::DistilSegments(const std::vector<TrainingSample>& samples,
@@ -241,7 +249,7 @@ at::Tensor OpdTrainer::PolicyLoss(const Micro& micro, const at::Tensor& logprobs
 
 void OpdTrainer::RecordKl(const std::vector<TrainingSample>& samples, const Micro& micro,
                           const at::Tensor& kl, Step& step) const {
-  step.kl_weighted += kl.sum().item<double>();
+  step.figures.Add("kl_weighted", kl.sum().item<double>());
   const int64_t n = static_cast<int64_t>(micro.indices.size());
   const at::Tensor sums = at::zeros({n}, at::kDouble).index_add_(0, micro.owner, kl);
   const at::Tensor counts = at::bincount(micro.owner, {}, n);
@@ -255,6 +263,22 @@ void OpdTrainer::RecordKl(const std::vector<TrainingSample>& samples, const Micr
   }
 }
 
+absl::StatusOr<double> OpdTrainer::Normalizer(const std::vector<TrainingSample>& samples,
+                                              int64_t version) const {
+  double weighted = 0;
+  for (const TrainingSample& sample : samples) {
+    weighted += static_cast<double>(algo::WeightedTokens(
+        sample.state.loss_mask, sample.state.versions, version, context_.config.async.mask_lag));
+  }
+  if (context_.group != nullptr) {
+    // Several ranks: one token-level mean over every rank's samples.
+    auto total = context_.group->Sum({weighted});
+    if (!total.ok()) return total.status();
+    weighted = (*total)[0];
+  }
+  return std::max(weighted, 1.0);
+}
+
 absl::StatusOr<TrainedStep> OpdTrainer::Train(const Batch& batch) {
   const double start = Seconds();
   const config::RunConfig& config = context_.config;
@@ -263,36 +287,25 @@ absl::StatusOr<TrainedStep> OpdTrainer::Train(const Batch& batch) {
   Step step;
   step.version = context_.policy_version;
   // One token-level mean over the batch: count its weighted tokens first.
-  double weighted = 0;
-  for (const TrainingSample& sample : samples) {
-    weighted +=
-        static_cast<double>(FreshLossTokens(sample.state, step.version, config.async.mask_lag));
-  }
-  if (context_.group != nullptr) {
-    // Several ranks: one token-level mean over every rank's samples.
-    auto total = context_.group->Sum({weighted});
-    if (!total.ok()) return total.status();
-    weighted = (*total)[0];
-  }
-  step.normalizer = std::max(weighted, 1.0);
+  auto normalizer = Normalizer(samples, step.version);
+  if (!normalizer.ok()) return normalizer.status();
+  step.normalizer = *normalizer;
   // Verifier rewards: always reported; subgroup advantages when they are trained on.
-  std::vector<float> rewards;
-  std::vector<int64_t> subgroups;
-  MeanBy reward_by_dataset;
-  int64_t lag_sum = 0, lag_max = 0, response_tokens = 0;
-  for (const TrainingSample& sample : samples) {
-    rewards.push_back(static_cast<float>(JudgeTrainingSample(context_, sample).reward));
-    subgroups.push_back(static_cast<int64_t>(sample.info.subgroup_id));
-    reward_by_dataset.Add(sample.info.problem->dataset, rewards.back());
-    const int64_t lag = step.version - OldestVersion(sample.state, step.version);
-    lag_sum += lag;
-    lag_max = std::max(lag_max, lag);
-    response_tokens += sample.state.length() - sample.state.prompt_length;
+  const std::vector<algo::Verdict> verdicts =
+      JudgeSamples(samples, context_.tokenizer, context_.special_tokens.think_end, step.version);
+  const algo::Rewards rewards = algo::RewardBatch(verdicts, nullptr);
+  AddVerdicts(verdicts, rewards, step.figures);
+  for (const char* name : {"loss", "kl_weighted", "weighted_tokens", "loss_tokens"}) {
+    step.figures.Add(name, 0);  // every rank brings every name
   }
   if (config.opd.reward_weight > 0) {
+    std::vector<int64_t> subgroups;
+    for (const algo::Verdict& verdict : verdicts) {
+      subgroups.push_back(static_cast<int64_t>(verdict.subgroup));
+    }
     step.advantages =
-        algo::SubgroupAdvantages(at::tensor(rewards, at::kFloat), at::tensor(subgroups, at::kLong),
-                                 config.grpo.scale_by_std);
+        algo::SubgroupAdvantages(at::tensor(rewards.total, at::kFloat),
+                                 at::tensor(subgroups, at::kLong), config.grpo.scale_by_std);
   }
   const algo::TeacherPoolStats before = teachers_.stats();
   // Samples in teacher order (a teacher spanning two micro-batches is still
@@ -307,61 +320,43 @@ absl::StatusOr<TrainedStep> OpdTrainer::Train(const Batch& batch) {
   auto applied = optimizer_.Step(batch.step, context_.policy_version);
   if (!applied.ok()) return applied.status();
   const double train_seconds = Seconds() - start;
+  if (context_.group != nullptr) {
+    if (absl::Status s = step.figures.SumOverRanks(*context_.group); !s.ok()) return s;
+  }
   nlohmann::json record = Record(batch, step, *applied, train_seconds);
+  AddTeacherFigures(before, record);
+  MeanBy reward_by_dataset;
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    reward_by_dataset.Add(verdicts[i].dataset, rewards.total[i]);
+  }
+  record["reward_by_dataset"] = reward_by_dataset.Json();
+  optimizer_.AddRankFigures(*applied, record);
+  return TrainedStep{std::move(record), context_.policy_version};
+}
+
+void OpdTrainer::AddTeacherFigures(const algo::TeacherPoolStats& before,
+                                   nlohmann::json& record) const {
   const algo::TeacherPoolStats& after = teachers_.stats();
-  const double n = static_cast<double>(samples.size());
   record["teacher_loads"] = after.loads - before.loads;
   record["teacher_evictions"] = after.evictions - before.evictions;
   record["teacher_load_s"] = after.load_seconds - before.load_seconds;
   record["teachers_resident"] = teachers_.ResidentSlots().size();
-  record["reward_mean"] = Mean(rewards);
-  record["reward_by_dataset"] = reward_by_dataset.Json();
-  record["response_length_mean"] = static_cast<double>(response_tokens) / n;
-  record["staleness_mean"] = static_cast<double>(lag_sum) / n;
-  record["staleness_max"] = lag_max;
-  if (context_.group != nullptr) {
-    // The batch-wide figures over every rank's samples; the breakdowns by
-    // dataset and teacher, and the teacher pool's, stay this rank's.
-    double reward = 0;
-    for (float r : rewards) reward += r;
-    auto sums = context_.group->Sum({n, step.loss, step.kl_weighted, step.weighted_tokens,
-                                     step.loss_tokens, reward, static_cast<double>(response_tokens),
-                                     static_cast<double>(lag_sum)});
-    if (!sums.ok()) return sums.status();
-    const std::vector<double>& g = *sums;
-    record["rank_samples"] = samples.size();
-    record["samples"] = static_cast<int64_t>(g[0]);
-    record["loss"] = g[1];
-    record["kl"] = g[3] > 0 ? g[2] / g[3] : 0.0;
-    record["masked_token_fraction"] = g[4] > 0 ? 1.0 - g[3] / g[4] : 0.0;
-    record["reward_mean"] = g[5] / g[0];
-    record["response_length_mean"] = g[6] / g[0];
-    record["staleness_mean"] = g[7] / g[0];
-  }
-  optimizer_.AddRankFigures(*applied, record);
-  return TrainedStep{std::move(record), context_.policy_version};
 }
 
 nlohmann::json OpdTrainer::Record(const Batch& batch, const Step& step,
                                   const StageOptimizer::Applied& applied,
                                   double train_seconds) const {
-  nlohmann::json record = {
-      {"stage", kOpdStage},
-      {"step", batch.step + 1},
-      {"version", context_.policy_version},
-      {"estimator", context_.config.opd.estimator},
-      {"loss", step.loss},
-      {"lr", applied.lr},
-      {"grad_norm", applied.grad_norm},
-      {"samples", batch.samples.size()},
-      {"kl", step.weighted_tokens > 0 ? step.kl_weighted / step.weighted_tokens : 0.0},
-      {"kl_by_dataset", step.kl_by_dataset.Json()},
-      {"kl_by_teacher", step.kl_by_teacher.Json()},
-      {"masked_token_fraction",
-       step.loss_tokens > 0 ? 1.0 - step.weighted_tokens / step.loss_tokens : 0.0},
-      {"time_teacher_s", step.teacher_seconds},
-      {"time_student_s", step.student_seconds}};
-  record.update(LoopMetrics(batch, step.trained_tokens, train_seconds));
+  const StepFigures& figures = step.figures;
+  nlohmann::json record =
+      StepLine(kOpdStage, batch, context_.policy_version, applied, figures, train_seconds);
+  record["estimator"] = context_.config.opd.estimator;
+  record["kl"] = figures.Per("kl_weighted", "weighted_tokens");
+  record["kl_by_dataset"] = step.kl_by_dataset.Json();
+  record["kl_by_teacher"] = step.kl_by_teacher.Json();
+  record["masked_token_fraction"] =
+      figures["loss_tokens"] > 0 ? 1.0 - figures.Per("weighted_tokens", "loss_tokens") : 0.0;
+  record["time_teacher_s"] = step.teacher_seconds;
+  record["time_student_s"] = step.student_seconds;
   return record;
 }
 

@@ -117,7 +117,7 @@ TEST(EvaluatorTest, ResultsEqualAnIndependentGreedyDecode) {
       ASSERT_TRUE(prompt.ok()) << prompt.status();
       const std::vector<int64_t> completion =
           DecodeAlone(*f.model, *prompt, 40, f.context->special_tokens.eos);
-      const Judgement judgement = JudgeCompletion(problem, completion, *f.tokenizer);
+      const algo::Judgement judgement = algo::JudgeCompletion(problem, completion, *f.tokenizer);
       per_dataset[problem.dataset].first += judgement.reward;
       ++per_dataset[problem.dataset].second;
       total += judgement.reward;
@@ -160,7 +160,7 @@ TEST(EvalTallyTest, HandCountedCell) {
     return tokens;
   };
   auto add = [&](EvalTally& tally, size_t index, const std::vector<int64_t>& tokens) {
-    tally.Add(index, tokens, JudgeCompletion(problem, tokens, *f.tokenizer), think_end);
+    tally.Add(index, tokens, algo::JudgeCompletion(problem, tokens, *f.tokenizer), think_end);
   };
   EvalTally tally(3);
   // Problem 0: right after 5 reasoning tokens (5+1+2+1 = 9 tokens);
@@ -193,19 +193,21 @@ TEST(EvalTallyTest, HandCountedCell) {
 // The change between two efforts is paired by problem: a problem both get
 // right (or both wrong) adds no spread, unlike two independent errors.
 TEST(EvalTallyTest, ChangeIsPairedByProblem) {
-  Judgement right, wrong;
+  algo::Judgement right, wrong;
   right.reward = 1;
   wrong.reward = 0;
   // 3 problems × K = 2; per-problem pass@1 0, 1/2, 1 at the lower effort
   // and 1/2, 1, 1 at the higher.
   EvalTally lower(3), higher(3);
   const std::vector<int64_t> none;
-  for (const auto& [problem, a, b] : std::vector<std::tuple<size_t, Judgement, Judgement>>{
+  for (const auto& [problem, a, b] :
+       std::vector<std::tuple<size_t, algo::Judgement, algo::Judgement>>{
            {0, wrong, wrong}, {1, right, wrong}, {2, right, right}}) {
     lower.Add(problem, none, a, -1);
     lower.Add(problem, none, b, -1);
   }
-  for (const auto& [problem, a, b] : std::vector<std::tuple<size_t, Judgement, Judgement>>{
+  for (const auto& [problem, a, b] :
+       std::vector<std::tuple<size_t, algo::Judgement, algo::Judgement>>{
            {0, right, wrong}, {1, right, right}, {2, right, right}}) {
     higher.Add(problem, none, a, -1);
     higher.Add(problem, none, b, -1);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "loom/algo/judge.h"
 #include "loom/tasks/generator.h"
 #include "loom/tokenizer/dsv4_tokens.h"
 #include "loom/tokenizer/tiny.h"
@@ -139,13 +140,16 @@ TEST(EncodingTest, JudgeCompletionRewardsOnlyWellFormedCorrectAnswers) {
     if (close) ids.push_back(eos);
     return ids;
   };
-  Judgement right = JudgeCompletion(problem, completion("work", problem.answer, true), *tok);
+  algo::Judgement right =
+      algo::JudgeCompletion(problem, completion("work", problem.answer, true), *tok);
   EXPECT_TRUE(right.parsed);
   EXPECT_EQ(right.reward, 1.0);
-  Judgement wrong = JudgeCompletion(problem, completion("work", problem.answer + "1", true), *tok);
+  algo::Judgement wrong =
+      algo::JudgeCompletion(problem, completion("work", problem.answer + "1", true), *tok);
   EXPECT_TRUE(wrong.parsed);
   EXPECT_EQ(wrong.reward, 0.0);
-  Judgement cut = JudgeCompletion(problem, completion("work", problem.answer, false), *tok);
+  algo::Judgement cut =
+      algo::JudgeCompletion(problem, completion("work", problem.answer, false), *tok);
   EXPECT_FALSE(cut.parsed);
   EXPECT_EQ(cut.reward, 0.0);
   EXPECT_FALSE(cut.parse_error.empty());

@@ -19,6 +19,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace loom::algo {
 
@@ -55,5 +56,10 @@ PolicyLossResult PolicyLoss(const PolicyLossInputs& in, const PolicyLossOptions&
 // Token weights w_t (see above): [T] float32.
 at::Tensor PolicyTokenWeights(const at::Tensor& loss_mask, const at::Tensor& versions,
                               int64_t policy_version, int64_t mask_lag);
+// The tokens of one sample a loss weighs (sum of w_t over its targets, the
+// tokens after the first): the count behind a token-level mean taken over
+// several calls. `loss_mask` and `versions` are the sample's, unshifted.
+int64_t WeightedTokens(const std::vector<uint8_t>& loss_mask, const std::vector<int64_t>& versions,
+                       int64_t policy_version, int64_t mask_lag);
 
 }  // namespace loom::algo

@@ -48,14 +48,4 @@ absl::StatusOr<SftExample> EncodeAgentSftExample(const tasks::Problem& problem,
                                                  const tokenizer::Tokenizer& tokenizer,
                                                  int64_t eos_id);
 
-// What a completion (the generated tokens after the prompt) earned.
-struct Judgement {
-  double reward = 0;        // the verifier's reward; 0 for a malformed completion
-  bool parsed = false;      // the completion was a well-formed assistant message
-  std::string content;      // its final answer (empty when malformed)
-  std::string parse_error;  // why it was malformed
-};
-Judgement JudgeCompletion(const tasks::Problem& problem, const std::vector<int64_t>& completion,
-                          const tokenizer::Tokenizer& tokenizer);
-
 }  // namespace loom::train

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "loom/algo/judge.h"
 #include "loom/rollout/engine.h"
 #include "loom/train/context.h"
 #include "loom/train/encoding.h"
@@ -84,7 +85,7 @@ struct EvalTally {
   // A finished sample of problem `problem` (its index within the cell):
   // the tokens it generated, EOS included when it came, and its verdict.
   // Reasoning is what precedes `think_end_id`.
-  void Add(size_t problem, const std::vector<int64_t>& completion, const Judgement& judgement,
+  void Add(size_t problem, const std::vector<int64_t>& completion, const algo::Judgement& judgement,
            int64_t think_end_id);
   // A sample whose prompt could not start: a wrong answer.
   // `first_of_problem`: counts the problem as skipped once.

@@ -12,20 +12,17 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "loom/algo/judge.h"
 #include "loom/algo/length_reward.h"
 #include "loom/algo/policy_loss.h"
 #include "loom/model/transformer.h"
 #include "loom/train/async_loop.h"
 #include "loom/train/context.h"
-#include "loom/train/encoding.h"
 #include "loom/train/stage_optimizer.h"
 
 namespace loom::train {
 
-// The task reward of a finished sample: the verifier's on its completion, or
-// its agent episode's verdict. Episodes that failed for infrastructure
-// reasons never get here (MaskInfrastructureFailures).
-Judgement JudgeTrainingSample(const TrainContext& context, const TrainingSample& sample);
+class StepFigures;  // train/step_figures.h
 
 class GrpoTrainer : public BatchTrainer {
  public:
@@ -46,39 +43,29 @@ class GrpoTrainer : public BatchTrainer {
   absl::StatusOr<TrainedStep> Train(const Batch& batch) override;
 
  private:
-  struct Judged;      // rewards and the metrics kept alongside them
-  struct Selection;   // the samples scored, their advantages, the normaliser
-  struct LossTotals;  // what the loss reported, summed over micro-batches
+  struct Selection;  // the samples scored, their advantages, the normaliser
 
-  // The task reward of one sample (the verifier's, or its episode's), its
-  // reasoning length and its generated tokens.
-  Judgement JudgeSample(const TrainingSample& sample, int64_t* reasoning,
-                        int64_t* response_tokens) const;
-  // Rewards (verifier + length), lag and per-dataset / per-effort metrics.
-  Judged JudgeBatch(const std::vector<TrainingSample>& samples, int64_t version) const;
-  // Subgroup advantages, the samples to score (informative subgroups only
-  // under grpo.skip_uninformative) and the token normaliser.
-  Selection Select(const std::vector<TrainingSample>& samples, const Judged& judged,
+  // Subgroup advantages of `rewards`, the samples to score (informative
+  // subgroups only under grpo.skip_uninformative) and the token normaliser.
+  Selection Select(const std::vector<TrainingSample>& samples, const std::vector<float>& rewards,
                    int64_t version) const;
   // Scores the selected samples micro-batch by micro-batch, each at its
-  // sampling temperature, and accumulates the policy loss's gradients.
-  absl::StatusOr<LossTotals> Backward(const std::vector<TrainingSample>& samples,
-                                      const Selection& selection, int64_t version) const;
+  // sampling temperature, accumulates the policy loss's gradients and adds
+  // what it reports to `figures`.
+  absl::Status Backward(const std::vector<TrainingSample>& samples, const Selection& selection,
+                        int64_t version, StepFigures& figures) const;
   absl::StatusOr<algo::PolicyLossResult> MicroBatchLoss(const std::vector<TrainingSample>& samples,
                                                         const std::vector<size_t>& indices,
                                                         double temperature,
                                                         const Selection& selection,
                                                         int64_t version) const;
-  // Several ranks: the step line's batch-wide figures (samples, rewards,
-  // lengths, loss, ratios) over every rank's samples; the by-dataset and
-  // by-effort breakdowns stay this rank's.
-  absl::Status AddGlobalFigures(const Batch& batch, const Judged& judged,
-                                const Selection& selection, const LossTotals& totals,
-                                nlohmann::json& record) const;
-  // The step's metrics line.
-  nlohmann::json Record(const Batch& batch, const Judged& judged, const Selection& selection,
-                        const LossTotals& totals, const StageOptimizer::Applied& applied,
-                        double train_seconds) const;
+  // The GRPO figures of the step line (task and length rewards, parses,
+  // subgroups, the policy loss's ratios over `weighted_tokens`).
+  void AddOwnFigures(const StepFigures& figures, double weighted_tokens,
+                     nlohmann::json& record) const;
+  // This rank's rewards and lengths by dataset and by effort.
+  static nlohmann::json Breakdowns(const std::vector<algo::Verdict>& verdicts,
+                                   const algo::Rewards& rewards);
 
   TrainContext& context_;
   StageOptimizer& optimizer_;

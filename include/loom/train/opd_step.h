@@ -60,12 +60,20 @@ class OpdTrainer : public BatchTrainer {
   // gradient into distilled.hidden at once) or the sampled targets' log-probs.
   absl::Status DistilSegments(const std::vector<TrainingSample>& samples, const Micro& micro,
                               Distilled& distilled, Step& step) const;
+  // The per-token advantages of the policy-loss term: the sampled KL's
+  // (setting distilled.kl) and/or opd.reward_weight times the reward's.
+  at::Tensor Advantages(const Micro& micro, Distilled& distilled, const Step& step) const;
   // The clipped policy loss on `advantages` (sampled KL and/or reward terms).
   at::Tensor PolicyLoss(const Micro& micro, const at::Tensor& logprobs,
                         const at::Tensor& advantages, const Step& step) const;
   // KL by dataset and by teacher from the rows' KL.
   void RecordKl(const std::vector<TrainingSample>& samples, const Micro& micro,
                 const at::Tensor& kl, Step& step) const;
+  // The batch's weighted tokens over every rank: the token-level mean's normaliser.
+  absl::StatusOr<double> Normalizer(const std::vector<TrainingSample>& samples,
+                                    int64_t version) const;
+  // The teacher pool's loads and evictions since `before`.
+  void AddTeacherFigures(const algo::TeacherPoolStats& before, nlohmann::json& record) const;
   nlohmann::json Record(const Batch& batch, const Step& step,
                         const StageOptimizer::Applied& applied, double train_seconds) const;
 
