@@ -1,6 +1,7 @@
 #include "train/step_figures.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "loom/config/check.h"
@@ -35,17 +36,25 @@ double StepFigures::Maximum(const std::string& name) const {
 }
 
 absl::Status StepFigures::SumOverRanks(dist::Group& group) {
-  // The count of names travels with the sums: every rank must bring as many.
-  std::vector<double> values{static_cast<double>(sums_.size())};
+  // Every rank must bring the same names: a sum of vectors of another length
+  // or order would mean nothing. Their count and a digest of them, exact in
+  // a double, must agree (max == -min of the negated) before the one sum.
+  std::string names;
+  for (const auto& [name, value] : sums_) names += name + '\n';
+  const auto digest = static_cast<double>(std::hash<std::string>()(names) >> 12);
+  const auto count = static_cast<double>(sums_.size());
+  auto agreed = group.Max({count, -count, digest, -digest});
+  if (!agreed.ok()) return agreed.status();
+  if ((*agreed)[0] != -(*agreed)[1] || (*agreed)[2] != -(*agreed)[3]) {
+    return absl::InternalError(
+        absl::StrCat("rank ", group.rank(), ": the ranks' step figures differ in their names"));
+  }
+  std::vector<double> values;
   for (const auto& [name, value] : sums_) values.push_back(value);
   auto summed = group.Sum(values);
   if (!summed.ok()) return summed.status();
-  if ((*summed)[0] != values[0] * group.size()) {
-    return absl::InternalError(absl::StrCat("rank ", group.rank(), " has ", sums_.size(),
-                                            " step figures, other ranks another number"));
-  }
   local_ = sums_;
-  size_t i = 1;
+  size_t i = 0;
   for (auto& [name, value] : sums_) value = (*summed)[i++];
   summed_ = true;
   return absl::OkStatus();

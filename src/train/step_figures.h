@@ -40,8 +40,8 @@ class StepFigures {
   // Whether the sums are over several ranks.
   bool summed() const { return summed_; }
 
-  // Sums every figure over the ranks of `group`, in one collective. Fails
-  // when the ranks added different names.
+  // Sums every figure over the ranks of `group`, in one collective (after a
+  // small one that checks every rank added the same names: an error if not).
   absl::Status SumOverRanks(dist::Group& group);
 
  private:

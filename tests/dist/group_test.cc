@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "loom/dist/launch.h"
+#include "train/step_figures.h"
 
 namespace loom::dist {
 namespace {
@@ -215,6 +216,38 @@ TEST(GroupTest, NoRankZeroIsUnavailableAfterTheTimeout) {
   EXPECT_NE(std::string(group.status().message()).find("cannot join the process group"),
             std::string::npos)
       << group.status();
+}
+
+// A trainer's step figures: named sums over both ranks in one reduce, this
+// rank's own sums and maxima kept; ranks that added different names fail
+// together rather than sum unrelated numbers.
+TEST(GroupTest, StepFiguresSumByNameOverRanks) {
+  OnTwoRanks([](int rank, Group& group) {
+    train::StepFigures figures;
+    figures.Add("samples", 2 + rank);              // 2 and 3
+    figures.Add("reward", rank == 0 ? 1.5 : 3.5);  // 5 in all
+    figures.Add("tokens", 0);                      // named, zero on both
+    figures.Max("lag", 4 - 3 * rank);              // 4 and 1: stays each rank's
+    EXPECT_DOUBLE_EQ(figures.Per("reward", "samples"), rank == 0 ? 0.75 : 3.5 / 3);
+    ASSERT_TRUE(figures.SumOverRanks(group).ok());
+    EXPECT_TRUE(figures.summed());
+    EXPECT_DOUBLE_EQ(figures["samples"], 5);
+    EXPECT_DOUBLE_EQ(figures.Per("reward", "samples"), 1.0);
+    EXPECT_DOUBLE_EQ(figures.Per("reward", "tokens"), 0.0);
+    EXPECT_DOUBLE_EQ(figures.Local("samples"), 2 + rank);
+    EXPECT_DOUBLE_EQ(figures.Maximum("lag"), 4 - 3 * rank);
+    EXPECT_DOUBLE_EQ(figures["absent"], 0.0);
+
+    train::StepFigures other;
+    other.Add(rank == 0 ? "loss" : "kl", 1);  // as many names, not the same
+    const absl::Status differ = other.SumOverRanks(group);
+    EXPECT_EQ(differ.code(), absl::StatusCode::kInternal) << differ;
+    EXPECT_NE(differ.message().find("differ in their names"), std::string::npos);
+    train::StepFigures fewer;
+    fewer.Add("samples", 1);
+    if (rank == 1) fewer.Add("reward", 1);
+    EXPECT_FALSE(fewer.SumOverRanks(group).ok());
+  });
 }
 
 }  // namespace
