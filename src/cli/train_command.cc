@@ -77,7 +77,7 @@ int RunTrain(const TrainOptions& options, const Context& context) {
 
 void SetupTrain(CLI::App& app, Context& context) {
   auto options = std::make_shared<TrainOptions>();
-  CLI::App* cmd = app.add_subcommand("train", "Run the stages of a config (SFT, GRPO)");
+  CLI::App* cmd = app.add_subcommand("train", "Run the stages of a config (sft, grpo, opd)");
   cmd->add_option("--config", options->config, "YAML config file")->required();
   cmd->add_option("--set", options->overrides, "Override a key: a.b.c=value (repeatable)");
   cmd->add_option("--run-dir", options->run_dir, "Run directory (default: run.dir or runs/<name>)");
