@@ -44,7 +44,9 @@ std::vector<std::pair<std::string, CommandSetup>> RegisteredCommands() {
 }
 
 int Main(int argc, char** argv) {
-  CLI::App app{"loom: asynchronous RL post-training for LLMs (SFT, GRPO, on-policy distillation) on LibTorch"};
+  CLI::App app{
+      "loom: asynchronous RL post-training for LLMs (SFT, GRPO, on-policy distillation) on "
+      "LibTorch"};
   app.require_subcommand(1);
   app.fallthrough();
   Context context;

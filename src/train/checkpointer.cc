@@ -1,4 +1,4 @@
-#include "loom/train/checkpointer.h"
+#include "train/checkpointer.h"
 
 #include <spdlog/spdlog.h>
 

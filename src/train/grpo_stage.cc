@@ -5,8 +5,8 @@
 #include <spdlog/spdlog.h>
 
 #include "loom/algo/length_reward.h"
-#include "loom/train/grpo_step.h"
 #include "train/async_stage.h"
+#include "train/grpo_step.h"
 
 namespace loom::train {
 namespace {

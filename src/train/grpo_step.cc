@@ -1,4 +1,4 @@
-#include "loom/train/grpo_step.h"
+#include "train/grpo_step.h"
 
 #include <algorithm>
 #include <map>
@@ -11,7 +11,6 @@
 #include "loom/metrics/progress.h"
 #include "train/grpo_stage.h"
 #include "train/micro_batch.h"
-#include "train/step_figures.h"
 
 namespace loom::train {
 
@@ -66,38 +65,23 @@ GrpoTrainer::Selection GrpoTrainer::Select(const std::vector<TrainingSample>& sa
 absl::StatusOr<algo::PolicyLossResult> GrpoTrainer::MicroBatchLoss(
     const std::vector<TrainingSample>& samples, const std::vector<size_t>& indices,
     double temperature, const Selection& selection, int64_t version) const {
-  const config::RunConfig& config = context_.config;
   const PackedSamples packed = PackSamples(samples, indices);
   // Score at the temperature of the samples' behaviour log-probs.
   model::ScoreOptions score_options;
   score_options.temperature = temperature;
   auto scored = context_.model.Score(packed.shifted.batch, score_options);
   if (!scored.ok()) return scored.status();
-  // Everything but the log-probs is built on the CPU: move it once to where
-  // the log-probs are (no copy when that is the CPU).
-  const at::Device device = scored->logprobs.device();
-  algo::PolicyLossInputs inputs;
-  inputs.logprobs = scored->logprobs;
-  inputs.behaviour_logprobs = packed.behaviour.to(device);
-  inputs.advantages =
-      algo::ExpandToTokens(selection.advantages.index_select(0, packed.index), packed.lengths)
-          .to(device);
-  inputs.loss_mask = packed.shifted.target_weight.to(device);
-  inputs.versions = packed.versions.to(device);
-  algo::PolicyLossOptions options;
-  options.clip_low = config.grpo.clip_low;
-  options.clip_high = config.grpo.clip_high;
-  options.policy_version = version;
-  options.mask_lag = config.async.mask_lag;
-  options.normalizer = std::max(selection.weighted_tokens, 1.0);
+  at::Tensor reference;
   if (reference_ != nullptr) {
     at::NoGradGuard no_grad;
-    auto reference = reference_->Score(packed.shifted.batch, score_options);
-    if (!reference.ok()) return reference.status();
-    inputs.ref_logprobs = reference->logprobs;
-    options.kl_coef = config.grpo.kl_coef;
+    auto scored_reference = reference_->Score(packed.shifted.batch, score_options);
+    if (!scored_reference.ok()) return scored_reference.status();
+    reference = scored_reference->logprobs;
   }
-  return algo::PolicyLoss(inputs, options);
+  const at::Tensor advantages =
+      algo::ExpandToTokens(selection.advantages.index_select(0, packed.index), packed.lengths);
+  return policy_term_.Loss(packed, scored->logprobs, advantages, version,
+                           std::max(selection.weighted_tokens, 1.0), reference);
 }
 
 absl::Status GrpoTrainer::Backward(const std::vector<TrainingSample>& samples,

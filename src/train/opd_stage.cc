@@ -12,12 +12,12 @@
 #include <spdlog/spdlog.h>
 
 #include "loom/config/check.h"
-#include "loom/train/checkpointer.h"
 #include "loom/train/evaluator.h"
 #include "loom/train/live_config.h"
 #include "loom/train/opd_step.h"
 #include "loom/train/preemption.h"
 #include "train/async_stage.h"
+#include "train/checkpointer.h"
 
 namespace loom::train {
 namespace {

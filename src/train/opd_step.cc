@@ -11,6 +11,7 @@
 #include "loom/metrics/progress.h"
 #include "loom/model/distill.h"
 #include "loom/train/batching.h"
+#include "train/loss_terms.h"
 #include "train/micro_batch.h"
 #include "train/opd_stage.h"
 #include "train/step_figures.h"
@@ -94,6 +95,137 @@ struct OpdTrainer::Micro {
   }
 };
 
+// One teacher's part of a micro-batch: samples [a, b) of micro.indices,
+// rows [row_begin, row_end) of micro.rows, tokens [offset, offset + count) of T.
+struct OpdTrainer::Segment {
+  int slot = -1;
+  size_t a = 0, b = 0;
+  int64_t row_begin = 0, row_end = 0, offset = 0, count = 0;
+};
+
+// How the distillation term is taken (opd.estimator), chosen once: what the
+// student's and each teacher's scoring must give, and how the teachers'
+// scores become the student's loss.
+class OpdTrainer::Distiller {
+ public:
+  virtual ~Distiller() = default;
+  // Sets up the student's scoring of the micro-batch.
+  virtual void ScoreStudent(const Micro& micro, model::PackedBatch& batch,
+                            model::ScoreOptions& options) const = 0;
+  // Sets up a teacher's scoring of its segment.
+  virtual void ScoreTeacher(const Micro& micro, const Segment& segment, model::PackedBatch& batch,
+                            model::ScoreOptions& options) const = 0;
+  // Takes a teacher's scores of its segment (`head`: the teacher's LM head).
+  virtual absl::Status Take(const Micro& micro, const Segment& segment,
+                            const model::ScoreResult& scores, const at::Tensor& head,
+                            double normalizer, Distilled& distilled) const = 0;
+  // Once every segment is in: the student's distillation loss to
+  // backpropagate, with the term's part of the per-token `advantages` of the
+  // policy loss; leaves each row's KL in distilled.kl.
+  virtual at::Tensor StudentLoss(const Micro& micro, const model::ScoreResult& student,
+                                 Distilled& distilled, at::Tensor& advantages) const = 0;
+  // Whether the term is taken through the clipped policy loss.
+  virtual bool through_policy_loss() const = 0;
+};
+
+namespace {
+
+// The exact reverse KL over the vocabulary at every weighted row: each
+// teacher's segment KL is backpropagated at once into a detached copy of
+// the student's hidden states (so its teacher can go), and the student's
+// stack runs backward once, from their accumulated gradient.
+class FullKl final : public OpdTrainer::Distiller {
+ public:
+  FullKl(const at::Tensor& student_head, bool reward_term)
+      : student_head_(student_head), reward_term_(reward_term) {}
+
+  void ScoreStudent(const OpdTrainer::Micro& micro, model::PackedBatch& batch,
+                    model::ScoreOptions& options) const override {
+    if (!reward_term_) batch.targets = at::Tensor();  // no policy-loss term: no log-probs
+    options.hidden_rows = micro.rows;
+  }
+  void ScoreTeacher(const OpdTrainer::Micro& micro, const OpdTrainer::Segment& segment,
+                    model::PackedBatch& /*batch*/, model::ScoreOptions& options) const override {
+    options.hidden_rows =
+        micro.rows.narrow(0, segment.row_begin, segment.row_end - segment.row_begin) -
+        segment.offset;
+  }
+  absl::Status Take(const OpdTrainer::Micro& micro, const OpdTrainer::Segment& segment,
+                    const model::ScoreResult& scores, const at::Tensor& head, double normalizer,
+                    OpdTrainer::Distilled& distilled) const override {
+    model::TeacherRows teacher_rows{
+        at::arange(segment.row_begin, segment.row_end, at::kLong), scores.hidden, head, {}};
+    auto kl = model::ReverseKl(distilled.hidden, student_head_, teacher_rows, micro.temperature);
+    if (!kl.ok()) return kl.status();
+    at::Tensor segment_loss = kl->sum() / normalizer;
+    segment_loss.backward();
+    distilled.kl_loss += segment_loss.item<double>();
+    distilled.kl.narrow(0, segment.row_begin, segment.row_end - segment.row_begin)
+        .copy_(kl->detach().to(at::kCPU));
+    return absl::OkStatus();
+  }
+  at::Tensor StudentLoss(const OpdTrainer::Micro& /*micro*/, const model::ScoreResult& student,
+                         OpdTrainer::Distilled& distilled,
+                         at::Tensor& /*advantages*/) const override {
+    if (!distilled.hidden.grad().defined()) return at::zeros({}, student.logprobs.options());
+    return (student.hidden * distilled.hidden.grad()).sum();
+  }
+  bool through_policy_loss() const override { return false; }
+
+ private:
+  const at::Tensor& student_head_;
+  bool reward_term_;
+};
+
+// The sampled-token form: per-token advantage log p_teacher(y) - log
+// p_behaviour(y) in the clipped policy loss; its negative is the sampled
+// token's KL estimate.
+class SampledKl final : public OpdTrainer::Distiller {
+ public:
+  void ScoreStudent(const OpdTrainer::Micro& /*micro*/, model::PackedBatch& /*batch*/,
+                    model::ScoreOptions& /*options*/) const override {}
+  void ScoreTeacher(const OpdTrainer::Micro& micro, const OpdTrainer::Segment& segment,
+                    model::PackedBatch& batch, model::ScoreOptions& /*options*/) const override {
+    batch.targets = micro.packed.shifted.batch.targets.narrow(0, segment.offset, segment.count);
+  }
+  absl::Status Take(const OpdTrainer::Micro& /*micro*/, const OpdTrainer::Segment& segment,
+                    const model::ScoreResult& scores, const at::Tensor& /*head*/,
+                    double /*normalizer*/, OpdTrainer::Distilled& distilled) const override {
+    distilled.teacher_logprobs.narrow(0, segment.offset, segment.count)
+        .copy_(scores.logprobs.to(at::kCPU));
+    return absl::OkStatus();
+  }
+  at::Tensor StudentLoss(const OpdTrainer::Micro& micro, const model::ScoreResult& student,
+                         OpdTrainer::Distilled& distilled, at::Tensor& advantages) const override {
+    const at::Tensor sampled =
+        (distilled.teacher_logprobs - micro.packed.behaviour) * micro.weights;
+    advantages = advantages + sampled;
+    distilled.kl = -sampled.index_select(0, micro.rows).to(at::kDouble);
+    return at::zeros({}, student.logprobs.options());
+  }
+  bool through_policy_loss() const override { return true; }
+};
+
+}  // namespace
+
+OpdTrainer::OpdTrainer(TrainContext& context, StageOptimizer& optimizer,
+                       algo::TeacherPool& teachers)
+    : context_(context),
+      optimizer_(optimizer),
+      teachers_(teachers),
+      policy_term_(std::make_unique<ClippedPolicyTerm>(
+          ClippedPolicyTerm::Options{context.config.opd.clip_low, context.config.opd.clip_high,
+                                     context.config.async.mask_lag})) {
+  if (context.config.opd.FullKl()) {
+    distiller_ =
+        std::make_unique<FullKl>(context.model.LmHead(), context.config.opd.reward_weight > 0);
+  } else {
+    distiller_ = std::make_unique<SampledKl>();
+  }
+}
+
+OpdTrainer::~OpdTrainer() = default;
+
 absl::Status OpdTrainer::MicroBatchBackward(const std::vector<TrainingSample>& samples,
                                             const std::vector<size_t>& indices, double temperature,
                                             Step& step) const {
@@ -104,36 +236,36 @@ absl::Status OpdTrainer::MicroBatchBackward(const std::vector<TrainingSample>& s
   }
   step.figures.Add("loss_tokens", micro.packed.shifted.target_weight.sum().item<double>());
   step.figures.Add("weighted_tokens", static_cast<double>(micro.rows.size(0)));
-  const bool full = config.opd.FullKl();
 
   // The student's stack runs once for the whole micro-batch, with its
-  // recorded routing as in GRPO. Full KL needs its final hidden states at the
-  // weighted rows, and its target log-probs only for a policy-loss term.
+  // recorded routing as in GRPO.
   double start = Seconds();
   model::PackedBatch batch = micro.packed.shifted.batch;
-  if (full && config.opd.reward_weight == 0) batch.targets = at::Tensor();
   model::ScoreOptions options;
   options.temperature = temperature;
-  if (full) options.hidden_rows = micro.rows;
+  distiller_->ScoreStudent(micro, batch, options);
   auto scored = context_.model.Score(batch, options);
   if (!scored.ok()) return scored.status();
   step.student_seconds += Seconds() - start;
 
-  // Full KL: each teacher segment's KL is backpropagated at once into a
-  // detached copy of the hidden states (so its teacher can go), and the
-  // stack's backward runs once, from their accumulated gradient.
   Distilled distilled;
-  if (full) distilled.hidden = scored->hidden.detach().requires_grad_(true);
+  if (scored->hidden.defined()) distilled.hidden = scored->hidden.detach().requires_grad_(true);
   if (absl::Status s = DistilSegments(samples, micro, distilled, step); !s.ok()) return s;
 
   start = Seconds();
-  at::Tensor loss = at::zeros({}, scored->logprobs.options());
-  if (full && distilled.hidden.grad().defined()) {
-    loss = (scored->hidden * distilled.hidden.grad()).sum();
-  }
-  if (!full || config.opd.reward_weight > 0) {
-    at::Tensor policy_loss =
-        PolicyLoss(micro, scored->logprobs, Advantages(micro, distilled, step), step);
+  at::Tensor advantages = at::zeros_like(micro.packed.behaviour);
+  at::Tensor loss = distiller_->StudentLoss(micro, *scored, distilled, advantages);
+  const double reward_weight = config.opd.reward_weight;
+  if (distiller_->through_policy_loss() || reward_weight > 0) {
+    if (reward_weight > 0) {
+      advantages = advantages + reward_weight * algo::ExpandToTokens(step.advantages.index_select(
+                                                                         0, micro.packed.index),
+                                                                     micro.packed.lengths);
+    }
+    const at::Tensor policy_loss =
+        policy_term_
+            ->Loss(micro.packed, scored->logprobs, advantages, step.version, step.normalizer)
+            .loss;
     step.figures.Add("loss", policy_loss.item<double>());
     loss = loss + policy_loss;
   }
@@ -144,107 +276,66 @@ absl::Status OpdTrainer::MicroBatchBackward(const std::vector<TrainingSample>& s
   return absl::OkStatus();
 }
 
-at::Tensor OpdTrainer::Advantages(const Micro& micro, Distilled& distilled,
-                                  const Step& step) const {
-  at::Tensor advantages = at::zeros_like(micro.packed.behaviour);
-  if (!context_.config.opd.FullKl()) {
-    // The sampled form: log p_teacher(y) - log p_behaviour(y), and its
-    // negative the sampled token's KL estimate.
-    const at::Tensor sampled =
-        (distilled.teacher_logprobs - micro.packed.behaviour) * micro.weights;
-    advantages = advantages + sampled;
-    distilled.kl = -sampled.index_select(0, micro.rows).to(at::kDouble);
+OpdTrainer::Segment OpdTrainer::NextSegment(const std::vector<TrainingSample>& samples,
+                                            const Micro& micro, size_t a, int64_t row_begin) {
+  Segment segment;
+  segment.slot = samples[micro.indices[a]].info.teacher;
+  segment.a = a;
+  segment.b = a;
+  while (segment.b < micro.indices.size() &&
+         samples[micro.indices[segment.b]].info.teacher == segment.slot) {
+    ++segment.b;
   }
-  const double reward_weight = context_.config.opd.reward_weight;
-  if (reward_weight > 0) {
-    advantages = advantages + reward_weight * algo::ExpandToTokens(step.advantages.index_select(
-                                                                       0, micro.packed.index),
-                                                                   micro.packed.lengths);
+  const int64_t rows = micro.rows.size(0);
+  const int64_t* owner = micro.owner.data_ptr<int64_t>();
+  segment.row_begin = row_begin;
+  segment.row_end = row_begin;
+  while (segment.row_end < rows && owner[segment.row_end] < static_cast<int64_t>(segment.b)) {
+    ++segment.row_end;
   }
-  return advantages;
+  segment.offset = micro.first_token[segment.a];
+  segment.count = micro.first_token[segment.b] - segment.offset;
+  return segment;
 }
 
 absl::Status OpdTrainer::DistilSegments(const std::vector<TrainingSample>& samples,
                                         const Micro& micro, Distilled& distilled,
                                         Step& step) const {
-  const bool full = context_.config.opd.FullKl();
-  const std::vector<size_t>& indices = micro.indices;
   const model::PackedBatch& batch = micro.packed.shifted.batch;
-  const int64_t rows = micro.rows.size(0);
-  const int64_t* owner = micro.owner.data_ptr<int64_t>();
-  distilled.kl = at::zeros({rows}, at::kDouble);
+  distilled.kl = at::zeros({micro.rows.size(0)}, at::kDouble);
   distilled.teacher_logprobs = at::zeros({batch.tokens.size(0)}, at::kFloat);
-  int64_t row_begin = 0;
-  for (size_t a = 0; a < indices.size();) {
-    // Samples [a, b) share a teacher; so do rows [row_begin, row_end).
-    const int slot = samples[indices[a]].info.teacher;
-    size_t b = a;
-    while (b < indices.size() && samples[indices[b]].info.teacher == slot) ++b;
-    int64_t row_end = row_begin;
-    while (row_end < rows && owner[row_end] < static_cast<int64_t>(b)) ++row_end;
-
+  for (size_t a = 0, row_begin = 0; a < micro.indices.size();) {
+    const Segment segment = NextSegment(samples, micro, a, static_cast<int64_t>(row_begin));
     // The teacher: its own routing, no gradients, the student's temperature.
     double start = Seconds();
-    auto teacher = teachers_.Acquire(slot);
+    auto teacher = teachers_.Acquire(segment.slot);
     if (!teacher.ok()) return teacher.status();
-    const int64_t offset = micro.first_token[a];
-    const int64_t count = micro.first_token[b] - offset;
-    model::PackedBatch segment;
-    segment.tokens = batch.tokens.narrow(0, offset, count);
-    segment.lengths.assign(micro.packed.lengths.begin() + a, micro.packed.lengths.begin() + b);
+    model::PackedBatch part;
+    part.tokens = batch.tokens.narrow(0, segment.offset, segment.count);
+    part.lengths.assign(micro.packed.lengths.begin() + static_cast<int64_t>(segment.a),
+                        micro.packed.lengths.begin() + static_cast<int64_t>(segment.b));
     model::ScoreOptions options;
     options.temperature = micro.temperature;
-    if (full) {
-      options.hidden_rows = micro.rows.narrow(0, row_begin, row_end - row_begin) - offset;
-    } else {
-      segment.targets = batch.targets.narrow(0, offset, count);
-    }
+    distiller_->ScoreTeacher(micro, segment, part, options);
     absl::StatusOr<model::ScoreResult> scored;
     {
       at::NoGradGuard no_grad;
-      scored = (*teacher)->Score(segment, options);
+      scored = (*teacher)->Score(part, options);
     }
     if (!scored.ok()) return scored.status();
     step.teacher_seconds += Seconds() - start;
 
     start = Seconds();
-    if (full) {
-      model::TeacherRows teacher_rows{
-          at::arange(row_begin, row_end, at::kLong), scored->hidden, (*teacher)->LmHead(), {}};
-      auto kl = model::ReverseKl(distilled.hidden, context_.model.LmHead(), teacher_rows,
-                                 micro.temperature);
-      if (!kl.ok()) return kl.status();
-      at::Tensor segment_loss = kl->sum() / step.normalizer;
-      segment_loss.backward();
-      distilled.kl_loss += segment_loss.item<double>();
-      distilled.kl.narrow(0, row_begin, row_end - row_begin).copy_(kl->detach().to(at::kCPU));
-    } else {
-      distilled.teacher_logprobs.narrow(0, offset, count).copy_(scored->logprobs.to(at::kCPU));
+    if (absl::Status s = distiller_->Take(micro, segment, *scored, (*teacher)->LmHead(),
+                                          step.normalizer, distilled);
+        !s.ok()) {
+      return s;
     }
     step.student_seconds += Seconds() - start;
-    row_begin = row_end;
-    a = b;
+    row_begin = static_cast<size_t>(segment.row_end);
+    a = segment.b;
   }
   return absl::OkStatus();
-}
-
-at::Tensor OpdTrainer::PolicyLoss(const Micro& micro, const at::Tensor& logprobs,
-                                  const at::Tensor& advantages, const Step& step) const {
-  const config::RunConfig& config = context_.config;
-  const at::Device device = logprobs.device();
-  algo::PolicyLossInputs inputs;
-  inputs.logprobs = logprobs;
-  inputs.behaviour_logprobs = micro.packed.behaviour.to(device);
-  inputs.advantages = advantages.to(device);
-  inputs.loss_mask = micro.packed.shifted.target_weight.to(device);
-  inputs.versions = micro.packed.versions.to(device);
-  algo::PolicyLossOptions options;
-  options.clip_low = config.grpo.clip_low;
-  options.clip_high = config.grpo.clip_high;
-  options.policy_version = step.version;
-  options.mask_lag = config.async.mask_lag;
-  options.normalizer = step.normalizer;
-  return algo::PolicyLoss(inputs, options).loss;
 }
 
 void OpdTrainer::RecordKl(const std::vector<TrainingSample>& samples, const Micro& micro,
@@ -305,7 +396,7 @@ absl::StatusOr<TrainedStep> OpdTrainer::Train(const Batch& batch) {
     }
     step.advantages =
         algo::SubgroupAdvantages(at::tensor(rewards.total, at::kFloat),
-                                 at::tensor(subgroups, at::kLong), config.grpo.scale_by_std);
+                                 at::tensor(subgroups, at::kLong), config.opd.scale_by_std);
   }
   const algo::TeacherPoolStats before = teachers_.stats();
   // Samples in teacher order (a teacher spanning two micro-batches is still

@@ -3,8 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include "loom/config/check.h"
-#include "loom/train/checkpointer.h"
 #include "loom/train/live_config.h"
+#include "train/checkpointer.h"
 #include "train/sft_stage.h"
 
 namespace loom::train {

@@ -17,7 +17,7 @@
 #include "loom/model/transformer.h"
 #include "loom/tasks/generator.h"
 #include "loom/train/encoding.h"
-#include "loom/train/grpo_step.h"
+#include "train/grpo_step.h"
 #include "train/train_fixture.h"
 
 namespace loom::train {

@@ -4,7 +4,7 @@
 // The direction is checked by re-scoring both completions with the model
 // itself after the step, an independent path from the loss that moved it.
 
-#include "loom/train/grpo_step.h"
+#include "train/grpo_step.h"
 
 #include <gtest/gtest.h>
 

@@ -10,9 +10,9 @@
 
 #include "loom/ckpt/checkpoint.h"
 #include "loom/config/files.h"
-#include "loom/train/checkpointer.h"
 #include "rollout/rollout_testing.h"
 #include "testing/temp_dir.h"
+#include "train/checkpointer.h"
 
 namespace loom::train {
 namespace {

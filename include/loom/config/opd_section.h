@@ -39,6 +39,9 @@ struct OpdSection {
   std::vector<TeacherSection> teachers;
   std::string estimator = "full";
   double reward_weight = 0.0;
+  double clip_low = 0.2;
+  double clip_high = 0.2;
+  bool scale_by_std = false;
   int64_t teacher_memory_bytes = 0;
   bool eval_teachers = true;
 
@@ -57,9 +60,20 @@ struct OpdSection {
                 .OneOf({"full", "sampled"}));
     v.Field("reward_weight", reward_weight,
             Doc("Weight of the GRPO loss on verifier rewards added to the distillation loss "
-                "(subgroup advantages as in the grpo stage, `grpo:` clipping). 0 = pure "
-                "distillation.")
+                "(subgroup advantages as in the grpo stage, clipped by opd.clip_low/high). 0 = "
+                "pure distillation.")
                 .Min(0));
+    v.Field("clip_low", clip_low,
+            Doc("The clipped policy term's ratio lower bound 1 - clip_low (the sampled estimator "
+                "and the reward term; the opd stage's own, not grpo.clip_low).")
+                .Range(0, 1));
+    v.Field("clip_high", clip_high,
+            Doc("The clipped policy term's ratio upper bound 1 + clip_high (the opd stage's own, "
+                "not grpo.clip_high).")
+                .Min(0));
+    v.Field("scale_by_std", scale_by_std,
+            Doc("The reward term's advantages divided by their subgroup's reward standard "
+                "deviation (as grpo.scale_by_std, for the opd stage)."));
     v.Field("teacher_memory_bytes", teacher_memory_bytes,
             Doc("Teacher weights resident on the device at once; the least recently used "
                 "teacher is evicted to make room (its weights stay mapped from disk). Every "

@@ -24,6 +24,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -36,19 +37,26 @@
 
 namespace loom::train {
 
+class ClippedPolicyTerm;  // train/loss_terms.h
+
 class OpdTrainer : public BatchTrainer {
  public:
   // `teachers`: borrowed; every sample's info.teacher is a slot in it.
-  OpdTrainer(TrainContext& context, StageOptimizer& optimizer, algo::TeacherPool& teachers)
-      : context_(context), optimizer_(optimizer), teachers_(teachers) {}
+  OpdTrainer(TrainContext& context, StageOptimizer& optimizer, algo::TeacherPool& teachers);
+  ~OpdTrainer() override;
 
   // Trains on the batch as its step of the stage; bumps context.policy_version.
   absl::StatusOr<TrainedStep> Train(const Batch& batch) override;
 
- private:
-  struct Step;       // what one step accumulates across teachers and micro-batches
+  // The step's internals (opd_step.cc), named here so that its estimators
+  // can be defined there.
   struct Micro;      // one micro-batch, packed, with the rows its loss weighs
+  struct Segment;    // one teacher's part of it
   struct Distilled;  // what its teacher segments leave for the student's side
+  class Distiller;   // the distillation term (opd.estimator): full or sampled KL
+
+ private:
+  struct Step;  // what one step accumulates across teachers and micro-batches
 
   // The distillation (and reward) loss of the samples `indices` (one
   // temperature, grouped by teacher): the student's stack runs once, each
@@ -60,12 +68,9 @@ class OpdTrainer : public BatchTrainer {
   // gradient into distilled.hidden at once) or the sampled targets' log-probs.
   absl::Status DistilSegments(const std::vector<TrainingSample>& samples, const Micro& micro,
                               Distilled& distilled, Step& step) const;
-  // The per-token advantages of the policy-loss term: the sampled KL's
-  // (setting distilled.kl) and/or opd.reward_weight times the reward's.
-  at::Tensor Advantages(const Micro& micro, Distilled& distilled, const Step& step) const;
-  // The clipped policy loss on `advantages` (sampled KL and/or reward terms).
-  at::Tensor PolicyLoss(const Micro& micro, const at::Tensor& logprobs,
-                        const at::Tensor& advantages, const Step& step) const;
+  // The teacher segment of the micro-batch from its sample `a` and row `row_begin` on.
+  static Segment NextSegment(const std::vector<TrainingSample>& samples, const Micro& micro,
+                             size_t a, int64_t row_begin);
   // KL by dataset and by teacher from the rows' KL.
   void RecordKl(const std::vector<TrainingSample>& samples, const Micro& micro,
                 const at::Tensor& kl, Step& step) const;
@@ -80,6 +85,8 @@ class OpdTrainer : public BatchTrainer {
   TrainContext& context_;
   StageOptimizer& optimizer_;
   algo::TeacherPool& teachers_;
+  std::unique_ptr<const ClippedPolicyTerm> policy_term_;  // the sampled KL's and the reward's
+  std::unique_ptr<const Distiller> distiller_;
 };
 
 }  // namespace loom::train

@@ -19,10 +19,10 @@
 #include "loom/train/async_loop.h"
 #include "loom/train/context.h"
 #include "loom/train/stage_optimizer.h"
+#include "train/loss_terms.h"
+#include "train/step_figures.h"
 
 namespace loom::train {
-
-class StepFigures;  // train/step_figures.h
 
 class GrpoTrainer : public BatchTrainer {
  public:
@@ -36,7 +36,9 @@ class GrpoTrainer : public BatchTrainer {
         optimizer_(optimizer),
         length_reward_(std::move(length_reward)),
         think_end_id_(think_end_id),
-        reference_(reference) {}
+        reference_(reference),
+        policy_term_({context.config.grpo.clip_low, context.config.grpo.clip_high,
+                      context.config.async.mask_lag, context.config.grpo.kl_coef}) {}
 
   // Trains on the batch's samples (complete subgroups) as its step of the
   // stage; bumps context.policy_version. Returns the step's metrics line.
@@ -72,6 +74,7 @@ class GrpoTrainer : public BatchTrainer {
   algo::EffortLengthReward length_reward_;
   int64_t think_end_id_;
   const model::Transformer* reference_;
+  const ClippedPolicyTerm policy_term_;
 };
 
 }  // namespace loom::train
