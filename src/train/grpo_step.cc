@@ -24,8 +24,7 @@ struct GrpoTrainer::Selection {
 };
 
 GrpoTrainer::Selection GrpoTrainer::Select(const std::vector<TrainingSample>& samples,
-                                           const std::vector<float>& rewards,
-                                           int64_t version) const {
+                                           const std::vector<float>& rewards) const {
   const config::RunConfig& config = context_.config;
   const size_t n = samples.size();
   // Subgroups whose rewards all agree carry no gradient (advantage 0).
@@ -52,12 +51,6 @@ GrpoTrainer::Selection GrpoTrainer::Select(const std::vector<TrainingSample>& sa
     if (!config.grpo.SkipsUninformative() || range.first < range.second) {
       selection.scored.push_back(i);
     }
-  }
-  // One token-level mean over the scored samples: count the weighted tokens first.
-  for (size_t i : selection.scored) {
-    const rollout::SampleState& state = samples[i].state;
-    selection.weighted_tokens += static_cast<double>(
-        algo::WeightedTokens(state.loss_mask, state.versions, version, config.async.mask_lag));
   }
   return selection;
 }
@@ -119,13 +112,12 @@ absl::StatusOr<TrainedStep> GrpoTrainer::Train(const Batch& batch) {
   const std::vector<algo::Verdict> verdicts =
       JudgeSamples(batch.samples, context_.tokenizer, think_end_id_, version);
   const algo::Rewards rewards = algo::RewardBatch(verdicts, &length_reward_);
-  Selection selection = Select(batch.samples, rewards.total, version);
-  if (context_.group != nullptr) {
-    // One token-level mean over every rank's samples.
-    auto weighted = context_.group->Sum({selection.weighted_tokens});
-    if (!weighted.ok()) return weighted.status();
-    selection.weighted_tokens = (*weighted)[0];
-  }
+  Selection selection = Select(batch.samples, rewards.total);
+  // One token-level mean over every rank's scored samples.
+  auto weighted = WeightedTokensOverRanks(batch.samples, selection.scored, version,
+                                          context_.config.async.mask_lag, context_.group);
+  if (!weighted.ok()) return weighted.status();
+  selection.weighted_tokens = *weighted;
   StepFigures figures;
   AddVerdicts(verdicts, rewards, figures);
   if (absl::Status s = Backward(batch.samples, selection, version, figures); !s.ok()) return s;

@@ -47,10 +47,10 @@ class GrpoTrainer : public BatchTrainer {
  private:
   struct Selection;  // the samples scored, their advantages, the normaliser
 
-  // Subgroup advantages of `rewards`, the samples to score (informative
-  // subgroups only under grpo.skip_uninformative) and the token normaliser.
-  Selection Select(const std::vector<TrainingSample>& samples, const std::vector<float>& rewards,
-                   int64_t version) const;
+  // Subgroup advantages of `rewards` and the samples to score (informative
+  // subgroups only under grpo.skip_uninformative).
+  Selection Select(const std::vector<TrainingSample>& samples,
+                   const std::vector<float>& rewards) const;
   // Scores the selected samples micro-batch by micro-batch, each at its
   // sampling temperature, accumulates the policy loss's gradients and adds
   // what it reports to `figures`.

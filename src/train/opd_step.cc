@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 
 #include <ATen/core/grad_mode.h>
 
@@ -354,22 +355,6 @@ void OpdTrainer::RecordKl(const std::vector<TrainingSample>& samples, const Micr
   }
 }
 
-absl::StatusOr<double> OpdTrainer::Normalizer(const std::vector<TrainingSample>& samples,
-                                              int64_t version) const {
-  double weighted = 0;
-  for (const TrainingSample& sample : samples) {
-    weighted += static_cast<double>(algo::WeightedTokens(
-        sample.state.loss_mask, sample.state.versions, version, context_.config.async.mask_lag));
-  }
-  if (context_.group != nullptr) {
-    // Several ranks: one token-level mean over every rank's samples.
-    auto total = context_.group->Sum({weighted});
-    if (!total.ok()) return total.status();
-    weighted = (*total)[0];
-  }
-  return std::max(weighted, 1.0);
-}
-
 absl::StatusOr<TrainedStep> OpdTrainer::Train(const Batch& batch) {
   const double start = Seconds();
   const config::RunConfig& config = context_.config;
@@ -378,9 +363,12 @@ absl::StatusOr<TrainedStep> OpdTrainer::Train(const Batch& batch) {
   Step step;
   step.version = context_.policy_version;
   // One token-level mean over the batch: count its weighted tokens first.
-  auto normalizer = Normalizer(samples, step.version);
-  if (!normalizer.ok()) return normalizer.status();
-  step.normalizer = *normalizer;
+  std::vector<size_t> all(samples.size());
+  std::iota(all.begin(), all.end(), 0);
+  auto weighted =
+      WeightedTokensOverRanks(samples, all, step.version, config.async.mask_lag, context_.group);
+  if (!weighted.ok()) return weighted.status();
+  step.normalizer = std::max(*weighted, 1.0);
   // Verifier rewards: always reported; subgroup advantages when they are trained on.
   const std::vector<algo::Verdict> verdicts =
       JudgeSamples(samples, context_.tokenizer, context_.special_tokens.think_end, step.version);

@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "loom/algo/policy_loss.h"
 #include "loom/config/check.h"
 #include "loom/v1/sandbox.pb.h"
 
@@ -130,6 +131,21 @@ std::vector<algo::Verdict> JudgeSamples(const std::vector<TrainingSample>& sampl
     verdicts.push_back(std::move(verdict));
   }
   return verdicts;
+}
+
+absl::StatusOr<double> WeightedTokensOverRanks(const std::vector<TrainingSample>& samples,
+                                               const std::vector<size_t>& chosen, int64_t version,
+                                               int64_t mask_lag, dist::Group* group) {
+  double weighted = 0;
+  for (size_t i : chosen) {
+    const rollout::SampleState& state = samples[i].state;
+    weighted += static_cast<double>(
+        algo::WeightedTokens(state.loss_mask, state.versions, version, mask_lag));
+  }
+  if (group == nullptr) return weighted;
+  auto total = group->Sum({weighted});
+  if (!total.ok()) return total.status();
+  return (*total)[0];
 }
 
 void AddVerdicts(const std::vector<algo::Verdict>& verdicts, const algo::Rewards& rewards,

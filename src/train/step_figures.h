@@ -66,6 +66,13 @@ std::vector<algo::Verdict> JudgeSamples(const std::vector<TrainingSample>& sampl
                                         const tokenizer::Tokenizer& tokenizer, int64_t think_end_id,
                                         int64_t version);
 
+// The tokens a loss at policy version `version` weighs in `samples[chosen]`
+// (algo::WeightedTokens), summed over the ranks of `group` (null: this
+// rank's): the normaliser of one token-level mean over the whole step.
+absl::StatusOr<double> WeightedTokensOverRanks(const std::vector<TrainingSample>& samples,
+                                               const std::vector<size_t>& chosen, int64_t version,
+                                               int64_t mask_lag, dist::Group* group);
+
 // Adds the judged batch's figures: samples, rewards, response and reasoning
 // lengths, parses, lag, and the episodes among them.
 void AddVerdicts(const std::vector<algo::Verdict>& verdicts, const algo::Rewards& rewards,

@@ -74,9 +74,6 @@ class OpdTrainer : public BatchTrainer {
   // KL by dataset and by teacher from the rows' KL.
   void RecordKl(const std::vector<TrainingSample>& samples, const Micro& micro,
                 const at::Tensor& kl, Step& step) const;
-  // The batch's weighted tokens over every rank: the token-level mean's normaliser.
-  absl::StatusOr<double> Normalizer(const std::vector<TrainingSample>& samples,
-                                    int64_t version) const;
   // The teacher pool's loads and evictions since `before`.
   void AddTeacherFigures(const algo::TeacherPoolStats& before, nlohmann::json& record) const;
   nlohmann::json Record(const Batch& batch, const Step& step,
