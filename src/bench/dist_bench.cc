@@ -1,7 +1,5 @@
 #include "loom/bench/dist_bench.h"
 
-#include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +7,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "loom/base/child_process.h"
 #include "loom/config/files.h"
 #include "loom/dist/launch.h"
 #include "loom/metrics/metrics_writer.h"
@@ -119,30 +118,25 @@ absl::StatusOr<double> IndependentPair(const DistBenchOptions& options, const st
                                        int64_t batch) {
   std::vector<pid_t> children;
   for (int k = 0; k < 2; ++k) {
+    ChildOptions child;
     const std::string run_dir = absl::StrCat(options.dir, "/independent-", k);
     fs::remove_all(run_dir);
-    const std::string log = run_dir + ".log";
-    const std::string half = absl::StrCat("train.sft.batch_sequences=", batch / 2);
-    const pid_t pid = fork();
-    if (pid < 0) return absl::UnavailableError("fork failed");
-    if (pid == 0) {
-      for (const char* name : {"RANK", "WORLD_SIZE", "SLURM_PROCID"}) unsetenv(name);
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-      }
-      execl(options.binary.c_str(), options.binary.c_str(), "train", "--config", config.c_str(),
-            "--run-dir", run_dir.c_str(), "--set", half.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
+    child.argv = {
+        options.binary, "train", "--config", config,
+        "--run-dir",    run_dir, "--set",    absl::StrCat("train.sft.batch_sequences=", batch / 2)};
+    child.unset_env = {"RANK", "WORLD_SIZE", "SLURM_PROCID"};
+    child.output = run_dir + ".log";
+    absl::StatusOr<pid_t> pid = StartChild(child);
+    if (!pid.ok()) {
+      for (pid_t started : children) KillChild(started);
+      return pid.status();
     }
-    children.push_back(pid);
+    children.push_back(*pid);
   }
   bool failed = false;
   for (pid_t child : children) {
-    int status = 0;
-    waitpid(child, &status, 0);
-    failed = failed || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    absl::StatusOr<int> code = WaitChild(child);
+    failed = failed || !code.ok() || *code != 0;
   }
   if (failed) {
     return absl::InternalError("an independent run failed; see " + options.dir +

@@ -1,11 +1,9 @@
 #include "loom/dist/launch.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "loom/base/child_process.h"
 
 namespace loom::dist {
 namespace {
@@ -24,39 +23,23 @@ struct Rank {
   bool running = false;
 };
 
-// 0 for a clean exit, the exit code, or 128 + the signal that killed it.
-int ExitCode(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
-}
-
-// In the child: the rank's environment, the default signal mask, then exec.
-[[noreturn]] void ExecRank(const LaunchOptions& options, int rank, int port,
-                           const sigset_t& original_mask) {
-  setenv("RANK", std::to_string(rank).c_str(), 1);
-  setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-  setenv("WORLD_SIZE", std::to_string(options.nproc).c_str(), 1);
-  setenv("LOCAL_WORLD_SIZE", std::to_string(options.nproc).c_str(), 1);
-  setenv("MASTER_ADDR", "127.0.0.1", 1);
-  setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-  sigprocmask(SIG_SETMASK, &original_mask, nullptr);
-  if (!options.log.empty()) {
-    const int fd = open(options.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) {
-      std::fprintf(stderr, "loom launch: cannot write %s: %s\n", options.log.c_str(),
-                   std::strerror(errno));
-      _exit(127);
-    }
-  }
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(options.binary.c_str()));
-  for (const std::string& a : options.args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  execv(options.binary.c_str(), argv.data());
-  std::fprintf(stderr, "loom launch: cannot run %s: %s\n", options.binary.c_str(),
-               std::strerror(errno));
-  _exit(127);
+// The rank's process: the torchrun-style environment, the default signal
+// mask, and its output to the launch log when there is one.
+ChildOptions RankProcess(const LaunchOptions& options, int rank, int port,
+                         const sigset_t& original_mask) {
+  ChildOptions child;
+  child.argv.push_back(options.binary);
+  child.argv.insert(child.argv.end(), options.args.begin(), options.args.end());
+  child.set_env = {{"RANK", std::to_string(rank)},
+                   {"LOCAL_RANK", std::to_string(rank)},
+                   {"WORLD_SIZE", std::to_string(options.nproc)},
+                   {"LOCAL_WORLD_SIZE", std::to_string(options.nproc)},
+                   {"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", std::to_string(port)}};
+  child.signal_mask = &original_mask;
+  child.output = options.log;
+  child.append_output = true;
+  return child;
 }
 
 }  // namespace
@@ -100,16 +83,16 @@ absl::StatusOr<int> LaunchLocal(const LaunchOptions& options) {
 
   std::vector<Rank> ranks(static_cast<size_t>(options.nproc));
   for (int r = 0; r < options.nproc; ++r) {
-    const pid_t pid = fork();
-    if (pid < 0) {
+    absl::StatusOr<pid_t> pid = StartChild(RankProcess(options, r, port, original));
+    if (!pid.ok()) {
       for (const Rank& started : ranks) {
-        if (started.running) kill(started.pid, SIGKILL);
+        if (started.running) KillChild(started.pid);
       }
       sigprocmask(SIG_SETMASK, &original, nullptr);
-      return absl::UnavailableError(absl::StrCat("fork: ", std::strerror(errno)));
+      return absl::UnavailableError(
+          absl::StrCat("loom launch: rank ", r, ": ", pid.status().message()));
     }
-    if (pid == 0) ExecRank(options, r, port, original);
-    ranks[static_cast<size_t>(r)] = {pid, true};
+    ranks[static_cast<size_t>(r)] = {*pid, true};
   }
   spdlog::info("launch: {} ranks on 127.0.0.1:{}", options.nproc, port);
 
@@ -126,33 +109,32 @@ absl::StatusOr<int> LaunchLocal(const LaunchOptions& options) {
         if (rank.running) kill(rank.pid, sig);
       }
     }
-    int status = 0;
-    pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-      for (size_t r = 0; r < ranks.size(); ++r) {
-        if (ranks[r].pid != pid || !ranks[r].running) continue;
-        ranks[r].running = false;
-        --running;
-        const int code = ExitCode(status);
-        if (code == 0) continue;
-        if (exit_code == 0) {
-          exit_code = code;
-          killing = true;
-          kill_at = Clock::now() +
-                    std::chrono::milliseconds(static_cast<int64_t>(options.grace_s * 1000));
-        }
-        spdlog::error("launch: rank {} (pid {}) exited with status {}{}", r, pid, code,
-                      running > 0
-                          ? absl::StrCat("; the other ranks have ", options.grace_s, " s to exit")
-                          : "");
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      if (!ranks[r].running) continue;
+      absl::StatusOr<std::optional<int>> exited = PollChild(ranks[r].pid);
+      if (exited.ok() && !exited->has_value()) continue;
+      ranks[r].running = false;
+      --running;
+      const int code = exited.ok() ? **exited : 1;
+      const pid_t pid = ranks[r].pid;
+      if (code == 0) continue;
+      if (exit_code == 0) {
+        exit_code = code;
+        killing = true;
+        kill_at =
+            Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options.grace_s * 1000));
       }
+      spdlog::error("launch: rank {} (pid {}) exited with status {}{}", r, pid, code,
+                    running > 0
+                        ? absl::StrCat("; the other ranks have ", options.grace_s, " s to exit")
+                        : "");
     }
     if (killing && Clock::now() >= kill_at) {
       for (size_t r = 0; r < ranks.size(); ++r) {
         if (!ranks[r].running) continue;
         spdlog::error("launch: rank {} (pid {}) still running {} s after a rank failed: killing it",
                       r, ranks[r].pid, options.grace_s);
-        kill(ranks[r].pid, SIGKILL);
+        kill(ranks[r].pid, SIGKILL);  // reaped by PollChild like any rank
       }
       killing = false;
     }

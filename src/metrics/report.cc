@@ -1,6 +1,5 @@
 #include "loom/metrics/report.h"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -10,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/base/child_process.h"
 #include "loom/config/files.h"
 #include "loom/metrics/metrics_writer.h"
 
@@ -175,17 +175,13 @@ std::string FindOnPath(const std::string& name) {
 
 absl::Status RunGnuplot(const std::string& gnuplot, const std::string& script,
                         const std::string& log) {
-  const pid_t pid = ::fork();
-  if (pid < 0) return absl::InternalError("fork failed");
-  if (pid == 0) {
-    FILE* err = std::freopen(log.c_str(), "w", stderr);
-    (void)err;
-    ::execl(gnuplot.c_str(), gnuplot.c_str(), script.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
+  ChildOptions child;
+  child.argv = {gnuplot, script};
+  child.output = log;
+  absl::StatusOr<pid_t> pid = StartChild(child);
+  if (!pid.ok()) return pid.status();
+  absl::StatusOr<int> code = WaitChild(*pid);
+  if (code.ok() && *code == 0) return absl::OkStatus();
   auto text = ReadFile(log);
   return absl::FailedPreconditionError(gnuplot + " " + script +
                                        " failed: " + (text.ok() ? *text : "(no output)"));

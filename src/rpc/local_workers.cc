@@ -1,9 +1,6 @@
 #include "loom/rpc/local_workers.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +10,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "loom/base/child_process.h"
 #include "loom/config/files.h"
 
 namespace loom::rpc {
@@ -26,24 +24,14 @@ std::string SelfExe() {
   return fs::read_symlink("/proc/self/exe", ec).string();
 }
 
-pid_t Spawn(const std::vector<std::string>& args, const std::string& log_path) {
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid != 0) return pid;
-  prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (getppid() != parent) _exit(1);
-  int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  int null = open("/dev/null", O_RDONLY);
-  if (log >= 0) {
-    dup2(log, 1);
-    dup2(log, 2);
-  }
-  if (null >= 0) dup2(null, 0);
-  execv(argv[0], argv.data());
-  _exit(127);
+// A worker process: output to its log, no stdin, gone with this process.
+absl::StatusOr<pid_t> Spawn(std::vector<std::string> args, const std::string& log_path) {
+  ChildOptions child;
+  child.argv = std::move(args);
+  child.output = log_path;
+  child.null_stdin = true;
+  child.die_with_parent = true;
+  return StartChild(child);
 }
 
 std::string LogTail(const std::string& path) {
@@ -74,9 +62,12 @@ absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(
       args.insert(args.end(), {"--auth-token-file", options.auth_token_file});
     }
     args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
-    pid_t pid = Spawn(args, absl::StrCat(tmpl, "/w", i, ".log"));
-    if (pid < 0) return absl::ResourceExhaustedError("fork failed starting a local worker");
-    workers->pids_.push_back(pid);
+    absl::StatusOr<pid_t> pid = Spawn(std::move(args), absl::StrCat(tmpl, "/w", i, ".log"));
+    if (!pid.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("starting local worker ", i, ": ", pid.status().message()));
+    }
+    workers->pids_.push_back(*pid);
   }
   const Clock::time_point deadline =
       Clock::now() +
@@ -89,8 +80,8 @@ absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(
         workers->targets_.push_back(absl::StrCat("127.0.0.1:", absl::StripAsciiWhitespace(*port)));
         break;
       }
-      int status = 0;
-      if (waitpid(workers->pids_[i], &status, WNOHANG) == workers->pids_[i]) {
+      absl::StatusOr<std::optional<int>> exited = PollChild(workers->pids_[i]);
+      if (!exited.ok() || exited->has_value()) {
         workers->pids_[i] = -1;
         return absl::UnavailableError(absl::StrCat("local worker ", i, " exited at start: ",
                                                    LogTail(absl::StrCat(tmpl, "/w", i, ".log"))));
@@ -107,8 +98,7 @@ absl::StatusOr<std::unique_ptr<LocalWorkers>> LocalWorkers::Start(
 
 void LocalWorkers::Kill(int i) {
   if (pids_[i] <= 0) return;
-  kill(pids_[i], SIGKILL);
-  waitpid(pids_[i], nullptr, 0);  // reap it: a zombie would still look alive
+  KillChild(pids_[i]);
   pids_[i] = -1;
 }
 
@@ -119,11 +109,11 @@ void LocalWorkers::StopAll() {
   const Clock::time_point deadline = Clock::now() + std::chrono::seconds(5);
   for (pid_t& pid : pids_) {
     while (pid > 0) {
-      if (waitpid(pid, nullptr, WNOHANG) == pid) {
+      absl::StatusOr<std::optional<int>> exited = PollChild(pid);
+      if (!exited.ok() || exited->has_value()) {
         pid = -1;
       } else if (Clock::now() > deadline) {
-        kill(pid, SIGKILL);
-        waitpid(pid, nullptr, 0);
+        KillChild(pid);
         pid = -1;
       } else {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));

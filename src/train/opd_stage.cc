@@ -1,16 +1,15 @@
 #include "train/opd_stage.h"
 
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <thread>
 
 #include <spdlog/spdlog.h>
 
+#include "loom/base/child_process.h"
 #include "loom/config/check.h"
 #include "loom/train/evaluator.h"
 #include "loom/train/live_config.h"
@@ -28,39 +27,38 @@ namespace fs = std::filesystem;
 absl::Status TrainCompanion(const config::TeacherSection& teacher) {
   spdlog::info("teacher '{}': {} holds no model; training it with {}", teacher.name, teacher.path,
                teacher.config);
-  std::vector<std::string> args = {"loom", "train", "--config", teacher.config, "--resume", "auto"};
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) return absl::InternalError("fork failed while preparing teacher " + teacher.name);
-  if (pid == 0) {
-    ::execv("/proc/self/exe", argv.data());
-    ::_exit(127);
+  ChildOptions child;
+  child.argv = {"loom", "train", "--config", teacher.config, "--resume", "auto"};
+  child.program = "/proc/self/exe";
+  absl::StatusOr<pid_t> pid = StartChild(child);
+  if (!pid.ok()) {
+    return absl::InternalError("preparing teacher " + teacher.name + ": " +
+                               std::string(pid.status().message()));
   }
   // A preemption signal to this process is passed on: the child checkpoints
   // and stops, and so does this run (nothing of its own to save yet).
-  int status = 0;
+  std::optional<int> code;
   bool forwarded = false;
-  for (;;) {
-    const pid_t done = ::waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    if (done < 0 && errno != EINTR) {
-      return absl::InternalError("waiting for the run of teacher " + teacher.name + " failed");
+  while (!code.has_value()) {
+    absl::StatusOr<std::optional<int>> exited = PollChild(*pid);
+    if (!exited.ok()) {
+      return absl::InternalError("the run of teacher " + teacher.name + ": " +
+                                 std::string(exited.status().message()));
     }
-    if (!forwarded && PreemptionRequested()) {
-      ::kill(pid, PreemptionSignal());
+    code = *exited;
+    if (!code.has_value() && !forwarded && PreemptionRequested()) {
+      ::kill(*pid, PreemptionSignal());
       forwarded = true;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!code.has_value()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const std::string command = "loom train --config " + teacher.config + " --resume auto";
-  if (forwarded && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+  if (forwarded && *code == 0) {
     return PreemptedStatus("the run of teacher '" + teacher.name + "' (`" + command + "`)");
   }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  if (*code != 0) {
     return absl::FailedPreconditionError("teacher '" + teacher.name + "': `" + command +
-                                         "` failed (status " + std::to_string(status) + ")");
+                                         "` failed (exit status " + std::to_string(*code) + ")");
   }
   if (!fs::exists(teacher.path + "/config.json")) {
     return absl::FailedPreconditionError("teacher '" + teacher.name + "': `" + command +
