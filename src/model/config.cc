@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "loom/config/files.h"
+#include "loom/config/json_reader.h"
 
 namespace loom::model {
 namespace {
@@ -22,42 +23,38 @@ const std::set<std::string>& KnownArchs() {
 
 // Keys read into named fields (everything else goes to `extra`).
 const std::set<std::string>& InterpretedKeys() {
-  static const std::set<std::string> keys = {
-      "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-      "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta",
-      "max_position_embeddings", "tie_word_embeddings", "attention_bias", "torch_dtype",
-      "num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
-      "decoder_sparse_step", "mlp_only_layers", "hidden_act", "rope_scaling", "mlp_bias",
-      "use_sliding_window", "attention_dropout", "pretraining_tp", "shared_expert_intermediate_size"};
+  static const std::set<std::string> keys = {"model_type",
+                                             "vocab_size",
+                                             "hidden_size",
+                                             "intermediate_size",
+                                             "num_hidden_layers",
+                                             "num_attention_heads",
+                                             "num_key_value_heads",
+                                             "head_dim",
+                                             "rms_norm_eps",
+                                             "rope_theta",
+                                             "max_position_embeddings",
+                                             "tie_word_embeddings",
+                                             "attention_bias",
+                                             "torch_dtype",
+                                             "num_experts",
+                                             "num_experts_per_tok",
+                                             "moe_intermediate_size",
+                                             "norm_topk_prob",
+                                             "decoder_sparse_step",
+                                             "mlp_only_layers",
+                                             "hidden_act",
+                                             "rope_scaling",
+                                             "mlp_bias",
+                                             "use_sliding_window",
+                                             "attention_dropout",
+                                             "pretraining_tp",
+                                             "shared_expert_intermediate_size"};
   return keys;
 }
 
-class Reader {
- public:
-  Reader(const json& j, const std::string& source) : j_(j), source_(source) {}
-
-  template <class T>
-  void Get(const char* key, T& out) {
-    auto it = j_.find(key);
-    if (it == j_.end() || it->is_null()) return;
-    try {
-      out = it->get<T>();
-    } catch (const json::exception&) {
-      errors_.push_back(absl::StrCat(source_, ": key '", key, "' has the wrong type: ",
-                                     it->dump()));
-    }
-  }
-  void Error(const std::string& message) { errors_.push_back(absl::StrCat(source_, ": ", message)); }
-  const std::vector<std::string>& errors() const { return errors_; }
-
- private:
-  const json& j_;
-  std::string source_;
-  std::vector<std::string> errors_;
-};
-
 // Computation-changing keys loom does not implement: error unless benign.
-void CheckUnsupported(const json& j, Reader& r) {
+void CheckUnsupported(const json& j, JsonReader& r) {
   auto has = [&](const char* key) { return j.contains(key) && !j[key].is_null(); };
   if (has("hidden_act") && j["hidden_act"] != "silu") {
     r.Error(absl::StrCat("hidden_act ", j["hidden_act"].dump(), " is not supported (only silu)"));
@@ -81,7 +78,7 @@ void CheckUnsupported(const json& j, Reader& r) {
   }
 }
 
-void Validate(const ModelConfig& c, Reader& r) {
+void Validate(const ModelConfig& c, JsonReader& r) {
   auto positive = [&](const char* key, int64_t v) {
     if (v <= 0) r.Error(absl::StrCat(key, " must be > 0, got ", v));
   };
@@ -118,7 +115,7 @@ void Validate(const ModelConfig& c, Reader& r) {
   if (any_dense) positive("intermediate_size", c.intermediate_size);
 }
 
-absl::Status Finish(const Reader& r) {
+absl::Status Finish(const JsonReader& r) {
   if (r.errors().empty()) return absl::OkStatus();
   std::string message;
   for (const auto& e : r.errors()) absl::StrAppend(&message, message.empty() ? "" : "\n", e);
@@ -155,36 +152,36 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": not a JSON object"));
   }
-  Reader r(j, source);
+  JsonReader r(source);
   std::string arch;
-  r.Get("model_type", arch);
+  r.GetOptional(j, "model_type", arch);
   if (!KnownArchs().count(arch)) {
     return absl::InvalidArgumentError(absl::StrCat(
         source, ": model_type '", arch, "' is not supported (llama, qwen2, qwen3, qwen3_moe)"));
   }
   ModelConfig c = ArchDefaults(arch);
-  r.Get("vocab_size", c.vocab_size);
-  r.Get("hidden_size", c.hidden_size);
-  r.Get("intermediate_size", c.intermediate_size);
-  r.Get("num_hidden_layers", c.num_hidden_layers);
-  r.Get("num_attention_heads", c.num_attention_heads);
+  r.GetOptional(j, "vocab_size", c.vocab_size);
+  r.GetOptional(j, "hidden_size", c.hidden_size);
+  r.GetOptional(j, "intermediate_size", c.intermediate_size);
+  r.GetOptional(j, "num_hidden_layers", c.num_hidden_layers);
+  r.GetOptional(j, "num_attention_heads", c.num_attention_heads);
   c.num_key_value_heads = c.num_attention_heads;
-  r.Get("num_key_value_heads", c.num_key_value_heads);
+  r.GetOptional(j, "num_key_value_heads", c.num_key_value_heads);
   if (c.num_attention_heads > 0) c.head_dim = c.hidden_size / c.num_attention_heads;
-  r.Get("head_dim", c.head_dim);
-  r.Get("rms_norm_eps", c.rms_norm_eps);
-  r.Get("rope_theta", c.rope_theta);
-  r.Get("max_position_embeddings", c.max_position_embeddings);
-  r.Get("tie_word_embeddings", c.tie_word_embeddings);
-  r.Get("attention_bias", c.attention_bias);
-  r.Get("torch_dtype", c.torch_dtype);
+  r.GetOptional(j, "head_dim", c.head_dim);
+  r.GetOptional(j, "rms_norm_eps", c.rms_norm_eps);
+  r.GetOptional(j, "rope_theta", c.rope_theta);
+  r.GetOptional(j, "max_position_embeddings", c.max_position_embeddings);
+  r.GetOptional(j, "tie_word_embeddings", c.tie_word_embeddings);
+  r.GetOptional(j, "attention_bias", c.attention_bias);
+  r.GetOptional(j, "torch_dtype", c.torch_dtype);
   if (arch == "qwen3_moe") {
-    r.Get("num_experts", c.num_experts);
-    r.Get("num_experts_per_tok", c.num_experts_per_tok);
-    r.Get("moe_intermediate_size", c.moe_intermediate_size);
-    r.Get("norm_topk_prob", c.norm_topk_prob);
-    r.Get("decoder_sparse_step", c.decoder_sparse_step);
-    r.Get("mlp_only_layers", c.mlp_only_layers);
+    r.GetOptional(j, "num_experts", c.num_experts);
+    r.GetOptional(j, "num_experts_per_tok", c.num_experts_per_tok);
+    r.GetOptional(j, "moe_intermediate_size", c.moe_intermediate_size);
+    r.GetOptional(j, "norm_topk_prob", c.norm_topk_prob);
+    r.GetOptional(j, "decoder_sparse_step", c.decoder_sparse_step);
+    r.GetOptional(j, "mlp_only_layers", c.mlp_only_layers);
   }
   CheckUnsupported(j, r);
   for (const auto& [key, value] : j.items()) {
@@ -206,9 +203,10 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   json j = json::object();
   for (const auto& [key, value] : c.extra) j[key] = json::parse(value, nullptr, false);
   if (!j.contains("architectures")) {
-    static const std::map<std::string, std::string> names = {
-        {"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
-        {"qwen3", "Qwen3ForCausalLM"}, {"qwen3_moe", "Qwen3MoeForCausalLM"}};
+    static const std::map<std::string, std::string> names = {{"llama", "LlamaForCausalLM"},
+                                                             {"qwen2", "Qwen2ForCausalLM"},
+                                                             {"qwen3", "Qwen3ForCausalLM"},
+                                                             {"qwen3_moe", "Qwen3MoeForCausalLM"}};
     j["architectures"] = {names.at(c.arch)};
   }
   j["model_type"] = c.arch;

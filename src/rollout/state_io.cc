@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "loom/config/files.h"
+#include "loom/config/json_reader.h"
 
 namespace loom::rollout {
 namespace {
@@ -23,34 +24,6 @@ at::Tensor ToTensor(const std::vector<T>& values, at::ScalarType dtype) {
   if (!values.empty()) std::memcpy(out.data_ptr(), values.data(), values.size() * sizeof(T));
   return out;
 }
-
-// Reads typed JSON fields, remembering the first error with its field path.
-class JsonReader {
- public:
-  explicit JsonReader(std::string source) : source_(std::move(source)) {}
-
-  template <class T>
-  void Get(const json& object, const char* key, T& out, const std::string& path = "") {
-    const std::string name = path.empty() ? key : path + "." + key;
-    if (!error_.empty()) return;
-    if (!object.is_object() || !object.contains(key)) return Fail(name, "is missing");
-    try {
-      out = object.at(key).get<T>();
-    } catch (const json::exception&) {
-      Fail(name, absl::StrCat("has the wrong type: ", object.at(key).dump()));
-    }
-  }
-  void Fail(const std::string& field, const std::string& message) {
-    if (error_.empty()) error_ = absl::StrCat(source_, ": field '", field, "' ", message);
-  }
-  absl::Status status() const {
-    return error_.empty() ? absl::OkStatus() : absl::InvalidArgumentError(error_);
-  }
-
- private:
-  std::string source_;
-  std::string error_;
-};
 
 // Copies tensor `name` (of `dtype`, 1-D with `length` elements unless
 // length is -1, then any shape) into `out`.
@@ -77,14 +50,14 @@ absl::Status ReadArray(const model::TensorMap& tensors, const std::string& name,
 void ReadScalars(JsonReader& r, const json& j, SampleState& s) {
   std::string format;
   r.Get(j, "format", format);
-  if (r.status().ok() && format != kFormat) r.Fail("format", "is not " + std::string(kFormat));
+  if (r.ok() && format != kFormat) r.Fail("format", "is not " + std::string(kFormat));
   r.Get(j, "id", s.id);
   r.Get(j, "prompt_length", s.prompt_length);
   r.Get(j, "moe_layers", s.moe_layers);
   r.Get(j, "top_k", s.top_k);
   r.Get(j, "generated", s.generated);
   r.Get(j, "turn_start", s.turn_start);
-  if (!r.status().ok()) return;
+  if (!r.ok()) return;
   const json& sampling = j.contains("sampling") ? j["sampling"] : json();
   r.Get(sampling, "temperature", s.sampling.temperature, "sampling");
   r.Get(sampling, "top_p", s.sampling.top_p, "sampling");
@@ -112,7 +85,7 @@ void ReadEnumsAndSegments(JsonReader& r, const json& j, SampleState& s, int64_t&
   r.Get(j, "kv_length", kv_length);
   std::vector<std::pair<int64_t, int64_t>> segments;
   r.Get(j, "segments", segments);
-  if (!r.status().ok()) return;
+  if (!r.ok()) return;
   auto parsed_phase = ParseSamplePhase(phase);
   auto parsed_finish = ParseFinishReason(finish);
   if (!parsed_phase.ok()) return r.Fail("phase", std::string(parsed_phase.status().message()));
