@@ -112,7 +112,8 @@ std::vector<AgentResult> AgentRollout::Pump(double wait_s) {
         Note(event, Append(event.id, event.tokens));
         break;
       case AgentEvent::Kind::kDone:
-        done.push_back({Collect(event.id), std::move(event.trajectory)});
+        done.push_back(
+            {Collect(event.id), OutcomeOf(event.trajectory), TrajectoryJson(event.trajectory)});
         break;
       case AgentEvent::Kind::kLost:
         StartAgain(event.id, event.trajectory.failure_reason());

@@ -72,7 +72,6 @@ absl::StatusOr<std::vector<SampleEnvironment::Ended>> AgentStage::Pump(double wa
   for (agent::AgentResult& result : rollout_->Pump(wait_s)) {
     const SampleEntry* entry = table.Find(result.state.id);
     LOOM_CHECK(entry != nullptr, "agent sample " << result.state.id << " is not in the table");
-    auto trajectory = std::make_shared<const v1::Trajectory>(std::move(result.trajectory));
     if (absl::Status s = log_.Write({{"sample", result.state.id},
                                      {"dataset", context_.datasets[entry->dataset]->name()},
                                      {"effort", entry->effort},
@@ -80,11 +79,11 @@ absl::StatusOr<std::vector<SampleEnvironment::Ended>> AgentStage::Pump(double wa
                                      {"prompt_length", result.state.prompt_length},
                                      {"tokens", result.state.tokens},
                                      {"loss_mask", result.state.loss_mask},
-                                     {"trajectory", agent::TrajectoryJson(*trajectory)}});
+                                     {"trajectory", std::move(result.trajectory)}});
         !s.ok()) {
       return s;
     }
-    ended.push_back({std::move(result.state), std::move(trajectory)});
+    ended.push_back({std::move(result.state), std::move(result.outcome)});
   }
   return ended;
 }

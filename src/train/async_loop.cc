@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "loom/config/check.h"
 #include "loom/metrics/progress.h"
-#include "loom/v1/sandbox.pb.h"
 
 namespace loom::train {
 namespace {
@@ -21,9 +20,8 @@ double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
 void MaskInfrastructureFailures(std::vector<TrainingSample>& samples,
                                 std::map<std::string, int64_t>& by_cause) {
   auto masked = [&](const TrainingSample& sample) {
-    if (sample.info.trajectory == nullptr || !sample.info.trajectory->penalty()) return false;
-    const std::string& reason = sample.info.trajectory->failure_reason();
-    ++by_cause[reason.substr(0, reason.find(':'))];
+    if (!sample.info.outcome || !sample.info.outcome->infrastructure) return false;
+    ++by_cause[sample.info.outcome->cause()];
     return true;
   };
   samples.erase(std::remove_if(samples.begin(), samples.end(), masked), samples.end());
@@ -110,7 +108,7 @@ absl::Status AsyncLoop::CollectEpisodes() {
     const uint64_t id = episode.state.id;
     SampleEntry* entry = table_.Find(id);
     LOOM_CHECK(entry != nullptr, "environment sample " << id);
-    entry->trajectory = std::move(episode.trajectory);
+    entry->outcome = std::move(episode.outcome);
     Finished(id, std::move(episode.state));
   }
   return absl::OkStatus();

@@ -6,38 +6,11 @@
 #include <algorithm>
 #include <string>
 
-#include "loom/agent/episodes.h"
 #include "loom/config/check.h"
 #include "loom/train/async_loop.h"
 
 namespace loom::train {
 namespace {
-
-SampleRecord RecordOf(const SampleEntry& entry) {
-  return {entry.id,
-          entry.dataset,
-          entry.problem_index,
-          entry.subgroup_id,
-          entry.effort,
-          entry.config_version,
-          entry.teacher,
-          entry.agent,
-          nullptr,
-          nullptr};
-}
-
-SampleEntry EntryOf(const SampleRecord& record) {
-  SampleEntry entry;
-  entry.id = record.id;
-  entry.subgroup_id = record.subgroup_id;
-  entry.effort = record.effort;
-  entry.dataset = record.dataset;
-  entry.problem_index = record.problem_index;
-  entry.config_version = record.config_version;
-  entry.teacher = record.teacher;
-  entry.agent = record.agent;
-  return entry;
-}
 
 std::string Sample(uint64_t id) { return "checkpoint: sample " + std::to_string(id); }
 
@@ -51,24 +24,16 @@ absl::StatusOr<GrpoCursor> AsyncLoop::Export() {
   engine_->ParkAll();
   if (environment_ != nullptr) environment_->BeginExport();
   for (const auto& [id, entry] : table_.entries()) {
-    SampleRecord record = RecordOf(entry);
-    if (entry.trajectory != nullptr) record.trajectory = agent::TrajectoryJson(*entry.trajectory);
-    if (entry.state) {
-      cursor.records.push_back(std::move(record));
-      cursor.finished.push_back(*entry.state);
-      continue;
-    }
+    cursor.samples.push_back(entry);
+    if (entry.state) continue;  // finished: the entry holds its state
     if (entry.agent) {
       SampleEnvironment::Exported exported = environment_->Export(id);
-      record.episode = std::move(exported.record);
-      cursor.records.push_back(std::move(record));
+      if (!exported.record.is_null()) cursor.episodes[id] = std::move(exported.record);
       if (!exported.tokens) continue;
       if (exported.held != nullptr) {
         cursor.inflight.push_back(*exported.held);
         continue;
       }
-    } else {
-      cursor.records.push_back(std::move(record));
     }
     auto state = engine_->Export(id);
     if (!state.ok()) return state.status();
@@ -115,30 +80,19 @@ absl::Status AsyncLoop::ImportDispatcher(const nlohmann::json& state,
 absl::Status AsyncLoop::ImportSamples(GrpoCursor& cursor, PromptSource& source,
                                       ImportedLoop& imported) {
   std::map<uint64_t, Episode> episodes;  // the environment's samples, by id
-  for (const SampleRecord& record : cursor.records) {
-    SampleEntry entry = EntryOf(record);
+  for (SampleEntry& entry : cursor.samples) {
     auto request = source.Reopen(entry);
     if (!request.ok()) return request.status();
-    if (!record.trajectory.is_null()) {
-      auto trajectory = agent::TrajectoryFromJson(
-          record.trajectory,
-          "checkpoint state.json: sample " + std::to_string(record.id) + ": trajectory");
-      if (!trajectory.ok()) return trajectory.status();
-      entry.trajectory = std::make_shared<const v1::Trajectory>(*std::move(trajectory));
-    }
+    const uint64_t id = entry.id;
+    imported.finished += entry.state.has_value();
     if (entry.agent) {
-      request->id = record.id;
-      episodes[record.id] = {*std::move(request), record.episode};
+      request->id = id;
+      const auto episode = cursor.episodes.find(id);
+      episodes[id] = {*std::move(request), episode != cursor.episodes.end()
+                                               ? std::move(episode->second)
+                                               : nlohmann::json()};
     }
     table_.Admit(std::move(entry));
-  }
-  imported.finished = cursor.finished.size();
-  for (rollout::SampleState& sample : cursor.finished) {
-    if (table_.Find(sample.id) == nullptr) {
-      return absl::DataLossError(Sample(sample.id) + " finished but has no record");
-    }
-    const uint64_t id = sample.id;
-    table_.Finish(id, std::move(sample));
   }
   imported.inflight = cursor.inflight.size();
   for (rollout::SampleState& sample : cursor.inflight) {
@@ -153,8 +107,8 @@ absl::Status AsyncLoop::ContinueEpisodes(std::map<uint64_t, Episode> episodes,
   for (auto& [id, episode] : episodes) {
     const SampleEntry& entry = *table_.Find(id);
     if (entry.state) continue;  // ended: trained like any other
-    if (entry.trajectory != nullptr) {
-      return absl::DataLossError(Sample(id) + " has its episode's trajectory but no tokens");
+    if (entry.outcome) {
+      return absl::DataLossError(Sample(id) + " has its episode's outcome but no tokens");
     }
     auto attached = environment_->Resume(entry, std::move(episode.request), episode.record);
     if (!attached.ok()) return attached.status();

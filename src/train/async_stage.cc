@@ -12,7 +12,6 @@
 #include "loom/train/evaluator.h"
 #include "loom/train/live_config.h"
 #include "loom/train/preemption.h"
-#include "loom/v1/sandbox.pb.h"
 #include "train/agent_stage.h"
 #include "train/stage_checkpoint.h"
 
@@ -128,13 +127,13 @@ class StepReport {
           {"first_token_version",
            sample.state.segments.empty() ? -1 : sample.state.segments.front().version},
           {"generated_tokens", sample.state.generated}};
-      if (info.trajectory != nullptr) {
-        const v1::Trajectory& t = *info.trajectory;
-        line["episode"] = {{"steps", t.steps()},
-                           {"format_errors", t.format_errors()},
-                           {"failure_reason", t.failure_reason()},
-                           {"repercussion", t.repercussion()},
-                           {"reward", t.verdict().reward()}};
+      if (info.outcome) {
+        const agent::EpisodeOutcome& o = *info.outcome;
+        line["episode"] = {{"steps", o.steps},
+                           {"format_errors", o.format_errors},
+                           {"failure_reason", o.failure_reason},
+                           {"repercussion", o.repercussion},
+                           {"reward", o.reward}};
       }
       if (info.teacher >= 0) {
         line["teacher"] = teachers.at(info.teacher).name;

@@ -151,14 +151,14 @@ absl::Status Checkpointer::AdoptRank(int gone, int written, GrpoCursor& own,
       "{} was written by {} ranks: rank {} takes over rank {}'s {} in-flight and {} "
       "finished samples",
       resume_dir_, written, group_ != nullptr ? group_->rank() : 0, gone, share->inflight.size(),
-      share->finished.size());
+      share->finished());
   auto append = [](auto& into, auto& from) {
     into.insert(into.end(), std::make_move_iterator(from.begin()),
                 std::make_move_iterator(from.end()));
   };
   append(own.inflight, share->inflight);
-  append(own.finished, share->finished);
-  append(own.records, share->records);
+  append(own.samples, share->samples);
+  own.episodes.merge(share->episodes);
   own.prefill_tokens += share->prefill_tokens;
   own.decode_tokens += share->decode_tokens;
   change.adopted_ranks.push_back(gone);
@@ -193,8 +193,7 @@ absl::Status Checkpointer::TakeRankShare() {
   }
   auto by_id = [](const auto& a, const auto& b) { return a.id < b.id; };
   std::sort(own.inflight.begin(), own.inflight.end(), by_id);
-  std::sort(own.finished.begin(), own.finished.end(), by_id);
-  std::sort(own.records.begin(), own.records.end(), by_id);
+  std::sort(own.samples.begin(), own.samples.end(), by_id);
   resume_state_->rank_change = std::move(change);
   return absl::OkStatus();
 }

@@ -2,7 +2,9 @@
 
 #include <utility>
 
+#include "loom/agent/episode_record.h"
 #include "loom/config/check.h"
+#include "loom/config/json_reader.h"
 
 namespace loom::train {
 
@@ -57,6 +59,50 @@ size_t SampleTable::finished() const {
   size_t n = 0;
   for (const auto& [id, entry] : entries_) n += entry.state.has_value();
   return n;
+}
+
+nlohmann::json SampleEntryJson(const SampleEntry& entry) {
+  nlohmann::json j = {{"id", entry.id},
+                      {"dataset", entry.dataset},
+                      {"problem_index", entry.problem_index},
+                      {"subgroup_id", entry.subgroup_id},
+                      {"effort", entry.effort},
+                      {"config_version", entry.config_version},
+                      {"teacher", entry.teacher}};
+  if (entry.agent) j["agent"] = true;
+  if (entry.outcome) j["outcome"] = agent::OutcomeJson(*entry.outcome);
+  return j;
+}
+
+absl::StatusOr<SampleEntry> SampleEntryFromJson(const nlohmann::json& json,
+                                                const std::string& source) {
+  JsonReader read(source, absl::StatusCode::kDataLoss);
+  SampleEntry entry;
+  read.Get(json, "id", entry.id);
+  read.Get(json, "dataset", entry.dataset);
+  read.Get(json, "problem_index", entry.problem_index);
+  read.Get(json, "subgroup_id", entry.subgroup_id);
+  read.Get(json, "effort", entry.effort);
+  // Checkpoints written before live config versions existed have none: 0.
+  read.GetOptional(json, "config_version", entry.config_version);
+  read.GetOptional(json, "teacher", entry.teacher);
+  read.GetOptional(json, "agent", entry.agent);
+  if (!read.ok()) return read.status();
+  const std::string sample = source + ": sample " + std::to_string(entry.id);
+  const bool outcome = json.contains("outcome"), trajectory = json.contains("trajectory");
+  if ((outcome || trajectory) && !entry.agent) {
+    return absl::DataLossError(sample + ": only an agent sample has an episode's outcome");
+  }
+  if (outcome) {
+    auto parsed = agent::OutcomeFromJson(json["outcome"], sample + ": outcome");
+    if (!parsed.ok()) return parsed.status();
+    entry.outcome = *std::move(parsed);
+  } else if (trajectory) {  // written before outcomes
+    auto parsed = agent::TrajectoryFromJson(json["trajectory"], sample + ": trajectory");
+    if (!parsed.ok()) return parsed.status();
+    entry.outcome = agent::OutcomeOf(*parsed);
+  }
+  return entry;
 }
 
 }  // namespace loom::train

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "loom/algo/policy_loss.h"
 #include "loom/config/check.h"
-#include "loom/v1/sandbox.pb.h"
 
 namespace loom::train {
 
@@ -88,14 +87,15 @@ int64_t OldestVersion(const rollout::SampleState& state, int64_t version) {
 
 // An agent sample's task judgement: its episode's verdict. Episodes that
 // failed for infrastructure reasons never get here (MaskInfrastructureFailures).
-algo::Judgement JudgeEpisode(const rollout::SampleState& state, const v1::Trajectory* trajectory) {
-  LOOM_CHECK(trajectory != nullptr, "agent sample " << state.id << " without episode");
-  LOOM_CHECK(!trajectory->penalty(), "agent sample " << state.id << " failed for infrastructure "
-                                                     << "reasons; such samples are masked");
+algo::Judgement JudgeEpisode(const rollout::SampleState& state,
+                             const std::optional<agent::EpisodeOutcome>& outcome) {
+  LOOM_CHECK(outcome.has_value(), "agent sample " << state.id << " without episode");
+  LOOM_CHECK(!outcome->infrastructure, "agent sample " << state.id << " failed for infrastructure "
+                                                       << "reasons; such samples are masked");
   algo::Judgement judgement;
-  judgement.parsed = trajectory->format_errors() == 0;
-  judgement.content = trajectory->answer();
-  judgement.reward = trajectory->verdict().reward();
+  judgement.parsed = outcome->parsed();
+  judgement.content = outcome->answer;
+  judgement.reward = outcome->reward;
   return judgement;
 }
 
@@ -115,14 +115,14 @@ std::vector<algo::Verdict> JudgeSamples(const std::vector<TrainingSample>& sampl
       verdict.reasoning_tokens = algo::ReasoningLength(completion, think_end_id);
       verdict.response_tokens = static_cast<int64_t>(completion.size());
     } else {
-      const v1::Trajectory* trajectory = sample.info.trajectory.get();
-      verdict.judgement = JudgeEpisode(state, trajectory);
+      const std::optional<agent::EpisodeOutcome>& outcome = sample.info.outcome;
+      verdict.judgement = JudgeEpisode(state, outcome);
       verdict.reasoning_tokens = algo::MultiTurnReasoningLength(state.tokens, state.loss_mask,
                                                                 state.prompt_length, think_end_id);
       verdict.response_tokens = state.generated;
       verdict.episode = true;
-      verdict.episode_steps = trajectory->steps();
-      verdict.broken = !trajectory->repercussion().empty();
+      verdict.episode_steps = outcome->steps;
+      verdict.broken = !outcome->repercussion.empty();
     }
     verdict.dataset = sample.info.problem->dataset;
     verdict.effort = sample.info.effort;

@@ -11,6 +11,7 @@
 
 #include "loom/config/check.h"
 #include "loom/config/files.h"
+#include "loom/config/json_reader.h"
 #include "train/train_state_internal.h"
 
 namespace loom::train {
@@ -18,20 +19,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kFormatVersion = 1;
-
-nlohmann::json RecordJson(const SampleRecord& r) {
-  nlohmann::json j = {{"id", r.id},
-                      {"dataset", r.dataset},
-                      {"problem_index", r.problem_index},
-                      {"subgroup_id", r.subgroup_id},
-                      {"effort", r.effort},
-                      {"config_version", r.config_version},
-                      {"teacher", r.teacher}};
-  if (r.agent) j["agent"] = true;
-  if (!r.trajectory.is_null()) j["trajectory"] = r.trajectory;
-  if (!r.episode.is_null()) j["episode"] = r.episode;
-  return j;
-}
 
 nlohmann::json StateJson(const TrainState& state) {
   const RunCursor& c = state.cursor;
@@ -45,7 +32,12 @@ nlohmann::json StateJson(const TrainState& state) {
   if (state.sft) j["sft"] = {{"rng", state.sft->rng}, {"next_index", state.sft->next_index}};
   if (state.grpo) {
     nlohmann::json records = nlohmann::json::array();
-    for (const SampleRecord& r : state.grpo->records) records.push_back(RecordJson(r));
+    for (const SampleEntry& entry : state.grpo->samples) {
+      nlohmann::json record = SampleEntryJson(entry);
+      const auto episode = state.grpo->episodes.find(entry.id);
+      if (episode != state.grpo->episodes.end()) record["episode"] = episode->second;
+      records.push_back(std::move(record));
+    }
     j["grpo"] = {{"dispatcher", state.grpo->dispatcher},
                  {"records", records},
                  {"prefill_tokens", state.grpo->prefill_tokens},
@@ -54,100 +46,67 @@ nlohmann::json StateJson(const TrainState& state) {
   return j;
 }
 
-// Typed field access that turns every mismatch into one DATA_LOSS naming the field.
-class Fields {
- public:
-  explicit Fields(std::string source) : source_(std::move(source)) {}
-
-  template <class T>
-  void Get(const nlohmann::json& j, const char* key, T& out) {
-    if (!status_.ok()) return;
-    if (!j.is_object() || !j.contains(key)) {
-      status_ = absl::DataLossError(source_ + ": missing field '" + key + "'");
-      return;
+// A record of state.json's grpo.records: the sample's entry and, on an
+// agent sample that has not ended, its running episode's record.
+absl::Status ParseRecord(const nlohmann::json& r, const std::string& source, GrpoCursor& grpo) {
+  auto entry = SampleEntryFromJson(r, source);
+  if (!entry.ok()) return entry.status();
+  if (r.contains("episode")) {
+    const nlohmann::json& episode = r["episode"];  // checked as an episode record on restore
+    if (!entry->agent || !episode.is_object() || entry->outcome) {
+      return absl::DataLossError(
+          source + ": sample " + std::to_string(entry->id) +
+          ": an episode must be an object, on an agent sample without an outcome");
     }
-    try {
-      out = j.at(key).get<T>();
-    } catch (const nlohmann::json::exception&) {
-      status_ = absl::DataLossError(source_ + ": field '" + key + "' has the wrong type");
-    }
+    grpo.episodes[entry->id] = episode;
   }
-  const absl::Status& status() const { return status_; }
+  grpo.samples.push_back(*std::move(entry));
+  return absl::OkStatus();
+}
 
- private:
-  std::string source_;
-  absl::Status status_;
-};
-
-absl::Status ParseGrpo(const nlohmann::json& j, Fields& f, GrpoCursor& grpo) {
+absl::Status ParseGrpo(const nlohmann::json& j, const std::string& source, JsonReader& read,
+                       GrpoCursor& grpo) {
   nlohmann::json records;
-  f.Get(j, "dispatcher", grpo.dispatcher);
-  f.Get(j, "records", records);
-  f.Get(j, "prefill_tokens", grpo.prefill_tokens);
-  f.Get(j, "decode_tokens", grpo.decode_tokens);
-  if (f.status().ok() && !records.is_array()) {
-    return absl::DataLossError("state.json: grpo.records is not an array");
+  read.Get(j, "dispatcher", grpo.dispatcher, "grpo");
+  read.Get(j, "records", records, "grpo");
+  read.Get(j, "prefill_tokens", grpo.prefill_tokens, "grpo");
+  read.Get(j, "decode_tokens", grpo.decode_tokens, "grpo");
+  if (!read.ok()) return read.status();
+  if (!records.is_array()) return absl::DataLossError(source + ": grpo.records is not an array");
+  for (const nlohmann::json& r : records) {
+    if (absl::Status s = ParseRecord(r, source, grpo); !s.ok()) return s;
   }
-  for (const auto& r : records) {
-    SampleRecord rec;
-    f.Get(r, "id", rec.id);
-    f.Get(r, "dataset", rec.dataset);
-    f.Get(r, "problem_index", rec.problem_index);
-    f.Get(r, "subgroup_id", rec.subgroup_id);
-    f.Get(r, "effort", rec.effort);
-    // Checkpoints written before live config versions existed have none: 0.
-    if (r.is_object() && r.contains("config_version"))
-      f.Get(r, "config_version", rec.config_version);
-    if (r.is_object() && r.contains("teacher")) f.Get(r, "teacher", rec.teacher);
-    if (r.is_object() && r.contains("agent")) f.Get(r, "agent", rec.agent);
-    if (r.is_object() && r.contains("trajectory")) {
-      rec.trajectory = r["trajectory"];  // checked against the proto on restore
-      if (!rec.agent || !rec.trajectory.is_object()) {
-        return absl::DataLossError("state.json: sample " + std::to_string(rec.id) +
-                                   ": a trajectory must be an object, on an agent sample");
-      }
-    }
-    if (r.is_object() && r.contains("episode")) {
-      rec.episode = r["episode"];  // checked as an episode record on restore
-      if (!rec.agent || !rec.episode.is_object() || !rec.trajectory.is_null()) {
-        return absl::DataLossError(
-            "state.json: sample " + std::to_string(rec.id) +
-            ": an episode must be an object, on an agent sample without a trajectory");
-      }
-    }
-    grpo.records.push_back(rec);
-  }
-  return f.status();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TrainState> ParseState(const std::string& text, const std::string& source) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object())
     return absl::DataLossError(source + ": not a JSON object");
-  Fields f(source);
+  JsonReader read(source, absl::StatusCode::kDataLoss);
   int format = 0;
-  f.Get(j, "format_version", format);
-  if (f.status().ok() && format != kFormatVersion) {
+  read.Get(j, "format_version", format);
+  if (read.ok() && format != kFormatVersion) {
     return absl::FailedPreconditionError(source + ": format_version " + std::to_string(format) +
                                          ", this loom reads " + std::to_string(kFormatVersion));
   }
   TrainState state;
-  f.Get(j, "stage_index", state.cursor.stage_index);
-  f.Get(j, "stage", state.cursor.stage);
-  f.Get(j, "step", state.cursor.step);
-  f.Get(j, "policy_version", state.cursor.policy_version);
-  f.Get(j, "config_version", state.cursor.config_version);
+  read.Get(j, "stage_index", state.cursor.stage_index);
+  read.Get(j, "stage", state.cursor.stage);
+  read.Get(j, "step", state.cursor.step);
+  read.Get(j, "policy_version", state.cursor.policy_version);
+  read.Get(j, "config_version", state.cursor.config_version);
   if (j.contains("live")) state.cursor.live = j["live"];  // checked by LiveConfig::Restore
   if (j.contains("sft")) {
     state.sft.emplace();
-    f.Get(j["sft"], "rng", state.sft->rng);
-    f.Get(j["sft"], "next_index", state.sft->next_index);
+    read.Get(j["sft"], "rng", state.sft->rng, "sft");
+    read.Get(j["sft"], "next_index", state.sft->next_index, "sft");
   }
+  if (!read.ok()) return read.status();
   if (j.contains("grpo")) {
     state.grpo.emplace();
-    if (absl::Status s = ParseGrpo(j["grpo"], f, *state.grpo); !s.ok()) return s;
+    if (absl::Status s = ParseGrpo(j["grpo"], source, read, *state.grpo); !s.ok()) return s;
   }
-  if (!f.status().ok()) return f.status();
   if (state.cursor.step < 0 || state.cursor.policy_version < 0 || state.cursor.stage_index < 0) {
     return absl::DataLossError(source + ": negative stage_index, step or policy_version");
   }
@@ -165,6 +124,12 @@ absl::Status WriteModel(const model::Transformer& model, const std::string& toke
 }
 
 }  // namespace
+
+size_t GrpoCursor::finished() const {
+  size_t finished = 0;
+  for (const SampleEntry& entry : samples) finished += entry.state.has_value();
+  return finished;
+}
 
 absl::StatusOr<nlohmann::json> WriteTrainState(const TrainState& state,
                                                const model::Transformer& model,
@@ -190,13 +155,15 @@ absl::StatusOr<nlohmann::json> WriteTrainState(const TrainState& state,
     return s;
   }
   const size_t inflight = state.grpo ? state.grpo->inflight.size() : 0;
-  const size_t finished = state.grpo ? state.grpo->finished.size() : 0;
+  const size_t finished = state.grpo ? state.grpo->finished() : 0;
   size_t episodes = 0;    // running
   size_t attachable = 0;  // of those, with turns on a leased session
   if (state.grpo) {
-    for (const SampleRecord& r : state.grpo->records) {
-      episodes += r.agent && r.trajectory.is_null();
-      attachable += r.episode.is_object() && !r.episode.value("turns", nlohmann::json()).empty();
+    for (const SampleEntry& entry : state.grpo->samples) {
+      episodes += entry.agent && !entry.outcome;
+    }
+    for (const auto& [id, episode] : state.grpo->episodes) {
+      attachable += !episode.value("turns", nlohmann::json()).empty();
     }
   }
   return nlohmann::json{{"stage", state.cursor.stage},

@@ -1,7 +1,9 @@
 // The samples of a GRPO cursor on disk: samples.json holds each state's JSON
-// part (rollout/state_io.h) in two lists, samples.safetensors every state's
-// arrays under "<id>/<name>".
+// part (rollout/state_io.h) in two lists, the engine's in-flight samples and
+// the finished ones the table holds; samples.safetensors every state's arrays
+// under "<id>/<name>".
 
+#include <map>
 #include <string>
 
 #include "loom/config/files.h"
@@ -50,13 +52,13 @@ absl::Status WriteSamples(const TrainState& state, const std::string& dir) {
   nlohmann::json json = {{"inflight", nlohmann::json::array()},
                          {"finished", nlohmann::json::array()}};
   model::TensorMap tensors;
-  for (const char* list : {"inflight", "finished"}) {
-    const auto& states =
-        std::string(list) == "inflight" ? state.grpo->inflight : state.grpo->finished;
-    for (const rollout::SampleState& s : states) {
-      json[list].push_back(nlohmann::json::parse(rollout::SampleStateJson(s)));
-      AddTensors(s, tensors);
-    }
+  auto add = [&](const char* list, const rollout::SampleState& s) {
+    json[list].push_back(nlohmann::json::parse(rollout::SampleStateJson(s)));
+    AddTensors(s, tensors);
+  };
+  for (const rollout::SampleState& s : state.grpo->inflight) add("inflight", s);
+  for (const SampleEntry& entry : state.grpo->samples) {
+    if (entry.state) add("finished", *entry.state);
   }
   if (absl::Status s = model::WriteSafetensors(dir + "/samples.safetensors", tensors); !s.ok()) {
     return s;
@@ -81,7 +83,21 @@ absl::Status ReadSamples(const std::string& dir, TrainState& state) {
       !s.ok()) {
     return s;
   }
-  return ReadList(json["finished"], *tensors, json_path, state.grpo->finished);
+  std::vector<rollout::SampleState> finished;
+  if (absl::Status s = ReadList(json["finished"], *tensors, json_path, finished); !s.ok()) return s;
+  // Each finished state goes to its entry in state.json.
+  std::map<uint64_t, SampleEntry*> entries;
+  for (SampleEntry& entry : state.grpo->samples) entries[entry.id] = &entry;
+  for (rollout::SampleState& sample : finished) {
+    const auto entry = entries.find(sample.id);
+    if (entry == entries.end() || entry->second->state) {
+      return absl::DataLossError(
+          json_path + ": finished sample " + std::to_string(sample.id) +
+          (entry == entries.end() ? " has no entry in state.json" : " is listed twice"));
+    }
+    entry->second->state = std::move(sample);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace loom::train

@@ -330,7 +330,7 @@ TEST_F(AgentTrainTest, WorkerKilledMidRunMasksOnlyItsEpisodes) {
 }
 
 // SIGTERM while episodes run: the trainer checkpoints and exits 0. The
-// checkpoint keeps every finished agent sample's trajectory and names the
+// checkpoint keeps every finished agent sample's outcome and names the
 // running episodes, which the resumed run starts again and trains on.
 TEST_F(AgentTrainTest, SigtermMidEpisodeCheckpointsAndTheResumeStartsItAgain) {
   TempDir dir;
@@ -340,7 +340,7 @@ TEST_F(AgentTrainTest, SigtermMidEpisodeCheckpointsAndTheResumeStartsItAgain) {
   // batch while others run. Preempt (resuming each time) until a checkpoint
   // holds both a finished, untrained agent sample and a running episode.
   const std::vector<std::string> batch_of_8 = {"--set", "async.batch_samples=8"};
-  std::map<uint64_t, Json> finished;  // id -> trajectory
+  std::map<uint64_t, Json> finished;  // id -> its episode's outcome
   int running = 0, attempts = 0;
   for (; attempts < 5 && (finished.empty() || running == 0); ++attempts) {
     const int attempt = attempts;
@@ -359,8 +359,8 @@ TEST_F(AgentTrainTest, SigtermMidEpisodeCheckpointsAndTheResumeStartsItAgain) {
     running = 0;
     for (const Json& r : state["grpo"]["records"]) {
       ASSERT_TRUE(r.value("agent", false)) << r.dump();
-      if (r.contains("trajectory")) {
-        finished[r["id"].get<uint64_t>()] = r["trajectory"];
+      if (r.contains("outcome")) {
+        finished[r["id"].get<uint64_t>()] = r["outcome"];
       } else {
         ++running;
       }
@@ -410,6 +410,7 @@ TEST_F(AgentTrainTest, SigtermMidEpisodeCheckpointsAndTheResumeStartsItAgain) {
     EXPECT_EQ(episode["steps"], it->second["steps"]) << id;
     EXPECT_EQ(episode["format_errors"], it->second["format_errors"]) << id;
     EXPECT_EQ(episode["failure_reason"], it->second["failure_reason"]) << id;
+    EXPECT_EQ(episode["reward"], it->second["reward"]) << id;
   }
   EXPECT_GE(restored_trained, 1);
 }

@@ -205,13 +205,13 @@ TEST(MaskTest, InfrastructureFailuresLeaveTheBatchCountedByCause) {
       {6, "step_limit", false}};
   std::vector<TrainingSample> samples;
   for (const auto& [id, reason, penalty] : episodes) {
-    auto trajectory = std::make_shared<v1::Trajectory>();
-    trajectory->set_failure_reason(reason);
-    trajectory->set_penalty(penalty);
+    v1::Trajectory trajectory;  // as a worker reports it
+    trajectory.set_failure_reason(reason);
+    trajectory.set_penalty(penalty);
     TrainingSample sample;
     sample.state.id = id;
     sample.info.agent = true;
-    sample.info.trajectory = trajectory;
+    sample.info.outcome = agent::OutcomeOf(trajectory);
     samples.push_back(std::move(sample));
   }
   samples.emplace_back().state.id = 7;

@@ -294,14 +294,12 @@ TEST(GrpoStepTest, MultiTurnReasoningIsCountedPerTurn) {
   state.logprobs.assign(state.tokens.size(), 0.0f);
   state.generated = 3 + 1 + 7 + 2 + 1 + 9 + 4;
 
-  auto trajectory = std::make_shared<v1::Trajectory>();
-  trajectory->mutable_verdict()->set_reward(1.0);
   TrainingSample sample{std::move(state), {}};
   sample.info.problem = Fixture::Problem(42);
   sample.info.subgroup_id = 1;
   sample.info.effort = 50;
   sample.info.agent = true;
-  sample.info.trajectory = trajectory;
+  sample.info.outcome.emplace().reward = 1.0;
   auto record = f.TrainOnce({sample}, {50, 100}, think_end);
   ASSERT_TRUE(record.ok()) << record.status();
   EXPECT_DOUBLE_EQ((*record)["reasoning_length_by_effort"]["50"].get<double>(), 9.0)

@@ -44,8 +44,12 @@ TrainState StateWithInflight(rollout::RolloutEngine& engine) {
     auto exported = engine.Export(id);
     EXPECT_TRUE(exported.ok()) << exported.status();
     state.grpo->inflight.push_back(*std::move(exported));
-    state.grpo->records.push_back(
-        {id, 0, 100 + id, 50 + id, 100, static_cast<int64_t>(7 + id), -1, false, nullptr, nullptr});
+    SampleEntry& entry = state.grpo->samples.emplace_back();
+    entry.id = id;
+    entry.problem_index = 100 + id;
+    entry.subgroup_id = 50 + id;
+    entry.effort = 100;
+    entry.config_version = static_cast<int64_t>(7 + id);
   }
   return state;
 }
@@ -80,9 +84,10 @@ TEST(TrainStateTest, InflightSamplesResumeOnTheirKvWithoutPrefill) {
   ASSERT_TRUE(state.ok()) << state.status();
   EXPECT_EQ(state->cursor.stage, "grpo");
   EXPECT_EQ(state->cursor.policy_version, 9);
-  EXPECT_EQ(state->grpo->records.size(), static_cast<size_t>(kSamples));
-  EXPECT_EQ(state->grpo->records[2].problem_index, 103u);
-  EXPECT_EQ(state->grpo->records[2].config_version, 10) << "dispatch versions survive a resume";
+  EXPECT_EQ(state->grpo->samples.size(), static_cast<size_t>(kSamples));
+  EXPECT_EQ(state->grpo->samples[2].problem_index, 103u);
+  EXPECT_EQ(state->grpo->samples[2].subgroup_id, 53u);
+  EXPECT_EQ(state->grpo->samples[2].config_version, 10) << "dispatch versions survive a resume";
   EXPECT_EQ(state->grpo->dispatcher["cursors"][0], 4);
   auto loaded = model::Transformer::Load(ckpt_dir + "/model", {});
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -109,45 +114,66 @@ TEST(TrainStateTest, InflightSamplesResumeOnTheirKvWithoutPrefill) {
   }
 }
 
-TEST(TrainStateTest, AgentRecordsKeepTheirTrajectories) {
+TEST(TrainStateTest, AgentSamplesKeepTheirOutcomesAndEpisodes) {
   auto m = SmallModel();
   auto engine = EngineWithSamples(*m);
   ASSERT_TRUE(engine->Step().ok());
   TrainState state = StateWithInflight(*engine);
-  state.grpo->records[0].agent = true;  // finished: its episode's record
-  state.grpo->records[0].trajectory = {{"steps", 3}, {"failure_reason", "step_limit"}};
-  state.grpo->records[1].agent = true;  // its episode was running on a leased session
-  state.grpo->records[1].episode = {
+  std::vector<SampleEntry>& samples = state.grpo->samples;
+  samples[0].agent = true;  // finished: its episode's outcome
+  samples[0].outcome = agent::EpisodeOutcome{0.5, "42", 3, 1, "step_limit", false, ""};
+  samples[1].agent = true;  // its episode was running on a leased session
+  state.grpo->episodes[2] = {
       {"target", "127.0.0.1:7000"}, {"session_id", "s3-ab"}, {"turns", nlohmann::json::array()}};
   TempDir dir;
   const std::string ckpt_dir = WriteCheckpoint(state, *m, dir);
   auto read = ReadTrainState(ckpt_dir);
   ASSERT_TRUE(read.ok()) << read.status();
-  const std::vector<SampleRecord>& records = read->grpo->records;
-  EXPECT_TRUE(records[0].agent);
-  EXPECT_EQ(records[0].trajectory, state.grpo->records[0].trajectory);
-  EXPECT_TRUE(records[1].agent);
-  EXPECT_TRUE(records[1].trajectory.is_null());
-  EXPECT_EQ(records[1].episode, state.grpo->records[1].episode);
-  EXPECT_FALSE(records[2].agent);
-  EXPECT_TRUE(records[2].episode.is_null());
+  const std::vector<SampleEntry>& entries = read->grpo->samples;
+  EXPECT_TRUE(entries[0].agent);
+  EXPECT_EQ(entries[0].outcome, samples[0].outcome);
+  EXPECT_TRUE(entries[1].agent);
+  EXPECT_FALSE(entries[1].outcome.has_value());
+  EXPECT_EQ(read->grpo->episodes, state.grpo->episodes);
+  EXPECT_FALSE(entries[2].agent);
 
-  // A trajectory that is not an object, or on a sample that is no agent's.
+  // A checkpoint written before outcomes holds the whole trajectory.
   const std::string state_path = ckpt_dir + "/state.json";
   const std::string good = *ReadFile(state_path);
-  for (const auto& [index, trajectory] :
-       std::vector<std::pair<int, nlohmann::json>>{{0, 5}, {2, {{"steps", 1}}}}) {
+  nlohmann::json old = nlohmann::json::parse(good);
+  old["grpo"]["records"][0].erase("outcome");
+  old["grpo"]["records"][0]["trajectory"] = {{"steps", 3},
+                                             {"format_errors", 1},
+                                             {"answer", "42"},
+                                             {"failure_reason", "step_limit"},
+                                             {"verdict", {{"reward", 0.5}}},
+                                             {"messages", nlohmann::json::array()}};
+  ASSERT_TRUE(WriteFileAtomic(state_path, old.dump()).ok());
+  auto legacy = ReadTrainState(ckpt_dir);
+  ASSERT_TRUE(legacy.ok()) << legacy.status();
+  EXPECT_EQ(legacy->grpo->samples[0].outcome, samples[0].outcome);
+
+  // An outcome that is malformed, or on a sample that is no agent's; an old
+  // trajectory that is not one.
+  const std::vector<std::tuple<int, const char*, nlohmann::json, std::string>> bad_cases = {
+      {0, "outcome", 5, "sample 1: outcome"},
+      {0, "outcome", {{"reward", "high"}}, "field 'reward' has the wrong type"},
+      {2, "outcome", agent::OutcomeJson({}), "only an agent sample"},
+      {0, "trajectory", {{"steps", "three"}}, "sample 1: trajectory"},
+  };
+  for (const auto& [index, key, value, expected] : bad_cases) {
     nlohmann::json j = nlohmann::json::parse(good);
-    j["grpo"]["records"][index]["trajectory"] = trajectory;
+    j["grpo"]["records"][index].erase("outcome");
+    j["grpo"]["records"][index][key] = value;
     ASSERT_TRUE(WriteFileAtomic(state_path, j.dump()).ok());
     auto bad = ReadTrainState(ckpt_dir);
-    ASSERT_FALSE(bad.ok()) << trajectory;
+    ASSERT_FALSE(bad.ok()) << value;
     EXPECT_TRUE(absl::IsDataLoss(bad.status())) << bad.status();
-    EXPECT_NE(bad.status().message().find("sample " + std::to_string(index + 1)), std::string::npos)
-        << bad.status();
+    EXPECT_NE(bad.status().message().find(expected), std::string::npos) << bad.status();
+    EXPECT_NE(bad.status().message().find("state.json"), std::string::npos) << bad.status();
   }
   // An episode record that is not an object, on a sample that is no agent's,
-  // or next to a trajectory (an episode runs or has ended, not both).
+  // or next to an outcome (an episode runs or has ended, not both).
   for (const auto& [index, episode] : std::vector<std::pair<int, nlohmann::json>>{
            {1, "s3"}, {2, {{"target", "t"}}}, {0, {{"target", "t"}}}}) {
     nlohmann::json j = nlohmann::json::parse(good);
@@ -171,7 +197,7 @@ TEST(TrainStateTest, MalformedStateFilesAreClearErrors) {
   const std::string good = *ReadFile(state_path);
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"not json", "not a JSON object"},
-      {"{\"format_version\": 1}", "missing field 'stage_index'"},
+      {"{\"format_version\": 1}", "field 'stage_index' is missing"},
       {"{\"format_version\": 99}", "format_version 99"},
   };
   for (const auto& [text, expected] : cases) {

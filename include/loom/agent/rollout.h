@@ -22,15 +22,18 @@
 
 #include "absl/status/statusor.h"
 #include "loom/agent/episodes.h"
+#include "loom/agent/outcome.h"
 #include "loom/rollout/engine.h"
 #include "loom/tokenizer/tokenizer.h"
 
 namespace loom::agent {
 
-// A finished agent sample: its tokens and its episode's record.
+// A finished agent sample: its tokens, its episode's outcome, and the whole
+// trajectory in the protobuf JSON mapping (for the episodes log).
 struct AgentResult {
   rollout::SampleState state;
-  v1::Trajectory trajectory;
+  EpisodeOutcome outcome;
+  nlohmann::json trajectory;
 };
 
 class AgentRollout {

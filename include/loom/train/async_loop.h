@@ -61,7 +61,7 @@ struct Batch {
 
 // Takes agent samples whose episodes failed for reasons outside the policy
 // (the worker was lost, no worker took the episode, the trainer stopped
-// answering: Trajectory.penalty) out of `samples`, counting them in `by_cause`
+// answering: EpisodeOutcome::infrastructure) out of `samples`, counting them in `by_cause`
 // under their failure reason's leading word ("worker_lost"). They carry no
 // reward the policy earned, so they are kept out of the loss and out of their
 // subgroup's baseline. Failures the agent causes (time or step limits,

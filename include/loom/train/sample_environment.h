@@ -32,10 +32,10 @@ class SampleEnvironment {
 
   // Applies what the environment did since the last call, waiting up to
   // `wait_s` for something, and returns the samples whose episodes ended
-  // with their trajectories; `table` holds every sample the loop admitted.
+  // with their outcomes; `table` holds every sample the loop admitted.
   struct Ended {
     rollout::SampleState state;
-    std::shared_ptr<const v1::Trajectory> trajectory;
+    agent::EpisodeOutcome outcome;
   };
   virtual absl::StatusOr<std::vector<Ended>> Pump(double wait_s, const SampleTable& table) = 0;
   // After an engine step: the samples it stopped at a turn's end.

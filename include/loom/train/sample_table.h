@@ -2,7 +2,8 @@
 // SampleTable: the async loop's one record per sample it admitted and has not
 // trained on yet — the dispatcher's ticket, where its problem came from, the
 // run config version it was dispatched under, and, once it finished, the
-// engine's state and an agent episode's trajectory. Samples leave the table
+// engine's state and an agent episode's outcome. The same entry is what a
+// checkpoint holds of the sample (SampleEntryJson). Samples leave the table
 // when a training step takes their subgroup, when their prompt group is
 // dropped, or when they could not start.
 //
@@ -17,17 +18,14 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "loom/agent/outcome.h"
 #include "loom/dispatch/types.h"
 #include "loom/rollout/sample_state.h"
 #include "loom/tasks/problem.h"
-
-// The sandbox protocol's episode record, only held here by pointer: the
-// table does not need the generated proto code (include loom/v1/sandbox.pb.h
-// to read one).
-namespace loom::v1 {
-class Trajectory;
-}  // namespace loom::v1
 
 namespace loom::train {
 
@@ -43,10 +41,18 @@ struct SampleEntry {
   int64_t config_version = 0;  // the run config version it was dispatched under
   // Set once the sample finished: its tokens, log-probs and versions.
   std::optional<rollout::SampleState> state;
-  // Agent samples, once the episode ended: its record. The reward is its
+  // Agent samples, once the episode ended: its outcome. The reward is its
   // verdict; an episode that failed for infrastructure reasons is not trained on.
-  std::shared_ptr<const v1::Trajectory> trajectory;
+  std::optional<agent::EpisodeOutcome> outcome;
 };
+
+// An entry as a checkpoint's state.json holds it: everything but `problem`
+// (Dataset::Train(problem_index) rebuilds it) and `state` (samples.json).
+// Reading accepts the `trajectory` that checkpoints written before outcomes
+// held; a malformed entry is DATA_LOSS naming `source` and the field.
+nlohmann::json SampleEntryJson(const SampleEntry& entry);
+absl::StatusOr<SampleEntry> SampleEntryFromJson(const nlohmann::json& json,
+                                                const std::string& source);
 
 // A finished sample handed to a trainer.
 struct TrainingSample {

@@ -8,7 +8,8 @@
 //   optimizer.safetensors   AdamW::StateDict() of the current stage
 //   rng.safetensors         LibTorch's default CPU generator state
 //   state.json              stage, step, policy and config versions, the SFT data
-//                           cursor, the dispatcher state and one record per sample
+//                           cursor, the dispatcher state and each sample's entry
+//                           (SampleEntryJson) with its running episode's record
 //   samples.json            every in-flight and finished-but-untrained sample's
 //   samples.safetensors     SampleState (tokens, log-probs, versions, routing, RNG, KV)
 //   config.yaml             the resolved config the run was started with
@@ -19,6 +20,7 @@
 // loop owns them.
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -30,6 +32,7 @@
 #include "loom/model/safetensors.h"
 #include "loom/model/transformer.h"
 #include "loom/rollout/sample_state.h"
+#include "loom/train/sample_table.h"
 
 namespace loom::train {
 
@@ -49,34 +52,21 @@ struct SftCursor {
   std::vector<uint64_t> next_index;  // next training problem per dataset
 };
 
-// What the GRPO loop remembers about a sample, minus the problem itself
-// (rebuilt from the dataset: Dataset::Train(problem_index) is pure).
-struct SampleRecord {
-  uint64_t id = 0;
-  int dataset = 0;
-  uint64_t problem_index = 0;
-  uint64_t subgroup_id = 0;
-  int effort = 0;
-  int64_t config_version = 0;  // the live config version it was dispatched under
-  int teacher = -1;            // opd: its teacher's slot in opd.teachers; -1 = none
-  bool agent = false;          // a sandbox episode's sample
-  // Its episode's v1::Trajectory in the protobuf JSON mapping, once the
-  // episode ended; null while it runs.
-  nlohmann::json trajectory;
-  // A running episode on a leased session: agent::EpisodeRecordJson (where it
-  // runs, its turns), its sample among the in-flight ones; a resumed run
-  // attaches to it again. Null: a resumed run starts the episode again.
-  nlohmann::json episode;
-};
-
 // An async stage's loop (grpo, opd) between two engine steps.
 struct GrpoCursor {
-  nlohmann::json dispatcher;                   // Dispatcher::ExportState()
+  nlohmann::json dispatcher;  // Dispatcher::ExportState()
+  // The loop's sample table in id order: a finished sample holds its state;
+  // `problem` is left out (a resumed loop rebuilds it from the dataset).
+  std::vector<SampleEntry> samples;
   std::vector<rollout::SampleState> inflight;  // exported from the engine (KV on host), id order
-  std::vector<rollout::SampleState> finished;  // finished, not yet trained, id order
-  std::vector<SampleRecord> records;           // one per sample above
-  int64_t prefill_tokens = 0;                  // rollout work since the last optimizer step
+  // Running agent episodes on leased sessions, by sample id:
+  // agent::EpisodeRecordJson (where it runs, its turns). A resumed run
+  // attaches to them again; an agent sample without one starts again.
+  std::map<uint64_t, nlohmann::json> episodes;
+  int64_t prefill_tokens = 0;  // rollout work since the last optimizer step
   int64_t decode_tokens = 0;
+
+  size_t finished() const;  // samples holding their state
 };
 
 // Resuming an async stage on another number of ranks than wrote the
