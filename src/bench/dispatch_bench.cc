@@ -97,17 +97,14 @@ class LikelihoodTrainer : public BatchTrainer {
     if (!scored.ok()) return scored.status();
     (-(scored->logprobs * shifted.target_weight).sum() / shifted.target_weight.sum().clamp_min(1))
         .backward();
-    if (auto applied = optimizer_.Step(batch.step, policy_version_); !applied.ok()) {
-      return applied.status();
-    }
+    if (auto applied = optimizer_.Step(batch.step); !applied.ok()) return applied.status();
     return TrainedStep{{{"samples", batch.samples.size()}, {"train_seconds", Seconds() - start}},
-                       policy_version_};
+                       batch.policy_version + 1};
   }
 
  private:
   model::Transformer& model_;
   StageOptimizer optimizer_;
-  int64_t policy_version_ = 0;
 };
 
 absl::StatusOr<nlohmann::json> RunMode(const std::string& mode, const DispatchBenchOptions& options,

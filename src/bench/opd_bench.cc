@@ -23,10 +23,9 @@
 #include "loom/tasks/dataset.h"
 #include "loom/tasks/generator.h"
 #include "loom/tokenizer/tiny.h"
-#include "loom/train/context.h"
 #include "loom/train/opd_step.h"
-#include "loom/train/run_dir.h"
 #include "loom/train/stage_optimizer.h"
+#include "loom/train/step_inputs.h"
 
 namespace loom::bench {
 namespace {
@@ -187,18 +186,12 @@ absl::StatusOr<nlohmann::json> RunOpdBench(const OpdBenchOptions& options) {
   auto one = algo::TeacherPool::Open({specs[0]}, vocab, **tokenizer, pool_options);
   if (!one.ok()) return one.status();
 
-  // The trainer's context: a real (scratch) run directory and metrics file.
   config::RunConfig config;
   config.train.opd.lr = 0;  // the same weights every step: each does the same work
   config.train.opd.warmup_steps = 0;
-  auto run_dir = train::RunDir::Create(config, root + "/run");
-  if (!run_dir.ok()) return run_dir.status();
-  auto metrics = metrics::MetricsWriter::Open(run_dir->metrics_path());
-  if (!metrics.ok()) return metrics.status();
   auto student = model::Transformer::Load(root + "/student", {at::kFloat, at::kCPU, true});
   if (!student.ok()) return student.status();
-  std::vector<std::unique_ptr<tasks::Dataset>> datasets;
-  train::TrainContext context{config, *run_dir, **student, **tokenizer, datasets, *metrics};
+  const train::StepInputs run{config, **student, **tokenizer, {}, nullptr};
   train::StageOptimizer optimizer(**student, config.train.opd);
 
   const int64_t count = options.quick ? 80 : options.sequences;
@@ -206,8 +199,8 @@ absl::StatusOr<nlohmann::json> RunOpdBench(const OpdBenchOptions& options) {
   train::Batch spread, single;
   spread.samples = FixedBatch(count, prompt, length, options.teachers, vocab, options.seed);
   single.samples = FixedBatch(count, prompt, length, 1, vocab, options.seed);
-  train::OpdTrainer spread_trainer(context, optimizer, **many);
-  train::OpdTrainer single_trainer(context, optimizer, **one);
+  train::OpdTrainer spread_trainer(run, optimizer, **many);
+  train::OpdTrainer single_trainer(run, optimizer, **one);
 
   std::vector<double> spread_s, single_s, teacher_s, student_s;
   int64_t loads = 0, evictions = 0;

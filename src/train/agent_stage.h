@@ -19,9 +19,9 @@
 #include "loom/metrics/metrics_writer.h"
 #include "loom/rollout/engine.h"
 #include "loom/rpc/sandbox_clients.h"
-#include "loom/train/context.h"
 #include "loom/train/sample_environment.h"
 #include "loom/train/sample_table.h"
+#include "train/context.h"
 
 namespace loom::train {
 

@@ -201,7 +201,8 @@ absl::Status AsyncLoop::TrainStep(std::vector<TrainingSample> samples, BatchTrai
   engine_->ParkAll();
   if (offload_parked_) engine_->OffloadParked();
 
-  Batch batch{std::move(samples), step_, dispatcher_->TakeStats(), totals_, std::move(masked_)};
+  Batch batch{std::move(samples),       step_,   policy_version_,
+              dispatcher_->TakeStats(), totals_, std::move(masked_)};
   masked_.clear();
   auto trained = trainer.Train(batch);
   if (!trained.ok()) return trained.status();

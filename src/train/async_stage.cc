@@ -163,7 +163,8 @@ class StepReport {
         context_.run_eta != nullptr ? context_.run_eta->Text(context_.policy_version) : "");
     if (step == steps || (eval_every > 0 && step % eval_every == 0)) {
       progress_.Finish();
-      return LogEvaluation(context_, spec_.stage, step);
+      return LogEvaluation(context_.eval_inputs(), context_.model, context_.group,
+                           {spec_.stage, step, context_.policy_version}, context_.metrics);
     }
     return absl::OkStatus();
   }
@@ -236,13 +237,14 @@ absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
   StepReport report(context, **loop, spec, *samples);
   LoopHooks hooks;
   hooks.boundary = [&](bool after_step) {
-    if (context.control != nullptr && context.control->Poll()) {
+    if (context.control != nullptr && context.control->Poll(context.policy_version)) {
       (*loop)->SetDatasets(context.live->datasets());
     }
     return AsyncBoundary(context, state, after_step);
   };
   hooks.trained = [&](const Batch& batch) { return report.Trained(batch); };
   hooks.after_step = [&](int64_t done, const nlohmann::json& record) {
+    context.policy_version = (*loop)->policy_version();  // the loop counts them while it runs
     return report(done, record);
   };
   absl::Status ran = (*loop)->Run(prompts, **trainer, spec.optimizer->steps, hooks);

@@ -17,8 +17,8 @@
 #include "absl/status/statusor.h"
 #include "loom/config/train_section.h"
 #include "loom/train/async_loop.h"
-#include "loom/train/context.h"
 #include "loom/train/stage_optimizer.h"
+#include "train/context.h"
 
 namespace loom::train {
 

@@ -115,7 +115,7 @@ ControlInbox::~ControlInbox() {
 }
 
 absl::Status ControlInbox::Start() {
-  const std::string& run = context_.run_dir.path();
+  const std::string& run = run_dir_.path();
   std::error_code ec;
   for (const std::string& dir : {RequestsDir(run), RepliesDir(run), LiveDir(run)}) {
     fs::create_directories(dir, ec);
@@ -126,7 +126,7 @@ absl::Status ControlInbox::Start() {
     if (entry.path().extension() == ".claimed") fs::remove(entry.path(), ec);
   }
   // Versions recorded after the checkpoint this run resumed from are not in effect.
-  const int64_t version = context_.live->version();
+  const int64_t version = live_.version();
   if (auto history = metrics::ReadMetrics(HistoryPath(run)); history.ok() && !history->empty()) {
     const nlohmann::json& last = history->back();
     const int64_t recorded = last.value("config_version", int64_t{0});
@@ -150,19 +150,20 @@ absl::Status ControlInbox::Start() {
   if (absl::Status s = WriteFileAtomic(pid_path_, std::to_string(::getpid()) + "\n"); !s.ok()) {
     return s;
   }
-  context_.metrics.SetCommon("config_version", version);
+  metrics_.SetCommon("config_version", version);
   WriteCurrent();
   return absl::OkStatus();
 }
 
-bool ControlInbox::Poll() {
-  const int64_t before = context_.live->version();
+bool ControlInbox::Poll(int64_t policy_version) {
+  policy_version_ = policy_version;
+  const int64_t before = live_.version();
   HandlePending();
   while (paused_ && !PreemptionRequested()) {
     std::this_thread::sleep_for(std::chrono::duration<double>(kPollInterval));
     HandlePending();
   }
-  return context_.live->version() != before;
+  return live_.version() != before;
 }
 
 void ControlInbox::HandlePending() {
@@ -171,7 +172,7 @@ void ControlInbox::HandlePending() {
   last_poll_ = now;
   std::error_code ec;
   std::vector<fs::path> requests;
-  for (const auto& entry : fs::directory_iterator(RequestsDir(context_.run_dir.path()), ec)) {
+  for (const auto& entry : fs::directory_iterator(RequestsDir(run_dir_.path()), ec)) {
     if (entry.path().extension() == ".json") requests.push_back(entry.path());
   }
   std::sort(requests.begin(), requests.end());  // ids start with the time they were made
@@ -192,23 +193,23 @@ void ControlInbox::Handle(const std::string& id, const std::string& claimed_path
     reply["errors"] = {"request " + id + ": " + std::string(request.status().message())};
   } else if (request->pause) {
     Pause(*request->pause, request->reason, reply);
-  } else if (auto changes = context_.live->Apply(request->set); !changes.ok()) {
+  } else if (auto changes = live_.Apply(request->set); !changes.ok()) {
     reply["errors"] = Lines(std::string(changes.status().message()));
-    reply["config_version"] = context_.live->version();
-    spdlog::warn("live change refused, config stays at version {}: {}", context_.live->version(),
+    reply["config_version"] = live_.version();
+    spdlog::warn("live change refused, config stays at version {}: {}", live_.version(),
                  std::string(changes.status().message()));
   } else {
     Accepted(request->set, request->reason, *changes,
              metrics::ProgressLine::SteadySeconds() - start, reply);
   }
-  const std::string path = RepliesDir(context_.run_dir.path()) + "/" + id + ".json";
+  const std::string path = RepliesDir(run_dir_.path()) + "/" + id + ".json";
   if (absl::Status s = WriteFileAtomic(path, reply.dump(2) + "\n"); !s.ok()) {
     spdlog::warn("live change {}: cannot write its reply: {}", id, std::string(s.message()));
   }
 }
 
 void ControlInbox::Pause(bool paused, const std::string& reason, nlohmann::json& reply) {
-  const int64_t version = context_.live->version();
+  const int64_t version = live_.version();
   reply["accepted"] = true;
   reply["config_version"] = version;
   reply["paused"] = paused;
@@ -218,17 +219,16 @@ void ControlInbox::Pause(bool paused, const std::string& reason, nlohmann::json&
     spdlog::info(
         "paused at policy version {}{}: rollout and training stand still until `loom ctl {} "
         "unpause` (or a signal to stop)",
-        context_.policy_version, reason.empty() ? "" : " (reason: " + reason + ")",
-        context_.run_dir.path());
+        policy_version_, reason.empty() ? "" : " (reason: " + reason + ")", run_dir_.path());
   } else {
-    spdlog::info("unpaused at policy version {}{}", context_.policy_version,
+    spdlog::info("unpaused at policy version {}{}", policy_version_,
                  reason.empty() ? "" : " (reason: " + reason + ")");
   }
   const nlohmann::json record = {{"config_version", version},
                                  {"time", UtcNow()},
                                  {"event", paused ? "paused" : "unpaused"},
                                  {"reason", reason},
-                                 {"policy_version", context_.policy_version}};
+                                 {"policy_version", policy_version_}};
   AppendHistory(record);
   WriteCurrent();
 }
@@ -236,7 +236,7 @@ void ControlInbox::Pause(bool paused, const std::string& reason, nlohmann::json&
 void ControlInbox::Accepted(const std::vector<std::string>& assignments, const std::string& reason,
                             const std::vector<config::LiveChange>& changes, double apply_seconds,
                             nlohmann::json& reply) {
-  const int64_t version = context_.live->version();
+  const int64_t version = live_.version();
   nlohmann::json diff = nlohmann::json::array();
   std::string summary;
   for (const config::LiveChange& change : changes) {
@@ -252,15 +252,15 @@ void ControlInbox::Accepted(const std::vector<std::string>& assignments, const s
                                  {"reason", reason},
                                  {"set", assignments},
                                  {"changes", diff},
-                                 {"policy_version", context_.policy_version},
+                                 {"policy_version", policy_version_},
                                  {"apply_seconds", apply_seconds}};
   AppendHistory(record);
   WriteCurrent();
-  context_.metrics.SetCommon("config_version", version);
-  if (absl::Status s = context_.metrics.Write({{"event", "config_change"},
-                                               {"reason", reason},
-                                               {"changes", diff},
-                                               {"apply_seconds", apply_seconds}});
+  metrics_.SetCommon("config_version", version);
+  if (absl::Status s = metrics_.Write({{"event", "config_change"},
+                                       {"reason", reason},
+                                       {"changes", diff},
+                                       {"apply_seconds", apply_seconds}});
       !s.ok()) {
     spdlog::warn("{}", std::string(s.message()));
   }
@@ -270,7 +270,7 @@ void ControlInbox::Accepted(const std::vector<std::string>& assignments, const s
 }
 
 void ControlInbox::AppendHistory(const nlohmann::json& record) const {
-  auto history = metrics::MetricsWriter::Open(HistoryPath(context_.run_dir.path()));
+  auto history = metrics::MetricsWriter::Open(HistoryPath(run_dir_.path()));
   absl::Status written = history.ok() ? history->Write(record) : history.status();
   if (!written.ok()) {
     spdlog::warn("live config: cannot record {} in the history: {}", record.dump(),
@@ -279,12 +279,12 @@ void ControlInbox::AppendHistory(const nlohmann::json& record) const {
 }
 
 void ControlInbox::WriteCurrent() const {
-  nlohmann::json current = context_.live->State();
-  current["config_version"] = context_.live->version();
+  nlohmann::json current = live_.State();
+  current["config_version"] = live_.version();
   current["time"] = UtcNow();
   current["pid"] = ::getpid();
   current["paused"] = paused_;
-  const std::string path = CurrentPath(context_.run_dir.path());
+  const std::string path = CurrentPath(run_dir_.path());
   if (absl::Status s = WriteFileAtomic(path, current.dump(2) + "\n"); !s.ok()) {
     spdlog::warn("live config: {}", std::string(s.message()));
   }

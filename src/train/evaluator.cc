@@ -215,21 +215,6 @@ int64_t EvalPoolTokens(const rollout::EngineOptions& run_engine, int64_t prompts
   return std::min(run_engine.pool_tokens, running * per_sample);
 }
 
-absl::StatusOr<EvalResult> Evaluate(const TrainContext& context) {
-  EvalOptions options;
-  options.group = context.group;
-  return Evaluate({context.config, context.tokenizer, context.datasets, context.special_tokens},
-                  context.model, options);
-}
-
-absl::StatusOr<EvalResult> Evaluate(const TrainContext& context, const model::Transformer& model,
-                                    const std::vector<int>& datasets) {
-  EvalOptions options;
-  options.datasets = datasets;
-  return Evaluate({context.config, context.tokenizer, context.datasets, context.special_tokens},
-                  model, options);
-}
-
 absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Transformer& model,
                                     const EvalOptions& options) {
   const config::RunConfig& config = inputs.config;
@@ -291,12 +276,16 @@ absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Trans
   return result;
 }
 
-absl::Status LogEvaluation(TrainContext& context, const char* stage, int64_t step) {
-  auto eval = Evaluate(context);
+absl::Status LogEvaluation(const EvalInputs& inputs, const model::Transformer& model,
+                           dist::Group* group, const EvalPoint& point,
+                           metrics::MetricsWriter& metrics) {
+  EvalOptions options;
+  options.group = group;
+  auto eval = Evaluate(inputs, model, options);
   if (!eval.ok()) return eval.status();
-  nlohmann::json record = {{"stage", stage},
-                           {"step", step},
-                           {"version", context.policy_version},
+  nlohmann::json record = {{"stage", point.stage},
+                           {"step", point.step},
+                           {"version", point.version},
                            {"eval_accuracy", eval->overall},
                            {"eval_parse_rate", eval->parse_rate},
                            {"eval_mean_length", eval->mean_length},
@@ -317,9 +306,9 @@ absl::Status LogEvaluation(TrainContext& context, const char* stage, int64_t ste
     record["eval_accuracy_by_effort"][b] = sums[0] / std::max(sums[2], 1.0);
     record["eval_reasoning_length_by_effort"][b] = sums[1] / std::max(sums[2], 1.0);
   }
-  spdlog::info("{} step {}: held-out accuracy {:.3f} over {} problems (well-formed {:.2f})", stage,
-               step, eval->overall, eval->problems, eval->parse_rate);
-  return context.metrics.Write(record);
+  spdlog::info("{} step {}: held-out accuracy {:.3f} over {} problems (well-formed {:.2f})",
+               point.stage, point.step, eval->overall, eval->problems, eval->parse_rate);
+  return metrics.Write(record);
 }
 
 }  // namespace loom::train

@@ -39,7 +39,7 @@ absl::Status RunGrpoStage(TrainContext& context) {
   spec.make_trainer =
       [&](StageOptimizer& optimizer) -> absl::StatusOr<std::unique_ptr<BatchTrainer>> {
     return std::make_unique<GrpoTrainer>(
-        context, optimizer,
+        context.step_inputs(), optimizer,
         algo::EffortLengthReward(config.grpo.length_reward, config.effort.levels),
         context.special_tokens.think_end, reference->get());
   };

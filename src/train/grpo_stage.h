@@ -9,7 +9,7 @@
 // never see another thread.
 
 #include "absl/status/status.h"
-#include "loom/train/context.h"
+#include "train/context.h"
 
 namespace loom::train {
 

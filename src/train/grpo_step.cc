@@ -25,7 +25,7 @@ struct GrpoTrainer::Selection {
 
 GrpoTrainer::Selection GrpoTrainer::Select(const std::vector<TrainingSample>& samples,
                                            const std::vector<float>& rewards) const {
-  const config::RunConfig& config = context_.config;
+  const config::RunConfig& config = run_.config;
   const size_t n = samples.size();
   // Subgroups whose rewards all agree carry no gradient (advantage 0).
   std::map<uint64_t, std::pair<float, float>> reward_range;
@@ -62,7 +62,7 @@ absl::StatusOr<algo::PolicyLossResult> GrpoTrainer::MicroBatchLoss(
   // Score at the temperature of the samples' behaviour log-probs.
   model::ScoreOptions score_options;
   score_options.temperature = temperature;
-  auto scored = context_.model.Score(packed.shifted.batch, score_options);
+  auto scored = run_.model.Score(packed.shifted.batch, score_options);
   if (!scored.ok()) return scored.status();
   at::Tensor reference;
   if (reference_ != nullptr) {
@@ -85,7 +85,7 @@ absl::Status GrpoTrainer::Backward(const std::vector<TrainingSample>& samples,
     figures.Add(name, 0);  // every rank brings every name, even with nothing to score
   }
   for (const MicroBatch& micro :
-       MicroBatches(samples, selection.scored, context_.config.train.micro_batch_tokens)) {
+       MicroBatches(samples, selection.scored, run_.config.train.micro_batch_tokens)) {
     for (size_t i : micro.samples) {
       figures.Add("trained_tokens", static_cast<double>(samples[i].state.length()));
     }
@@ -105,37 +105,37 @@ absl::Status GrpoTrainer::Backward(const std::vector<TrainingSample>& samples,
 
 absl::StatusOr<TrainedStep> GrpoTrainer::Train(const Batch& batch) {
   const double start = metrics::ProgressLine::SteadySeconds();
-  const int64_t version = context_.policy_version;
+  const int64_t version = batch.policy_version;
   // Empty only on a rank whose samples were all lost to infrastructure: it
   // still takes part in the step's collectives.
-  LOOM_CHECK(!batch.samples.empty() || context_.group != nullptr, "empty GRPO batch");
+  LOOM_CHECK(!batch.samples.empty() || run_.group != nullptr, "empty GRPO batch");
   const std::vector<algo::Verdict> verdicts =
-      JudgeSamples(batch.samples, context_.tokenizer, think_end_id_, version);
+      JudgeSamples(batch.samples, run_.tokenizer, think_end_id_, version);
   const algo::Rewards rewards = algo::RewardBatch(verdicts, &length_reward_);
   Selection selection = Select(batch.samples, rewards.total);
   // One token-level mean over every rank's scored samples.
   auto weighted = WeightedTokensOverRanks(batch.samples, selection.scored, version,
-                                          context_.config.async.mask_lag, context_.group);
+                                          run_.config.async.mask_lag, run_.group);
   if (!weighted.ok()) return weighted.status();
   selection.weighted_tokens = *weighted;
   StepFigures figures;
   AddVerdicts(verdicts, rewards, figures);
   if (absl::Status s = Backward(batch.samples, selection, version, figures); !s.ok()) return s;
-  auto applied = optimizer_.Step(batch.step, context_.policy_version);
+  auto applied = optimizer_.Step(batch.step);
   if (!applied.ok()) return applied.status();
   const double train_seconds = metrics::ProgressLine::SteadySeconds() - start;
   figures.Add("skipped", static_cast<double>(batch.samples.size() - selection.scored.size()));
   figures.Add("informative", static_cast<double>(selection.informative));
   figures.Add("subgroups", static_cast<double>(selection.subgroups));
-  if (context_.group != nullptr) {
-    if (absl::Status s = figures.SumOverRanks(*context_.group); !s.ok()) return s;
+  if (run_.group != nullptr) {
+    if (absl::Status s = figures.SumOverRanks(*run_.group); !s.ok()) return s;
   }
   nlohmann::json record =
-      StepLine(kGrpoStage, batch, context_.policy_version, *applied, figures, train_seconds);
+      StepLine(kGrpoStage, batch, version + 1, *applied, figures, train_seconds);
   AddOwnFigures(figures, selection.weighted_tokens, record);
   record.update(Breakdowns(verdicts, rewards));
   optimizer_.AddRankFigures(*applied, record);
-  return TrainedStep{std::move(record), context_.policy_version};
+  return TrainedStep{std::move(record), version + 1};
 }
 
 void GrpoTrainer::AddOwnFigures(const StepFigures& figures, double weighted_tokens,

@@ -17,8 +17,8 @@
 #include "loom/algo/policy_loss.h"
 #include "loom/model/transformer.h"
 #include "loom/train/async_loop.h"
-#include "loom/train/context.h"
 #include "loom/train/stage_optimizer.h"
+#include "loom/train/step_inputs.h"
 #include "train/loss_terms.h"
 #include "train/step_figures.h"
 
@@ -29,19 +29,19 @@ class GrpoTrainer : public BatchTrainer {
   // `think_end_id`: the `</think>` token (-1 when the tokenizer lacks it:
   // every generated token then counts as reasoning). `reference`: the frozen
   // model of the KL penalty (grpo.kl_coef > 0), or null; borrowed.
-  GrpoTrainer(TrainContext& context, StageOptimizer& optimizer,
+  GrpoTrainer(const StepInputs& run, StageOptimizer& optimizer,
               algo::EffortLengthReward length_reward, int64_t think_end_id,
               const model::Transformer* reference = nullptr)
-      : context_(context),
+      : run_(run),
         optimizer_(optimizer),
         length_reward_(std::move(length_reward)),
         think_end_id_(think_end_id),
         reference_(reference),
-        policy_term_({context.config.grpo.clip_low, context.config.grpo.clip_high,
-                      context.config.async.mask_lag, context.config.grpo.kl_coef}) {}
+        policy_term_({run.config.grpo.clip_low, run.config.grpo.clip_high,
+                      run.config.async.mask_lag, run.config.grpo.kl_coef}) {}
 
   // Trains on the batch's samples (complete subgroups) as its step of the
-  // stage; bumps context.policy_version. Returns the step's metrics line.
+  // stage. Returns the step's metrics line and batch.policy_version + 1.
   absl::StatusOr<TrainedStep> Train(const Batch& batch) override;
 
  private:
@@ -69,7 +69,7 @@ class GrpoTrainer : public BatchTrainer {
   static nlohmann::json Breakdowns(const std::vector<algo::Verdict>& verdicts,
                                    const algo::Rewards& rewards);
 
-  TrainContext& context_;
+  const StepInputs run_;
   StageOptimizer& optimizer_;
   algo::EffortLengthReward length_reward_;
   int64_t think_end_id_;

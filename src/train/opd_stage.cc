@@ -82,7 +82,9 @@ absl::Status EvaluateTeachers(TrainContext& context) {
     if (datasets.empty()) continue;
     auto teacher = pool.Acquire(slot);
     if (!teacher.ok()) return teacher.status();
-    auto eval = Evaluate(context, **teacher, datasets);
+    EvalOptions options;
+    options.datasets = std::move(datasets);
+    auto eval = Evaluate(context.eval_inputs(), **teacher, options);
     if (!eval.ok()) return eval.status();
     spdlog::info("teacher '{}': held-out accuracy {:.3f} over {} problems", pool.name(slot),
                  eval->overall, eval->problems);
@@ -140,7 +142,7 @@ absl::Status RunOpdStage(TrainContext& context) {
   }
   spec.make_trainer =
       [&](StageOptimizer& optimizer) -> absl::StatusOr<std::unique_ptr<BatchTrainer>> {
-    return std::make_unique<OpdTrainer>(context, optimizer, *context.teachers);
+    return std::make_unique<OpdTrainer>(context.step_inputs(), optimizer, *context.teachers);
   };
   return RunAsyncStage(context, spec);
 }

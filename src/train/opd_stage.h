@@ -18,7 +18,7 @@
 #include "loom/config/run_config.h"
 #include "loom/model/transformer.h"
 #include "loom/tokenizer/tokenizer.h"
-#include "loom/train/context.h"
+#include "train/context.h"
 
 namespace loom::train {
 

@@ -209,17 +209,15 @@ class SampledKl final : public OpdTrainer::Distiller {
 
 }  // namespace
 
-OpdTrainer::OpdTrainer(TrainContext& context, StageOptimizer& optimizer,
+OpdTrainer::OpdTrainer(const StepInputs& run, StageOptimizer& optimizer,
                        algo::TeacherPool& teachers)
-    : context_(context),
+    : run_(run),
       optimizer_(optimizer),
       teachers_(teachers),
-      policy_term_(std::make_unique<ClippedPolicyTerm>(
-          ClippedPolicyTerm::Options{context.config.opd.clip_low, context.config.opd.clip_high,
-                                     context.config.async.mask_lag})) {
-  if (context.config.opd.FullKl()) {
-    distiller_ =
-        std::make_unique<FullKl>(context.model.LmHead(), context.config.opd.reward_weight > 0);
+      policy_term_(std::make_unique<ClippedPolicyTerm>(ClippedPolicyTerm::Options{
+          run.config.opd.clip_low, run.config.opd.clip_high, run.config.async.mask_lag})) {
+  if (run.config.opd.FullKl()) {
+    distiller_ = std::make_unique<FullKl>(run.model.LmHead(), run.config.opd.reward_weight > 0);
   } else {
     distiller_ = std::make_unique<SampledKl>();
   }
@@ -230,7 +228,7 @@ OpdTrainer::~OpdTrainer() = default;
 absl::Status OpdTrainer::MicroBatchBackward(const std::vector<TrainingSample>& samples,
                                             const std::vector<size_t>& indices, double temperature,
                                             Step& step) const {
-  const config::RunConfig& config = context_.config;
+  const config::RunConfig& config = run_.config;
   Micro micro(samples, indices, temperature, step.version, config.async.mask_lag);
   for (int64_t length : micro.packed.lengths) {
     step.figures.Add("trained_tokens", static_cast<double>(length));
@@ -245,7 +243,7 @@ absl::Status OpdTrainer::MicroBatchBackward(const std::vector<TrainingSample>& s
   model::ScoreOptions options;
   options.temperature = temperature;
   distiller_->ScoreStudent(micro, batch, options);
-  auto scored = context_.model.Score(batch, options);
+  auto scored = run_.model.Score(batch, options);
   if (!scored.ok()) return scored.status();
   step.student_seconds += Seconds() - start;
 
@@ -357,21 +355,21 @@ void OpdTrainer::RecordKl(const std::vector<TrainingSample>& samples, const Micr
 
 absl::StatusOr<TrainedStep> OpdTrainer::Train(const Batch& batch) {
   const double start = Seconds();
-  const config::RunConfig& config = context_.config;
+  const config::RunConfig& config = run_.config;
   const std::vector<TrainingSample>& samples = batch.samples;
   LOOM_CHECK(!samples.empty(), "empty OPD batch");
   Step step;
-  step.version = context_.policy_version;
+  step.version = batch.policy_version;
   // One token-level mean over the batch: count its weighted tokens first.
   std::vector<size_t> all(samples.size());
   std::iota(all.begin(), all.end(), 0);
   auto weighted =
-      WeightedTokensOverRanks(samples, all, step.version, config.async.mask_lag, context_.group);
+      WeightedTokensOverRanks(samples, all, step.version, config.async.mask_lag, run_.group);
   if (!weighted.ok()) return weighted.status();
   step.normalizer = std::max(*weighted, 1.0);
   // Verifier rewards: always reported; subgroup advantages when they are trained on.
   const std::vector<algo::Verdict> verdicts =
-      JudgeSamples(samples, context_.tokenizer, context_.special_tokens.think_end, step.version);
+      JudgeSamples(samples, run_.tokenizer, run_.special_tokens.think_end, step.version);
   const algo::Rewards rewards = algo::RewardBatch(verdicts, nullptr);
   AddVerdicts(verdicts, rewards, step.figures);
   for (const char* name : {"loss", "kl_weighted", "weighted_tokens", "loss_tokens"}) {
@@ -396,11 +394,11 @@ absl::StatusOr<TrainedStep> OpdTrainer::Train(const Batch& batch) {
       return s;
     }
   }
-  auto applied = optimizer_.Step(batch.step, context_.policy_version);
+  auto applied = optimizer_.Step(batch.step);
   if (!applied.ok()) return applied.status();
   const double train_seconds = Seconds() - start;
-  if (context_.group != nullptr) {
-    if (absl::Status s = step.figures.SumOverRanks(*context_.group); !s.ok()) return s;
+  if (run_.group != nullptr) {
+    if (absl::Status s = step.figures.SumOverRanks(*run_.group); !s.ok()) return s;
   }
   nlohmann::json record = Record(batch, step, *applied, train_seconds);
   AddTeacherFigures(before, record);
@@ -410,7 +408,7 @@ absl::StatusOr<TrainedStep> OpdTrainer::Train(const Batch& batch) {
   }
   record["reward_by_dataset"] = reward_by_dataset.Json();
   optimizer_.AddRankFigures(*applied, record);
-  return TrainedStep{std::move(record), context_.policy_version};
+  return TrainedStep{std::move(record), step.version + 1};
 }
 
 void OpdTrainer::AddTeacherFigures(const algo::TeacherPoolStats& before,
@@ -427,8 +425,8 @@ nlohmann::json OpdTrainer::Record(const Batch& batch, const Step& step,
                                   double train_seconds) const {
   const StepFigures& figures = step.figures;
   nlohmann::json record =
-      StepLine(kOpdStage, batch, context_.policy_version, applied, figures, train_seconds);
-  record["estimator"] = context_.config.opd.estimator;
+      StepLine(kOpdStage, batch, step.version + 1, applied, figures, train_seconds);
+  record["estimator"] = run_.config.opd.estimator;
   record["kl"] = figures.Per("kl_weighted", "weighted_tokens");
   record["kl_by_dataset"] = step.kl_by_dataset.Json();
   record["kl_by_teacher"] = step.kl_by_teacher.Json();

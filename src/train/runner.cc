@@ -11,10 +11,10 @@
 #include "loom/dist/group.h"
 #include "loom/model/init.h"
 #include "loom/model/transformer.h"
-#include "loom/train/context.h"
 #include "loom/train/control.h"
 #include "loom/train/live_config.h"
 #include "train/checkpointer.h"
+#include "train/context.h"
 #include "train/grpo_stage.h"
 #include "train/opd_stage.h"
 #include "train/sft_stage.h"
@@ -243,7 +243,7 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
   context.live = live->get();
   context.teachers = teachers->get();
   context.group = group->get();
-  ControlInbox control(context);
+  ControlInbox control(run_dir, **live, *metrics);
   if (rank.distributed()) {
     spdlog::info("live changes (loom ctl) are not taken in multi-rank runs");
     metrics->SetCommon("config_version", (*live)->version());

@@ -130,8 +130,9 @@ absl::StatusOr<nlohmann::json> SftStep(TrainContext& context, StageOptimizer& op
     loss.loss.backward();
     loss_sum += loss.loss.item<double>();
   }
-  auto applied = optimizer.Step(step, context.policy_version);
+  auto applied = optimizer.Step(step);
   if (!applied.ok()) return applied.status();
+  ++context.policy_version;  // the SFT stage counts the run's versions while it runs
   if (context.group != nullptr) {
     auto summed = context.group->Sum({loss_sum});
     if (!summed.ok()) return summed.status();
@@ -167,12 +168,15 @@ absl::Status RunSftStage(TrainContext& context) {
   if (!resumed.ok()) return resumed.status();
   if (*resumed) {
     if (absl::Status s = sampler.Import(cursor); !s.ok()) return s;
-  } else if (absl::Status s = LogEvaluation(context, kSftStage, 0); !s.ok()) {
+  } else if (absl::Status s =
+                 LogEvaluation(context.eval_inputs(), context.model, context.group,
+                               {kSftStage, 0, context.policy_version}, context.metrics);
+             !s.ok()) {
     return s;
   }
 
   for (int64_t step = first_step; step < sft.steps; ++step) {
-    if (context.control != nullptr) context.control->Poll();
+    if (context.control != nullptr) context.control->Poll(context.policy_version);
     if (absl::Status s = SftBoundary(context, optimizer.adamw(), sampler.Export(), step, false);
         !s.ok()) {
       return s;
@@ -194,7 +198,11 @@ absl::Status RunSftStage(TrainContext& context) {
                                                        : context.config.tasks.eval_every;
     if (last || (eval_every > 0 && (step + 1) % eval_every == 0)) {
       progress.Finish();
-      if (absl::Status s = LogEvaluation(context, kSftStage, step + 1); !s.ok()) return s;
+      if (absl::Status s =
+              LogEvaluation(context.eval_inputs(), context.model, context.group,
+                            {kSftStage, step + 1, context.policy_version}, context.metrics);
+          !s.ok())
+        return s;
     }
     if (absl::Status s = SftBoundary(context, optimizer.adamw(), sampler.Export(), step + 1, true);
         !s.ok()) {

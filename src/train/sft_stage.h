@@ -5,7 +5,7 @@
 // steps and at the end. One metrics.jsonl line per step and per evaluation.
 
 #include "absl/status/status.h"
-#include "loom/train/context.h"
+#include "train/context.h"
 
 namespace loom::train {
 

@@ -21,8 +21,8 @@
 #include "absl/status/status.h"
 #include "loom/train/adamw.h"
 #include "loom/train/async_loop.h"
-#include "loom/train/context.h"
 #include "loom/train/train_state.h"
+#include "train/context.h"
 
 namespace loom::train {
 

@@ -14,8 +14,7 @@ StageOptimizer::StageOptimizer(const model::Transformer& model,
       group_(group),
       bucket_bytes_(bucket_bytes) {}
 
-absl::StatusOr<StageOptimizer::Applied> StageOptimizer::Step(int64_t step,
-                                                             int64_t& policy_version) {
+absl::StatusOr<StageOptimizer::Applied> StageOptimizer::Step(int64_t step) {
   Applied applied;
   if (group_ != nullptr && group_->size() > 1) {
     const auto start = std::chrono::steady_clock::now();
@@ -30,7 +29,6 @@ absl::StatusOr<StageOptimizer::Applied> StageOptimizer::Step(int64_t step,
       WarmupCosineLr(fields_.lr, step, fields_.steps, fields_.warmup_steps, fields_.min_lr_ratio);
   adamw_.Step(applied.lr);
   adamw_.ZeroGrad();
-  ++policy_version;
   return applied;
 }
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "loom/train/context.h"
+#include "train/context.h"
 
 namespace loom::train {
 

@@ -84,7 +84,7 @@ TEST(EvaluatorTest, PoolHoldsItsOwnBatchNotTheRunsPool) {
     }
   }
   ASSERT_EQ(problems, 17);
-  auto result = Evaluate(*f.context);
+  auto result = Evaluate(f.context->eval_inputs(), f.context->model, {});
   ASSERT_TRUE(result.ok()) << result.status();
   // 8 running samples (max_batch) at their longest, each rounded up to 16-token blocks.
   const int64_t per_sample = (longest + 40 + 15) / 16 * 16;
@@ -131,7 +131,7 @@ TEST(EvaluatorTest, ResultsEqualAnIndependentGreedyDecode) {
   ASSERT_NE(*std::min_element(lengths.begin(), lengths.end()),
             *std::max_element(lengths.begin(), lengths.end()));
 
-  auto result = Evaluate(*f.context);
+  auto result = Evaluate(f.context->eval_inputs(), f.context->model, {});
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->problems, n);
   EXPECT_DOUBLE_EQ(result->overall, total / n);

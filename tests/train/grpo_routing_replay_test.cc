@@ -117,14 +117,16 @@ struct MoeFixture : TrainFixture {
 
   absl::StatusOr<nlohmann::json> TrainOnce(const std::vector<TrainingSample>& samples) {
     StageOptimizer optimizer(*model, config.train.grpo);
-    GrpoTrainer trainer(*context, optimizer,
+    GrpoTrainer trainer(context->step_inputs(), optimizer,
                         algo::EffortLengthReward(config.grpo.length_reward, {100}), -1);
     train::Batch batch;
     batch.samples = samples;
-    const int64_t version = context->policy_version;
+    batch.policy_version = context->policy_version;
+    const int64_t version = batch.policy_version;
     auto trained = trainer.Train(batch);
     if (!trained.ok()) return trained.status();
     EXPECT_EQ(trained->policy_version, version + 1) << "one optimizer step, one version";
+    EXPECT_EQ(trained->record["version"], version + 1) << "the step line names the new version";
     return trained->record;
   }
 };

@@ -70,15 +70,17 @@ struct Fixture : TrainFixture {
                                            std::vector<int> levels = {100},
                                            int64_t think_end_id = -1) {
     StageOptimizer optimizer(*model, config.train.grpo);
-    GrpoTrainer trainer(*context, optimizer,
+    GrpoTrainer trainer(context->step_inputs(), optimizer,
                         algo::EffortLengthReward(config.grpo.length_reward, std::move(levels)),
                         think_end_id);
     train::Batch batch;
     batch.samples = samples;
-    const int64_t version = context->policy_version;
+    batch.policy_version = context->policy_version;
+    const int64_t version = batch.policy_version;
     auto trained = trainer.Train(batch);
     if (!trained.ok()) return trained.status();
     EXPECT_EQ(trained->policy_version, version + 1) << "one optimizer step, one version";
+    EXPECT_EQ(trained->record["version"], version + 1) << "the step line names the new version";
     return trained->record;
   }
 
@@ -114,7 +116,7 @@ TEST(GrpoStepTest, OneStepFavoursTheRewardedCompletion) {
   ASSERT_TRUE(record.ok()) << record.status();
   EXPECT_DOUBLE_EQ((*record)["reward_task_mean"].get<double>(), 0.5) << record->dump();
   EXPECT_NEAR((*record)["ratio_mean"].get<double>(), 1.0, 1e-4) << record->dump();
-  EXPECT_EQ(f.context->policy_version, 1);
+  EXPECT_EQ((*record)["version"], 1);
   EXPECT_DOUBLE_EQ((*record)["informative_subgroup_fraction"].get<double>(), 1.0);
 
   // The two completions share everything but the answer, so what must move

@@ -14,11 +14,11 @@
 #include "loom/model/transformer.h"
 #include "loom/tasks/dataset.h"
 #include "loom/tokenizer/tiny.h"
-#include "loom/train/context.h"
 #include "loom/train/encoding.h"
 #include "loom/train/run_dir.h"
 #include "loom/train/sample_table.h"
 #include "testing/temp_dir.h"
+#include "train/context.h"
 
 namespace loom::train {
 

@@ -52,6 +52,7 @@ struct RolloutTotals {
 struct Batch {
   std::vector<TrainingSample> samples;
   int64_t step = 0;                  // 0-based optimizer step within the stage
+  int64_t policy_version = 0;        // of the weights the batch trains (the step leaves + 1)
   dispatch::DispatchStats dispatch;  // concurrency since the previous step
   RolloutTotals rollout;             // rollout work since the previous step
   // Agent samples whose episodes failed for infrastructure reasons, taken

@@ -25,14 +25,19 @@
 
 #include "absl/status/statusor.h"
 #include "loom/config/live.h"
-#include "loom/train/context.h"
+#include "loom/metrics/metrics_writer.h"
+#include "loom/train/live_config.h"
+#include "loom/train/run_dir.h"
 
 namespace loom::train {
 
 // The trainer's side. Run loop thread only.
 class ControlInbox {
  public:
-  explicit ControlInbox(TrainContext& context) : context_(context) {}
+  // Borrows the run's directory, its live config (which requests change) and
+  // its metrics (which record each change).
+  ControlInbox(const RunDir& run_dir, LiveConfig& live, metrics::MetricsWriter& metrics)
+      : run_dir_(run_dir), live_(live), metrics_(metrics) {}
   ~ControlInbox();
 
   // Creates ctl/ and live/, writes ctl/pid and live/current.json, and puts
@@ -45,8 +50,9 @@ class ControlInbox {
   // only once unpaused or a preemption signal arrived: rollout and training
   // stand still meanwhile. True when the config version changed. A malformed
   // request is answered with an error; file trouble is logged — neither
-  // stops the run. A resumed run starts unpaused.
-  bool Poll();
+  // stops the run. A resumed run starts unpaused. `policy_version`: where
+  // training stands, for the history.
+  bool Poll(int64_t policy_version);
 
  private:
   void HandlePending();
@@ -62,7 +68,10 @@ class ControlInbox {
   void AppendHistory(const nlohmann::json& record) const;
   void WriteCurrent() const;
 
-  TrainContext& context_;
+  const RunDir& run_dir_;
+  LiveConfig& live_;
+  metrics::MetricsWriter& metrics_;
+  int64_t policy_version_ = 0;  // as of the last Poll
   std::string pid_path_;
   double last_poll_ = -1;
   bool paused_ = false;

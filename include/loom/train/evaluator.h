@@ -22,8 +22,14 @@
 
 #include "absl/status/statusor.h"
 #include "loom/algo/judge.h"
+#include "loom/chat/special_tokens.h"
+#include "loom/config/run_config.h"
+#include "loom/dist/group.h"
+#include "loom/metrics/metrics_writer.h"
+#include "loom/model/transformer.h"
 #include "loom/rollout/engine.h"
-#include "loom/train/context.h"
+#include "loom/tasks/dataset.h"
+#include "loom/tokenizer/tokenizer.h"
 #include "loom/train/encoding.h"
 
 namespace loom::train {
@@ -125,18 +131,24 @@ struct EvalInputs {
   chat::SpecialTokenIds special_tokens;
 };
 
-// Greedy at every training effort level.
-absl::StatusOr<EvalResult> Evaluate(const TrainContext& context);
-// Greedy at every training level for another model (an OPD teacher) on the
-// datasets `datasets` (indices into context.datasets; empty = all).
-absl::StatusOr<EvalResult> Evaluate(const TrainContext& context, const model::Transformer& model,
-                                    const std::vector<int>& datasets);
 absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Transformer& model,
                                     const EvalOptions& options);
 
-// Evaluates and writes the result to the log and metrics.jsonl as an eval
-// line: {"stage", "step", "version", "eval_accuracy", ...} (at the top effort)
-// with `eval_accuracy_by_effort` and `eval_reasoning_length_by_effort`.
-absl::Status LogEvaluation(TrainContext& context, const char* stage, int64_t step);
+// Where a training run evaluates: its stage, the stage's step and the
+// policy version of the weights.
+struct EvalPoint {
+  const char* stage;
+  int64_t step;
+  int64_t version;
+};
+
+// Evaluates `model` greedily at every training effort level (`group`'s ranks
+// splitting the problems; null for one) and writes the result to the log and
+// to `metrics` as an eval line: {"stage", "step", "version", "eval_accuracy",
+// ...} (at the top effort) with `eval_accuracy_by_effort` and
+// `eval_reasoning_length_by_effort`.
+absl::Status LogEvaluation(const EvalInputs& inputs, const model::Transformer& model,
+                           dist::Group* group, const EvalPoint& point,
+                           metrics::MetricsWriter& metrics);
 
 }  // namespace loom::train

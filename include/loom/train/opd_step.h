@@ -32,8 +32,8 @@
 #include "absl/status/statusor.h"
 #include "loom/algo/teacher_pool.h"
 #include "loom/train/async_loop.h"
-#include "loom/train/context.h"
 #include "loom/train/stage_optimizer.h"
+#include "loom/train/step_inputs.h"
 
 namespace loom::train {
 
@@ -42,10 +42,11 @@ class ClippedPolicyTerm;  // train/loss_terms.h
 class OpdTrainer : public BatchTrainer {
  public:
   // `teachers`: borrowed; every sample's info.teacher is a slot in it.
-  OpdTrainer(TrainContext& context, StageOptimizer& optimizer, algo::TeacherPool& teachers);
+  OpdTrainer(const StepInputs& run, StageOptimizer& optimizer, algo::TeacherPool& teachers);
   ~OpdTrainer() override;
 
-  // Trains on the batch as its step of the stage; bumps context.policy_version.
+  // Trains on the batch as its step of the stage. Returns the step's metrics
+  // line and batch.policy_version + 1.
   absl::StatusOr<TrainedStep> Train(const Batch& batch) override;
 
   // The step's internals (opd_step.cc), named here so that its estimators
@@ -79,7 +80,7 @@ class OpdTrainer : public BatchTrainer {
   nlohmann::json Record(const Batch& batch, const Step& step,
                         const StageOptimizer::Applied& applied, double train_seconds) const;
 
-  TrainContext& context_;
+  const StepInputs run_;
   StageOptimizer& optimizer_;
   algo::TeacherPool& teachers_;
   std::unique_ptr<const ClippedPolicyTerm> policy_term_;  // the sampled KL's and the reward's

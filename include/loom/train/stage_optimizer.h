@@ -1,7 +1,7 @@
 #pragma once
 // StageOptimizer: the one optimizer step every stage takes — clip the
 // gradients' global norm, AdamW at the warm-up + cosine learning rate of the
-// stage's step, zero the gradients, bump the policy version. Owns the
+// stage's step, zero the gradients. Owns the
 // stage's AdamW state (borrowing the model's parameters). In a multi-rank
 // run the gradients are first summed across ranks (each rank's loss is
 // already divided by the global normaliser), so every rank takes the same
@@ -32,9 +32,10 @@ class StageOptimizer {
     double allreduce_seconds = 0;  // summing the gradients across ranks (waits for the slowest)
   };
   // Steps from the gradients accumulated since the last step, as step `step`
-  // (0-based) of the stage; increments `policy_version`. UNAVAILABLE when
-  // the gradient all-reduce fails (a peer rank is gone); nothing is applied.
-  absl::StatusOr<Applied> Step(int64_t step, int64_t& policy_version);
+  // (0-based) of the stage: the weights it leaves are the next policy
+  // version, which the caller counts. UNAVAILABLE when the gradient
+  // all-reduce fails (a peer rank is gone); nothing is applied.
+  absl::StatusOr<Applied> Step(int64_t step);
 
   // Several ranks: what every trainer's step line adds after the step —
   // `ranks`, `allreduce_seconds` and `weights_checksum` (equal on every rank

@@ -1,6 +1,9 @@
 #pragma once
-// TrainContext: what every stage of one `loom train` run shares. Built once by
-// the train command; stages borrow it. Only the run loop thread touches it.
+// TrainContext: what the stages of one `loom train` run share, inside the
+// train module only. Built once by the runner; each stage borrows it and
+// hands the parts it drives only what they read (StepInputs to a trainer,
+// EvalInputs to the evaluator, the live config to the control inbox). While
+// a stage runs it alone counts `policy_version`. Run loop thread only.
 
 #include <memory>
 #include <vector>
@@ -13,7 +16,9 @@
 #include "loom/model/transformer.h"
 #include "loom/tasks/dataset.h"
 #include "loom/tokenizer/tokenizer.h"
+#include "loom/train/evaluator.h"
 #include "loom/train/run_dir.h"
+#include "loom/train/step_inputs.h"
 
 namespace loom::algo {
 class TeacherPool;
@@ -33,8 +38,8 @@ struct TrainContext {
   const std::vector<std::unique_ptr<tasks::Dataset>>& datasets;
   metrics::MetricsWriter& metrics;
   chat::SpecialTokenIds special_tokens{};  // EOS, </think>: resolved once from the tokenizer
-  int64_t policy_version = 0;              // bumped by every optimizer step of every stage
-  Checkpointer* checkpointer = nullptr;    // checkpoints and resume (checkpointer.h); may be null
+  int64_t policy_version = 0;  // optimizer steps of the whole run; the running stage counts them
+  Checkpointer* checkpointer = nullptr;  // checkpoints and resume (checkpointer.h); may be null
   LiveConfig* live = nullptr;  // the sections that may change mid-run (live_config.h); set by the
                                // runner, null only in tests that call a trainer directly
   algo::TeacherPool* teachers = nullptr;  // the opd stage's teachers (opd_stage.h); null without
@@ -42,6 +47,8 @@ struct TrainContext {
   const metrics::RunEta* run_eta = nullptr;  // the progress line's whole-run part; may be null
   dist::Group* group = nullptr;  // the ranks of a multi-rank run (borrowed); null for one rank
 
+  StepInputs step_inputs() const { return {config, model, tokenizer, special_tokens, group}; }
+  EvalInputs eval_inputs() const { return {config, tokenizer, datasets, special_tokens}; }
   int rank() const { return group != nullptr ? group->rank() : 0; }
   int world_size() const { return group != nullptr ? group->size() : 1; }
   // The gradient all-reduce's bucket size (dist.bucket_mb).
