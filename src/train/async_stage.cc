@@ -8,11 +8,11 @@
 #include "loom/config/check.h"
 #include "loom/metrics/progress.h"
 #include "loom/train/control.h"
-#include "loom/train/encoding.h"
 #include "loom/train/evaluator.h"
 #include "loom/train/live_config.h"
 #include "loom/train/preemption.h"
 #include "train/agent_stage.h"
+#include "train/encoding.h"
 #include "train/stage_checkpoint.h"
 
 namespace loom::train {

@@ -1,4 +1,4 @@
-#include "loom/train/encoding.h"
+#include "train/encoding.h"
 
 #include <algorithm>
 

@@ -9,7 +9,7 @@
 
 #include "loom/algo/length_reward.h"
 #include "loom/rollout/engine.h"
-#include "loom/train/encoding.h"
+#include "train/encoding.h"
 
 namespace loom::train {
 namespace {

@@ -14,10 +14,10 @@
 #include "loom/rpc/sandbox_clients.h"
 #include "loom/train/batching.h"
 #include "loom/train/control.h"
-#include "loom/train/encoding.h"
 #include "loom/train/evaluator.h"
 #include "loom/train/live_config.h"
 #include "loom/train/stage_optimizer.h"
+#include "train/encoding.h"
 #include "train/stage_checkpoint.h"
 
 namespace loom::train {

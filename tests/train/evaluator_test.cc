@@ -15,7 +15,7 @@
 
 #include "loom/model/transformer.h"
 #include "loom/tokenizer/dsv4_tokens.h"
-#include "loom/train/encoding.h"
+#include "train/encoding.h"
 #include "train/train_fixture.h"
 
 namespace loom::train {

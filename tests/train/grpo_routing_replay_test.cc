@@ -16,7 +16,7 @@
 
 #include "loom/model/transformer.h"
 #include "loom/tasks/generator.h"
-#include "loom/train/encoding.h"
+#include "train/encoding.h"
 #include "train/grpo_step.h"
 #include "train/train_fixture.h"
 

@@ -13,8 +13,8 @@
 #include "loom/model/transformer.h"
 #include "loom/tasks/generator.h"
 #include "loom/tokenizer/dsv4_tokens.h"
-#include "loom/train/encoding.h"
 #include "loom/v1/sandbox.pb.h"
+#include "train/encoding.h"
 #include "train/train_fixture.h"
 
 namespace loom::train {

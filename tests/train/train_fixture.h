@@ -14,11 +14,11 @@
 #include "loom/model/transformer.h"
 #include "loom/tasks/dataset.h"
 #include "loom/tokenizer/tiny.h"
-#include "loom/train/encoding.h"
 #include "loom/train/run_dir.h"
 #include "loom/train/sample_table.h"
 #include "testing/temp_dir.h"
 #include "train/context.h"
+#include "train/encoding.h"
 
 namespace loom::train {
 

@@ -8,7 +8,7 @@
 #include "loom/tokenizer/dsv4_tokens.h"
 #include "loom/tokenizer/tiny.h"
 #include "loom/train/batching.h"
-#include "loom/train/encoding.h"
+#include "train/encoding.h"
 
 namespace loom::train {
 namespace {

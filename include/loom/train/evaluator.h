@@ -30,7 +30,6 @@
 #include "loom/rollout/engine.h"
 #include "loom/tasks/dataset.h"
 #include "loom/tokenizer/tokenizer.h"
-#include "loom/train/encoding.h"
 
 namespace loom::train {
 
