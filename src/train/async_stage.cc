@@ -42,8 +42,8 @@ class DatasetPrompts : public PromptSource {
     prompt.entry.problem_index = group.problem_index;
     prompt.entry.problem = problem_;
     prompt.entry.agent = context_.config.tasks.datasets[group.dataset].environment == "sandbox";
-    prompt.entry.config_version = context_.live->version();
-    if (teachers_) prompt.entry.teacher = context_.live->TeacherSlot(group.dataset);
+    prompt.entry.config_version = context_.live.version();
+    if (teachers_) prompt.entry.teacher = context_.live.TeacherSlot(group.dataset);
     prompt.request = Request();
     if (prompt.entry.agent) return prompt;
     if (subgroup_ != subgroup.id) {
@@ -114,7 +114,7 @@ class StepReport {
   // samples.jsonl: where each trained sample came from, the config version
   // it was dispatched under, (opd) its teacher and (agents) its episode.
   absl::Status Trained(const Batch& batch) {
-    const std::vector<algo::TeacherSpec>& teachers = context_.live->teacher_slots();
+    const std::vector<algo::TeacherSpec>& teachers = context_.live.teacher_slots();
     for (const TrainingSample& sample : batch.samples) {
       const SampleEntry& info = sample.info;
       nlohmann::json line = {
@@ -151,16 +151,14 @@ class StepReport {
     }
     if (absl::Status s = context_.metrics.Write(record); !s.ok()) return s;
     const int64_t steps = spec_.optimizer->steps;
-    const int64_t eval_every = context_.live->config().tasks.eval_every;
+    const int64_t eval_every = context_.live.config().tasks.eval_every;
     char text[200];
     const auto headline = record.find(spec_.headline);
     std::snprintf(text, sizeof text, "%s step %lld | %s %.3f | in flight %lld", spec_.stage,
                   static_cast<long long>(step), spec_.headline,
                   headline != record.end() && headline->is_number() ? headline->get<double>() : 0.0,
                   static_cast<long long>(loop_.dispatcher().inflight()));
-    progress_.Update(
-        text, step, steps,
-        context_.run_eta != nullptr ? context_.run_eta->Text(context_.policy_version) : "");
+    progress_.Update(text, step, steps, context_.run_eta.Text(context_.policy_version));
     if (step == steps || (eval_every > 0 && step % eval_every == 0)) {
       progress_.Finish();
       return LogEvaluation(context_.eval_inputs(), context_.model, context_.group,
@@ -207,10 +205,9 @@ absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
   options.engine =
       rollout::EngineOptionsFromConfig(config.rollout, static_cast<uint64_t>(config.run.seed));
   options.engine.initial_version = context.policy_version;
-  LOOM_CHECK(context.live != nullptr, "stage " << spec.stage << " without the live config");
   options.dispatch = dispatch::DispatchOptions::FromConfig(
       config.async, config.effort, config.tasks, static_cast<uint64_t>(config.run.seed));
-  options.dispatch.datasets = context.live->datasets();  // the live mix, not the file's
+  options.dispatch.datasets = context.live.datasets();  // the live mix, not the file's
   if (absl::Status s = ShareAmongRanks(options.dispatch, context.rank(), context.world_size());
       !s.ok()) {
     return s;
@@ -238,7 +235,7 @@ absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
   LoopHooks hooks;
   hooks.boundary = [&](bool after_step) {
     if (context.control != nullptr && context.control->Poll(context.policy_version)) {
-      (*loop)->SetDatasets(context.live->datasets());
+      (*loop)->SetDatasets(context.live.datasets());
     }
     return AsyncBoundary(context, state, after_step);
   };

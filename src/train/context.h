@@ -37,15 +37,15 @@ struct TrainContext {
   const tokenizer::Tokenizer& tokenizer;
   const std::vector<std::unique_ptr<tasks::Dataset>>& datasets;
   metrics::MetricsWriter& metrics;
-  chat::SpecialTokenIds special_tokens{};  // EOS, </think>: resolved once from the tokenizer
+  chat::SpecialTokenIds special_tokens;  // EOS, </think>: resolved once from the tokenizer
+  Checkpointer& checkpointer;            // checkpoints and resume (checkpointer.h)
+  LiveConfig& live;                      // the sections that may change mid-run (live_config.h)
+  metrics::RunEta& run_eta;              // the progress line's whole-run part
   int64_t policy_version = 0;  // optimizer steps of the whole run; the running stage counts them
-  Checkpointer* checkpointer = nullptr;  // checkpoints and resume (checkpointer.h); may be null
-  LiveConfig* live = nullptr;  // the sections that may change mid-run (live_config.h); set by the
-                               // runner, null only in tests that call a trainer directly
+  // What only some runs have:
   algo::TeacherPool* teachers = nullptr;  // the opd stage's teachers (opd_stage.h); null without
-  ControlInbox* control = nullptr;  // live-change requests (control.h); null in tests without one
-  const metrics::RunEta* run_eta = nullptr;  // the progress line's whole-run part; may be null
-  dist::Group* group = nullptr;  // the ranks of a multi-rank run (borrowed); null for one rank
+  ControlInbox* control = nullptr;  // live-change requests (control.h); null in multi-rank runs
+  dist::Group* group = nullptr;     // the ranks of a multi-rank run (borrowed); null for one rank
 
   StepInputs step_inputs() const { return {config, model, tokenizer, special_tokens, group}; }
   EvalInputs eval_inputs() const { return {config, tokenizer, datasets, special_tokens}; }

@@ -75,7 +75,7 @@ absl::Status EvaluateTeachers(TrainContext& context) {
   for (int slot = 0; slot < pool.size(); ++slot) {
     std::vector<int> datasets;
     for (size_t d = 0; d < context.datasets.size(); ++d) {
-      if (context.live->TeacherSlot(static_cast<int>(d)) == slot) {
+      if (context.live.TeacherSlot(static_cast<int>(d)) == slot) {
         datasets.push_back(static_cast<int>(d));
       }
     }
@@ -103,8 +103,8 @@ absl::Status EvaluateTeachers(TrainContext& context) {
 
 // True when the run resumes inside the opd stage (its baselines are logged).
 bool ResumesInOpd(const TrainContext& context) {
-  return context.checkpointer != nullptr && context.checkpointer->resume_cursor() &&
-         context.checkpointer->resume_cursor()->stage == kOpdStage;
+  return context.checkpointer.resume_cursor() &&
+         context.checkpointer.resume_cursor()->stage == kOpdStage;
 }
 
 }  // namespace

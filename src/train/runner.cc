@@ -176,16 +176,14 @@ absl::Status RunEachStage(TrainContext& context, const std::optional<RunCursor>&
                           const dist::RankInfo& rank) {
   const config::RunConfig& config = context.config;
   const size_t first_stage = cursor ? static_cast<size_t>(cursor->stage_index) : 0;
-  metrics::RunEta run_eta(context.policy_version, TotalSteps(config));
-  context.run_eta = &run_eta;
   for (size_t i = first_stage; i < config.train.stages.size(); ++i) {
     const std::string& stage = config.train.stages[i];
     spdlog::info("stage {} begins", stage);
     const StageKind* kind = FindStage(stage);
     if (kind == nullptr) return absl::InvalidArgumentError("train.stages: unknown stage " + stage);
     const int64_t done_in_stage = cursor && i == first_stage ? cursor->step : 0;
-    run_eta.StageStarted(context.policy_version,
-                         context.policy_version + kind->steps(config) - done_in_stage);
+    context.run_eta.StageStarted(context.policy_version,
+                                 context.policy_version + kind->steps(config) - done_in_stage);
     if (absl::Status s = kind->run(context); !s.ok()) return s;
     if (rank.rank != 0) continue;  // rank 0 saves the weights every rank holds
     const std::string out = context.run_dir.stage_path(stage);
@@ -238,9 +236,9 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
                static_cast<double>((*model)->NumParameters()) / 1e6, config.model.dtype,
                config.train.stages.size());
 
-  TrainContext context{config,   run_dir,         **model, **tokenizer,        *datasets,
-                       *metrics, *special_tokens, 0,       checkpointer->get()};
-  context.live = live->get();
+  metrics::RunEta run_eta(cursor ? cursor->policy_version : 0, TotalSteps(config));
+  TrainContext context{config,   run_dir,         **model,        **tokenizer, *datasets,
+                       *metrics, *special_tokens, **checkpointer, **live,      run_eta};
   context.teachers = teachers->get();
   context.group = group->get();
   ControlInbox control(run_dir, **live, *metrics);

@@ -37,8 +37,7 @@ class SftSampler {
 
   absl::StatusOr<SftExample> Next() {
     std::vector<double> weights;
-    const config::TasksSection& tasks =
-        context_.live != nullptr ? context_.live->config().tasks : context_.config.tasks;
+    const config::TasksSection& tasks = context_.live.config().tasks;
     for (const dispatch::DatasetQuota& d : dispatch::QuotasFromConfig(tasks)) {
       weights.push_back(d.weight);
     }
@@ -190,12 +189,9 @@ absl::Status RunSftStage(TrainContext& context) {
     std::snprintf(text, sizeof text, "sft step %lld | loss %.4f | %.0f tok/s",
                   static_cast<long long>(step + 1), (*record)["loss"].get<double>(),
                   (*record)["train_tokens_per_s"].get<double>());
-    progress.Update(
-        text, step + 1, sft.steps,
-        context.run_eta != nullptr ? context.run_eta->Text(context.policy_version) : "");
+    progress.Update(text, step + 1, sft.steps, context.run_eta.Text(context.policy_version));
     const bool last = step + 1 == sft.steps;
-    const int64_t eval_every = context.live != nullptr ? context.live->config().tasks.eval_every
-                                                       : context.config.tasks.eval_every;
+    const int64_t eval_every = context.live.config().tasks.eval_every;
     if (last || (eval_every > 0 && (step + 1) % eval_every == 0)) {
       progress.Finish();
       if (absl::Status s =

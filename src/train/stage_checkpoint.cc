@@ -16,10 +16,8 @@ TrainState CursorState(const TrainContext& context, const char* stage, int64_t s
   state.cursor.stage = stage;
   state.cursor.step = step;
   state.cursor.policy_version = context.policy_version;
-  if (context.live != nullptr) {
-    state.cursor.config_version = context.live->version();
-    state.cursor.live = context.live->State();
-  }
+  state.cursor.config_version = context.live.version();
+  state.cursor.live = context.live.State();
   state.optimizer = optimizer.StateDict();
   return state;
 }
@@ -27,8 +25,7 @@ TrainState CursorState(const TrainContext& context, const char* stage, int64_t s
 }  // namespace
 
 absl::Status AsyncBoundary(TrainContext& context, AsyncStageState loop, bool after_step) {
-  if (context.checkpointer == nullptr) return absl::OkStatus();
-  return context.checkpointer->Boundary(
+  return context.checkpointer.Boundary(
       after_step, context.policy_version, context.model,
       [&]() -> absl::StatusOr<TrainState> {
         TrainState state = CursorState(context, loop.stage, loop.loop.step(), loop.optimizer);
@@ -41,8 +38,7 @@ absl::Status AsyncBoundary(TrainContext& context, AsyncStageState loop, bool aft
 }
 
 absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop, PromptSource& prompts) {
-  if (context.checkpointer == nullptr) return absl::OkStatus();
-  std::optional<TrainState> state = context.checkpointer->TakeResume(loop.stage);
+  std::optional<TrainState> state = context.checkpointer.TakeResume(loop.stage);
   if (!state) return absl::OkStatus();
   LOOM_CHECK(state->grpo.has_value(),
              "checkpoint of stage " << loop.stage << " without a loop cursor");
@@ -74,8 +70,7 @@ absl::Status RestoreAsync(TrainContext& context, AsyncStageState loop, PromptSou
 
 absl::Status SftBoundary(TrainContext& context, AdamW& optimizer, const SftCursor& cursor,
                          int64_t step, bool after_step) {
-  if (context.checkpointer == nullptr) return absl::OkStatus();
-  return context.checkpointer->Boundary(
+  return context.checkpointer.Boundary(
       after_step, context.policy_version, context.model,
       [&]() -> absl::StatusOr<TrainState> {
         TrainState state = CursorState(context, kSftStage, step, optimizer);
@@ -87,8 +82,7 @@ absl::Status SftBoundary(TrainContext& context, AdamW& optimizer, const SftCurso
 
 absl::StatusOr<bool> RestoreSft(TrainContext& context, AdamW& optimizer, SftCursor& cursor,
                                 int64_t& step) {
-  if (context.checkpointer == nullptr) return false;
-  std::optional<TrainState> state = context.checkpointer->TakeResume(kSftStage);
+  std::optional<TrainState> state = context.checkpointer.TakeResume(kSftStage);
   if (!state) return false;
   if (!state->sft) return absl::DataLossError("SFT checkpoint without an SFT data cursor");
   if (absl::Status s = optimizer.LoadStateDict(state->optimizer); !s.ok()) return s;

@@ -21,12 +21,14 @@ TEST(AdamWTest, MatchesLibTorchAdamW) {
   AdamW mine({{"w", mine_w}, {"b", mine_b}}, {0.9, 0.95, 1e-8, 0.1});
   // LibTorch decays every parameter of a group: give the bias its own group without decay.
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(std::vector<at::Tensor>{ref_w},
-                      std::make_unique<torch::optim::AdamWOptions>(
-                          torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1)));
-  groups.emplace_back(std::vector<at::Tensor>{ref_b},
-                      std::make_unique<torch::optim::AdamWOptions>(
-                          torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0)));
+  groups.emplace_back(
+      std::vector<at::Tensor>{ref_w},
+      std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1)));
+  groups.emplace_back(
+      std::vector<at::Tensor>{ref_b},
+      std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0)));
   torch::optim::AdamW reference(groups, torch::optim::AdamWOptions(1e-2));
   for (int step = 0; step < 5; ++step) {
     mine.ZeroGrad();
@@ -95,7 +97,8 @@ TEST(ScheduleTest, WarmupThenCosine) {
   EXPECT_DOUBLE_EQ(WarmupCosineLr(1.0, 10, 110, 10, 0.1), 1.0);
   EXPECT_NEAR(WarmupCosineLr(1.0, 60, 110, 10, 0.1), 0.1 + 0.9 * 0.5, 1e-12);
   EXPECT_NEAR(WarmupCosineLr(1.0, 110, 110, 10, 0.1), 0.1, 1e-12);
-  EXPECT_NEAR(WarmupCosineLr(2.0, 35, 110, 10, 0.0), 2.0 * 0.5 * (1 + std::cos(M_PI * 0.25)), 1e-12);
+  EXPECT_NEAR(WarmupCosineLr(2.0, 35, 110, 10, 0.0), 2.0 * 0.5 * (1 + std::cos(M_PI * 0.25)),
+              1e-12);
 }
 
 }  // namespace

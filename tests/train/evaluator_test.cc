@@ -36,12 +36,12 @@ struct Fixture : TrainFixture {
     config.tasks.datasets = {sums, sorts};
     datasets = std::move(*tasks::LoadDatasets(config.tasks, 3));
     Build(TinyModelConfig("llama"), 11, /*requires_grad=*/false);
-    context->special_tokens = *chat::SpecialTokenIds::Resolve(*tokenizer);
+    special_tokens = *chat::SpecialTokenIds::Resolve(*tokenizer);
     // A random model almost never picks EOS; a louder EOS row makes it stop
     // at different lengths on different prompts.
     at::NoGradGuard no_grad;
     for (auto& [name, weight] : model->NamedParameters()) {
-      if (name == "lm_head.weight") weight[context->special_tokens.eos].mul_(kEosGain);
+      if (name == "lm_head.weight") weight[special_tokens.eos].mul_(kEosGain);
     }
   }
 
@@ -84,7 +84,7 @@ TEST(EvaluatorTest, PoolHoldsItsOwnBatchNotTheRunsPool) {
     }
   }
   ASSERT_EQ(problems, 17);
-  auto result = Evaluate(f.context->eval_inputs(), f.context->model, {});
+  auto result = Evaluate(f.eval_inputs(), *f.model, {});
   ASSERT_TRUE(result.ok()) << result.status();
   // 8 running samples (max_batch) at their longest, each rounded up to 16-token blocks.
   const int64_t per_sample = (longest + 40 + 15) / 16 * 16;
@@ -116,7 +116,7 @@ TEST(EvaluatorTest, ResultsEqualAnIndependentGreedyDecode) {
       auto prompt = EncodeProblemPrompt(problem, f.Effort(), *f.tokenizer);
       ASSERT_TRUE(prompt.ok()) << prompt.status();
       const std::vector<int64_t> completion =
-          DecodeAlone(*f.model, *prompt, 40, f.context->special_tokens.eos);
+          DecodeAlone(*f.model, *prompt, 40, f.special_tokens.eos);
       const algo::Judgement judgement = algo::JudgeCompletion(problem, completion, *f.tokenizer);
       per_dataset[problem.dataset].first += judgement.reward;
       ++per_dataset[problem.dataset].second;
@@ -131,7 +131,7 @@ TEST(EvaluatorTest, ResultsEqualAnIndependentGreedyDecode) {
   ASSERT_NE(*std::min_element(lengths.begin(), lengths.end()),
             *std::max_element(lengths.begin(), lengths.end()));
 
-  auto result = Evaluate(f.context->eval_inputs(), f.context->model, {});
+  auto result = Evaluate(f.eval_inputs(), *f.model, {});
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->problems, n);
   EXPECT_DOUBLE_EQ(result->overall, total / n);

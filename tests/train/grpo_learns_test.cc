@@ -20,8 +20,8 @@ using testing::RunLoom;
 using testing::TempDir;
 
 std::string Line(int i, const std::string& reference) {
-  std::string messages = R"([{"role":"user","content":"Pick a letter, case )" + std::to_string(i) +
-                         R"(."})";
+  std::string messages =
+      R"([{"role":"user","content":"Pick a letter, case )" + std::to_string(i) + R"(."})";
   if (!reference.empty()) {
     messages += R"(,{"role":"assistant","reasoning_content":"","content":")" + reference + "\"}";
   }
@@ -38,7 +38,8 @@ class GrpoLearnsTest : public ::testing::Test {
       train << Line(i, (state >> 33) % 4 == 0 ? "B" : "A");
     }
     for (int i = 2000; i < 2064; ++i) eval << Line(i, "");
-    std::ofstream(dir_ / "config.yaml") << R"(run: {name: learns, seed: 1, threads: 2, deterministic: true}
+    std::ofstream(dir_ / "config.yaml")
+        << R"(run: {name: learns, seed: 1, threads: 2, deterministic: true}
 model:
   arch: llama
   init: {hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 2,
@@ -46,8 +47,8 @@ model:
 tasks:
   eval_every: 0
   datasets:
-    - {name: letters, kind: jsonl, path: )" + (dir_ / "train.jsonl") +
-                                                  ", eval_path: " + (dir_ / "eval.jsonl") + R"(}
+    - {name: letters, kind: jsonl, path: )" +
+               (dir_ / "train.jsonl") + ", eval_path: " + (dir_ / "eval.jsonl") + R"(}
 effort: {levels: [100], samples_per_level: [8]}
 rollout: {max_batch: 64, max_new_tokens: 8, temperature: 1.0}
 async: {dispatch: sample, max_inflight: 32, batch_samples: 32, max_staleness: 1}
@@ -91,9 +92,9 @@ TEST_F(GrpoLearnsTest, GreedyAnswerFlipsToTheRewardedOne) {
 // dispatch, the same global batch: the greedy answer flips as with 1 rank.
 TEST_F(GrpoLearnsTest, TwoRanksFlipItAsWellAsOne) {
   const std::string run_dir = dir_ / "two";
-  auto result = RunLoom("launch --nproc 2 -- train --config " + (dir_ / "config.yaml") +
-                        " --run-dir " + run_dir + " --set model.path=" + run_dir +
-                        "/model --set run.threads=1");
+  auto result =
+      RunLoom("launch --nproc 2 -- train --config " + (dir_ / "config.yaml") + " --run-dir " +
+              run_dir + " --set model.path=" + run_dir + "/model --set run.threads=1");
   ASSERT_EQ(result.exit_code, 0) << result.err;
   auto records = metrics::ReadMetrics(run_dir + "/metrics.jsonl");
   ASSERT_TRUE(records.ok()) << records.status();

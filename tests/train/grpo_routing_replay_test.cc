@@ -117,11 +117,11 @@ struct MoeFixture : TrainFixture {
 
   absl::StatusOr<nlohmann::json> TrainOnce(const std::vector<TrainingSample>& samples) {
     StageOptimizer optimizer(*model, config.train.grpo);
-    GrpoTrainer trainer(context->step_inputs(), optimizer,
+    GrpoTrainer trainer(step_inputs(), optimizer,
                         algo::EffortLengthReward(config.grpo.length_reward, {100}), -1);
     train::Batch batch;
     batch.samples = samples;
-    batch.policy_version = context->policy_version;
+    batch.policy_version = 0;
     const int64_t version = batch.policy_version;
     auto trained = trainer.Train(batch);
     if (!trained.ok()) return trained.status();

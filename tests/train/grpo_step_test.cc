@@ -70,12 +70,12 @@ struct Fixture : TrainFixture {
                                            std::vector<int> levels = {100},
                                            int64_t think_end_id = -1) {
     StageOptimizer optimizer(*model, config.train.grpo);
-    GrpoTrainer trainer(context->step_inputs(), optimizer,
+    GrpoTrainer trainer(step_inputs(), optimizer,
                         algo::EffortLengthReward(config.grpo.length_reward, std::move(levels)),
                         think_end_id);
     train::Batch batch;
     batch.samples = samples;
-    batch.policy_version = context->policy_version;
+    batch.policy_version = 0;
     const int64_t version = batch.policy_version;
     auto trained = trainer.Train(batch);
     if (!trained.ok()) return trained.status();

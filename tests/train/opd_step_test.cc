@@ -78,7 +78,7 @@ struct Fixture : TrainFixture {
       p.mutable_grad().zero_();
     }
     StageOptimizer optimizer(*model, config.train.opd);
-    OpdTrainer trainer(context->step_inputs(), optimizer, pool);
+    OpdTrainer trainer(step_inputs(), optimizer, pool);
     Batch batch;
     batch.samples = samples;
     auto record = trainer.Train(batch);
@@ -200,7 +200,7 @@ TEST(OpdStepTest, TeacherIdenticalToTheStudentGivesZeroKlAndNoUpdate) {
   std::map<std::string, at::Tensor> before;
   for (const auto& [name, p] : f.model->NamedParameters()) before[name] = p.detach().clone();
   StageOptimizer optimizer(*f.model, f.config.train.opd);
-  OpdTrainer trainer(f.context->step_inputs(), optimizer, **pool);
+  OpdTrainer trainer(f.step_inputs(), optimizer, **pool);
   Batch batch;
   batch.samples = samples;
   auto record = trainer.Train(batch);

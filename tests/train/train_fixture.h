@@ -14,10 +14,11 @@
 #include "loom/model/transformer.h"
 #include "loom/tasks/dataset.h"
 #include "loom/tokenizer/tiny.h"
+#include "loom/train/evaluator.h"
 #include "loom/train/run_dir.h"
 #include "loom/train/sample_table.h"
+#include "loom/train/step_inputs.h"
 #include "testing/temp_dir.h"
-#include "train/context.h"
 #include "train/encoding.h"
 
 namespace loom::train {
@@ -31,7 +32,11 @@ struct TrainFixture {
   std::vector<std::unique_ptr<tasks::Dataset>> datasets;
   std::optional<RunDir> run_dir;
   std::optional<metrics::MetricsWriter> metrics;
-  std::unique_ptr<TrainContext> context;
+  chat::SpecialTokenIds special_tokens;  // the tiny tokenizer has none: all -1
+
+  // What a trainer and the evaluator read of this run.
+  StepInputs step_inputs() const { return {config, *model, *tokenizer, special_tokens, nullptr}; }
+  EvalInputs eval_inputs() const { return {config, *tokenizer, datasets, special_tokens}; }
 
   // Two layers, hidden 32, 4 heads of 8 over 2 KV heads, the tokenizer's vocabulary.
   model::ModelConfig TinyModelConfig(const std::string& arch) const {
@@ -70,12 +75,11 @@ struct TrainFixture {
     return {std::move(state), std::move(info)};
   }
 
-  // A random model of `c` (seed `seed`), the run directory, metrics and context.
+  // A random model of `c` (seed `seed`), the run directory and metrics.
   void Build(const model::ModelConfig& c, uint64_t seed, bool requires_grad) {
     model = model::Transformer::RandomInit(c, seed, {at::kFloat, at::kCPU, requires_grad});
     run_dir = *RunDir::Create(config, dir / "run");
     metrics.emplace(std::move(*metrics::MetricsWriter::Open(run_dir->metrics_path())));
-    context.reset(new TrainContext{config, *run_dir, *model, *tokenizer, datasets, *metrics});
   }
 };
 
