@@ -161,8 +161,7 @@ class StepReport {
     progress_.Update(text, step, steps, context_.run_eta.Text(context_.policy_version));
     if (step == steps || (eval_every > 0 && step % eval_every == 0)) {
       progress_.Finish();
-      return LogEvaluation(context_.eval_inputs(), context_.model, context_.group,
-                           {spec_.stage, step, context_.policy_version}, context_.metrics);
+      return context_.LogEvaluation(spec_.stage, step);
     }
     return absl::OkStatus();
   }

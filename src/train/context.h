@@ -51,6 +51,11 @@ struct TrainContext {
   EvalInputs eval_inputs() const { return {config, tokenizer, datasets, special_tokens}; }
   int rank() const { return group != nullptr ? group->rank() : 0; }
   int world_size() const { return group != nullptr ? group->size() : 1; }
+  // Evaluates the policy and logs it as `stage`'s step `step` (LogEvaluation).
+  absl::Status LogEvaluation(const char* stage, int64_t step) const {
+    return train::LogEvaluation(eval_inputs(), model, group, {stage, step, policy_version},
+                                metrics);
+  }
   // The gradient all-reduce's bucket size (dist.bucket_mb).
   int64_t bucket_bytes() const { return config.dist.bucket_mb << 20; }
 };

@@ -130,8 +130,7 @@ absl::StatusOr<TrainedStep> GrpoTrainer::Train(const Batch& batch) {
   if (run_.group != nullptr) {
     if (absl::Status s = figures.SumOverRanks(*run_.group); !s.ok()) return s;
   }
-  nlohmann::json record =
-      StepLine(kGrpoStage, batch, version + 1, *applied, figures, train_seconds);
+  nlohmann::json record = StepLine(kGrpoStage, batch, *applied, figures, train_seconds);
   AddOwnFigures(figures, selection.weighted_tokens, record);
   record.update(Breakdowns(verdicts, rewards));
   optimizer_.AddRankFigures(*applied, record);

@@ -424,8 +424,7 @@ nlohmann::json OpdTrainer::Record(const Batch& batch, const Step& step,
                                   const StageOptimizer::Applied& applied,
                                   double train_seconds) const {
   const StepFigures& figures = step.figures;
-  nlohmann::json record =
-      StepLine(kOpdStage, batch, step.version + 1, applied, figures, train_seconds);
+  nlohmann::json record = StepLine(kOpdStage, batch, applied, figures, train_seconds);
   record["estimator"] = run_.config.opd.estimator;
   record["kl"] = figures.Per("kl_weighted", "weighted_tokens");
   record["kl_by_dataset"] = step.kl_by_dataset.Json();

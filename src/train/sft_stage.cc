@@ -167,10 +167,7 @@ absl::Status RunSftStage(TrainContext& context) {
   if (!resumed.ok()) return resumed.status();
   if (*resumed) {
     if (absl::Status s = sampler.Import(cursor); !s.ok()) return s;
-  } else if (absl::Status s =
-                 LogEvaluation(context.eval_inputs(), context.model, context.group,
-                               {kSftStage, 0, context.policy_version}, context.metrics);
-             !s.ok()) {
+  } else if (absl::Status s = context.LogEvaluation(kSftStage, 0); !s.ok()) {
     return s;
   }
 
@@ -194,11 +191,7 @@ absl::Status RunSftStage(TrainContext& context) {
     const int64_t eval_every = context.live.config().tasks.eval_every;
     if (last || (eval_every > 0 && (step + 1) % eval_every == 0)) {
       progress.Finish();
-      if (absl::Status s =
-              LogEvaluation(context.eval_inputs(), context.model, context.group,
-                            {kSftStage, step + 1, context.policy_version}, context.metrics);
-          !s.ok())
-        return s;
+      if (absl::Status s = context.LogEvaluation(kSftStage, step + 1); !s.ok()) return s;
     }
     if (absl::Status s = SftBoundary(context, optimizer.adamw(), sampler.Export(), step + 1, true);
         !s.ok()) {

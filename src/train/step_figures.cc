@@ -174,7 +174,7 @@ void AddVerdicts(const std::vector<algo::Verdict>& verdicts, const algo::Rewards
   }
 }
 
-nlohmann::json StepLine(const std::string& stage, const Batch& batch, int64_t version,
+nlohmann::json StepLine(const std::string& stage, const Batch& batch,
                         const StageOptimizer::Applied& applied, const StepFigures& figures,
                         double train_seconds) {
   const RolloutTotals& rollout = batch.rollout;
@@ -183,7 +183,7 @@ nlohmann::json StepLine(const std::string& stage, const Batch& batch, int64_t ve
   nlohmann::json line{
       {"stage", stage},
       {"step", batch.step + 1},
-      {"version", version},
+      {"version", batch.policy_version + 1},
       {"loss", figures["loss"]},  // each rank's part is already over the global normaliser
       {"lr", applied.lr},
       {"grad_norm", applied.grad_norm},

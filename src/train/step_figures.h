@@ -80,9 +80,9 @@ void AddVerdicts(const std::vector<algo::Verdict>& verdicts, const algo::Rewards
 
 // The metrics line of an async trainer's step, what every one carries: the
 // step, the optimizer's, the judged batch (rewards, lengths, staleness,
-// episodes) and the loop (dispatch, throughput, time). The trainer adds its
-// own figures to it.
-nlohmann::json StepLine(const std::string& stage, const Batch& batch, int64_t version,
+// episodes) and the loop (dispatch, throughput, time), at the version the
+// step left (batch.policy_version + 1). The trainer adds its own figures to it.
+nlohmann::json StepLine(const std::string& stage, const Batch& batch,
                         const StageOptimizer::Applied& applied, const StepFigures& figures,
                         double train_seconds);
 
