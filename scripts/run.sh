@@ -10,6 +10,12 @@ if [[ $# -lt 1 ]]; then
 fi
 config=$1
 shift
-scripts/setup.sh
+# Each part's time goes to stderr: a first run on a fresh machine spends most
+# of its time installing and building (README, "Two commands").
+SECONDS=0
+scripts/setup.sh --run
+echo "run.sh: setup took ${SECONDS}s" >&2
+SECONDS=0
 scripts/build.sh --target loom
+echo "run.sh: building loom took ${SECONDS}s" >&2
 exec build/bin/loom train --config "$config" "$@"
