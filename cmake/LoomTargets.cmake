@@ -27,6 +27,19 @@ target_compile_options(loom_torch_pch PRIVATE ${LOOM_WARNINGS})
 target_precompile_headers(loom_torch_pch PRIVATE <ATen/ATen.h> <torch/types.h>
                           <vector> <string> <memory> <unordered_map>)
 
+# Unity batches: the sources of a module (and of the binary) compile a few at
+# a time as one unit, so the LibTorch precompiled header, CLI11 (header-only)
+# and nlohmann/json are loaded and their inline code generated once per batch
+# instead of once per file. On 2 cores this halves a cold build
+# (docs/PERFORMANCE.md, "Build"). -DLOOM_UNITY_BUILD=OFF compiles file by file.
+option(LOOM_UNITY_BUILD "Compile each module's sources in unity batches" ON)
+set(LOOM_UNITY_BATCH 8 CACHE STRING "Sources per unity batch")
+function(loom_unity target)
+  if(LOOM_UNITY_BUILD)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${LOOM_UNITY_BATCH})
+  endif()
+endfunction()
+
 function(loom_use_torch target)
   target_link_libraries(${target} PUBLIC loom_torch)
   target_precompile_headers(${target} REUSE_FROM loom_torch_pch)
@@ -40,6 +53,7 @@ function(loom_module name)
                              PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_compile_options(loom_${name} PRIVATE ${LOOM_WARNINGS})
   target_link_libraries(loom_${name} PUBLIC ${M_DEPS})
+  loom_unity(loom_${name})
   if(M_TORCH)
     loom_use_torch(loom_${name})
   endif()

@@ -30,8 +30,6 @@ using train::TeacherForcing;
 using train::TrainedStep;
 using train::TrainingSample;
 
-double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
-
 // A deterministic draw per (seed, id, stream).
 double Uniform(uint64_t seed, uint64_t id, uint64_t stream) {
   return UnitInterval(Mix64(Mix64(seed ^ stream) ^ id));
@@ -85,7 +83,7 @@ class LikelihoodTrainer : public BatchTrainer {
       : model_(model), optimizer_(model, fields) {}
 
   absl::StatusOr<TrainedStep> Train(const Batch& batch) override {
-    const double start = Seconds();
+    const double start = metrics::ProgressLine::SteadySeconds();
     std::vector<const std::vector<int64_t>*> tokens;
     std::vector<const std::vector<uint8_t>*> masks;
     for (const TrainingSample& s : batch.samples) {
@@ -98,7 +96,8 @@ class LikelihoodTrainer : public BatchTrainer {
     (-(scored->logprobs * shifted.target_weight).sum() / shifted.target_weight.sum().clamp_min(1))
         .backward();
     if (auto applied = optimizer_.Step(batch.step); !applied.ok()) return applied.status();
-    return TrainedStep{{{"samples", batch.samples.size()}, {"train_seconds", Seconds() - start}},
+    return TrainedStep{{{"samples", batch.samples.size()},
+                        {"train_seconds", metrics::ProgressLine::SteadySeconds() - start}},
                        batch.policy_version + 1};
   }
 
@@ -144,11 +143,11 @@ absl::StatusOr<nlohmann::json> RunMode(const std::string& mode, const DispatchBe
     decode_tokens += record["decode_tokens"].get<int64_t>();
     return absl::OkStatus();
   };
-  const double start = Seconds();
+  const double start = metrics::ProgressLine::SteadySeconds();
   if (absl::Status s = (*loop)->Run(prompts, trainer, options.train_steps, hooks); !s.ok()) {
     return s;
   }
-  const double seconds = Seconds() - start;
+  const double seconds = metrics::ProgressLine::SteadySeconds() - start;
   const InflightObservations& seen = (*loop)->inflight();
   const double n = static_cast<double>(std::max<int64_t>(1, seen.count));
   const double mean = seen.sum / n;

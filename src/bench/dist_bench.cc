@@ -151,7 +151,7 @@ absl::StatusOr<double> IndependentPair(const DistBenchOptions& options, const st
   return rate;
 }
 
-double Median(std::vector<double> values) {
+double InterpolatedMedian(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
   return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
@@ -199,23 +199,24 @@ absl::StatusOr<nlohmann::json> RunDistBench(const DistBenchOptions& options) {
     allreduce_ms.push_back(1e3 * two->allreduce_seconds / static_cast<double>(two->steps));
     timed_steps = two->steps;
   }
-  return nlohmann::json{{"ranks", 2},
-                        {"threads_per_rank", 1},
-                        {"steps", steps},
-                        {"batch_sequences", batch},
-                        {"timed_steps", timed_steps},
-                        {"rounds", repeats},
-                        {"samples_per_s_1_rank", Median(rate_1)},
-                        {"samples_per_s_2_ranks", Median(rate_2)},
-                        {"samples_per_s_2_independent", Median(pair)},
-                        {"speedups", speedup},
-                        {"ceiling_2_vs_1", Median(pair) / Median(rate_1)},
-                        {"scaling_efficiency", Median(rate_2) / Median(pair)},
-                        {"allreduce_share", Median(share)},
-                        {"allreduce_ms_per_step", Median(allreduce_ms)},
-                        {"max_loss_diff", max_loss_diff},
-                        {"load_avg_start", load[0]},
-                        {"speedup_2_ranks_vs_1", Median(speedup)}};
+  return nlohmann::json{
+      {"ranks", 2},
+      {"threads_per_rank", 1},
+      {"steps", steps},
+      {"batch_sequences", batch},
+      {"timed_steps", timed_steps},
+      {"rounds", repeats},
+      {"samples_per_s_1_rank", InterpolatedMedian(rate_1)},
+      {"samples_per_s_2_ranks", InterpolatedMedian(rate_2)},
+      {"samples_per_s_2_independent", InterpolatedMedian(pair)},
+      {"speedups", speedup},
+      {"ceiling_2_vs_1", InterpolatedMedian(pair) / InterpolatedMedian(rate_1)},
+      {"scaling_efficiency", InterpolatedMedian(rate_2) / InterpolatedMedian(pair)},
+      {"allreduce_share", InterpolatedMedian(share)},
+      {"allreduce_ms_per_step", InterpolatedMedian(allreduce_ms)},
+      {"max_loss_diff", max_loss_diff},
+      {"load_avg_start", load[0]},
+      {"speedup_2_ranks_vs_1", InterpolatedMedian(speedup)}};
 }
 
 }  // namespace loom::bench

@@ -17,8 +17,6 @@
 namespace loom::bench {
 namespace {
 
-double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
-
 // A random model directory with `tokenizer_json` as its tokenizer.
 absl::Status MakeModel(const std::string& dir, const std::string& arch, bool quick,
                        int64_t vocab_size, const std::string& tokenizer_json) {
@@ -62,9 +60,9 @@ absl::StatusOr<double> EngineStepSeconds(const model::Transformer& model, int64_
   }
   std::vector<double> times;
   for (int64_t r = 0; r < rounds; ++r) {
-    const double start = Seconds();
+    const double start = metrics::ProgressLine::SteadySeconds();
     if (auto s = (*engine)->Step(); !s.ok()) return s.status();
-    times.push_back(Seconds() - start);
+    times.push_back(metrics::ProgressLine::SteadySeconds() - start);
   }
   return Median(times);
 }
@@ -74,9 +72,9 @@ template <class Change>
 absl::StatusOr<double> TimeApply(train::LiveConfig& live, int64_t rounds, Change change) {
   std::vector<double> times;
   for (int64_t r = 0; r < rounds; ++r) {
-    const double start = Seconds();
+    const double start = metrics::ProgressLine::SteadySeconds();
     auto applied = live.Apply(change(r));
-    times.push_back(Seconds() - start);
+    times.push_back(metrics::ProgressLine::SteadySeconds() - start);
     if (!applied.ok()) return applied.status();
   }
   return Median(times);

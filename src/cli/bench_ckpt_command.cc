@@ -10,14 +10,14 @@
 namespace loom::cli {
 namespace {
 
-struct Options {
+struct CkptCommandOptions {
   int threads = 0;
   bench::CkptBenchOptions bench_options;
 };
 
 void SetupBenchCkpt(CLI::App& app, Context& context) {
   CLI::App* bench = GroupCommand(app, "bench", "Run benchmarks (JSON results)");
-  auto options = std::make_shared<Options>();
+  auto options = std::make_shared<CkptCommandOptions>();
   CLI::App* cmd = bench->add_subcommand(
       "ckpt", "Checkpoint cost with in-flight samples; KV restore vs re-prefill on resume");
   cmd->add_flag("--quick", options->bench_options.quick, "A small model (ends within seconds)");

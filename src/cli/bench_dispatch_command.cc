@@ -12,14 +12,14 @@
 namespace loom::cli {
 namespace {
 
-struct Options {
+struct DispatchCommandOptions {
   bool quick = false;
   bool json = false;
   int threads = 0;
   bench::DispatchBenchOptions bench_options;
 };
 
-int RunBench(Options& options) {
+int RunBench(DispatchCommandOptions& options) {
   if (options.threads > 0) SetComputeThreads(options.threads);
   if (options.quick) options.bench_options.train_steps = 4;
   options.bench_options.quick = options.quick;
@@ -40,7 +40,7 @@ int RunBench(Options& options) {
 
 void SetupBenchDispatch(CLI::App& app, Context& context) {
   CLI::App* bench = GroupCommand(app, "bench", "Run benchmarks (JSON results)");
-  auto options = std::make_shared<Options>();
+  auto options = std::make_shared<DispatchCommandOptions>();
   CLI::App* cmd = bench->add_subcommand(
       "dispatch", "Dispatch policies (sync, batch, prompt, sample) on a long-tail workload");
   cmd->add_flag("--quick", options->quick, "Fewer training steps (ends within a minute)");

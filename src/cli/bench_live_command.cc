@@ -10,14 +10,14 @@
 namespace loom::cli {
 namespace {
 
-struct Options {
+struct LiveCommandOptions {
   int threads = 0;
   bench::LiveBenchOptions bench_options;
 };
 
 void SetupBenchLive(CLI::App& app, Context& context) {
   CLI::App* bench = GroupCommand(app, "bench", "Run benchmarks (JSON results)");
-  auto options = std::make_shared<Options>();
+  auto options = std::make_shared<LiveCommandOptions>();
   CLI::App* cmd = bench->add_subcommand(
       "live", "What a live change (loom ctl set) pauses rollout for, in engine steps");
   cmd->add_flag("--quick", options->bench_options.quick, "A small student, few rounds");

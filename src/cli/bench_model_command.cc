@@ -247,13 +247,13 @@ double DecodeGemmSeconds(const model::ModelConfig& c, int64_t batch) {
   return best;
 }
 
-struct BenchOptions {
+struct ModelBenchOptions {
   bool json_only = false;
   bool quick = false;
   int threads = 0;
 };
 
-int RunBench(const BenchOptions& o) {
+int RunBench(const ModelBenchOptions& o) {
   const int threads =
       o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
   SetComputeThreads(threads);
@@ -288,7 +288,7 @@ int RunBench(const BenchOptions& o) {
 
 void SetupBenchModel(CLI::App& app, Context& context) {
   CLI::App* bench = GroupCommand(app, "bench", "Run benchmarks (JSON results)");
-  auto o = std::make_shared<BenchOptions>();
+  auto o = std::make_shared<ModelBenchOptions>();
   CLI::App* cmd = bench->add_subcommand(
       "model", "Decode / prefill / training throughput of the ~18M Llama, KV bytes, roofline");
   cmd->add_flag("--json", o->json_only, "Print only the JSON line");

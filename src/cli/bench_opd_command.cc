@@ -9,14 +9,14 @@
 namespace loom::cli {
 namespace {
 
-struct Options {
+struct OpdCommandOptions {
   int threads = 0;
   bench::OpdBenchOptions bench_options;
 };
 
 void SetupBenchOpd(CLI::App& app, Context& context) {
   CLI::App* bench = GroupCommand(app, "bench", "Run benchmarks (JSON results)");
-  auto options = std::make_shared<Options>();
+  auto options = std::make_shared<OpdCommandOptions>();
   CLI::App* cmd = bench->add_subcommand(
       "opd",
       "OPD step time with a batch spread over many teachers (a budget holding a few) vs "

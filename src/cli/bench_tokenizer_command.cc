@@ -17,7 +17,7 @@
 namespace loom::cli {
 namespace {
 
-struct BenchOptions {
+struct TokenizerBenchOptions {
   std::string tokenizer;
   std::string corpus;
   bool json = false;
@@ -45,7 +45,7 @@ absl::StatusOr<std::vector<std::string>> ReadCorpus(const std::string& path) {
   return docs;
 }
 
-int RunBench(const BenchOptions& options) {
+int RunBench(const TokenizerBenchOptions& options) {
   auto tok = tokenizer::Tokenizer::FromFile(options.tokenizer);
   auto docs = ReadCorpus(options.corpus);
   if (!tok.ok() || !docs.ok()) {
@@ -82,7 +82,7 @@ int RunBench(const BenchOptions& options) {
 
 void SetupBenchTokenizer(CLI::App& app, Context& context) {
   CLI::App* bench = GroupCommand(app, "bench", "Run benchmarks (JSON results)");
-  auto options = std::make_shared<BenchOptions>();
+  auto options = std::make_shared<TokenizerBenchOptions>();
   CLI::App* cmd = bench->add_subcommand("tokenizer", "Single-thread tokenizer encode throughput");
   cmd->add_option("--tokenizer", options->tokenizer, "tokenizer.json")->required();
   cmd->add_option("--corpus", options->corpus, "JSON lines of strings (.jsonl) or plain text")

@@ -21,7 +21,7 @@
 namespace loom::cli {
 namespace {
 
-int ExitCodeFor(const absl::Status& status) {
+int UsageOrFailure(const absl::Status& status) {
   return status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
 }
 
@@ -46,7 +46,7 @@ void SetupInitModel(CLI::App& app, Context& context) {
     absl::Status status = model::InitModelDir(*options);
     if (!status.ok()) {
       std::cerr << "init-model: " << status.message() << "\n";
-      context.exit_code = ExitCodeFor(status);
+      context.exit_code = UsageOrFailure(status);
       return;
     }
     std::cout << "wrote " << options->arch << " model to " << options->out_dir << "\n";
@@ -128,7 +128,7 @@ void SetupLogprobs(CLI::App& app, Context& context) {
   cmd->callback([options, &context] {
     absl::Status status = RunLogprobs(*options);
     if (!status.ok()) std::cerr << "logprobs: " << status.message() << "\n";
-    context.exit_code = status.ok() ? kExitOk : ExitCodeFor(status);
+    context.exit_code = status.ok() ? kExitOk : UsageOrFailure(status);
   });
 }
 
@@ -233,7 +233,7 @@ void SetupKl(CLI::App& app, Context& context) {
   cmd->callback([options, &context] {
     absl::Status status = RunKl(*options);
     if (!status.ok()) std::cerr << "kl: " << status.message() << "\n";
-    context.exit_code = status.ok() ? kExitOk : ExitCodeFor(status);
+    context.exit_code = status.ok() ? kExitOk : UsageOrFailure(status);
   });
 }
 

@@ -9,60 +9,60 @@
 namespace loom::tokenizer {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
 
-Json ByteLevelPart(bool use_regex) {
-  return Json{{"type", "ByteLevel"},
-              {"add_prefix_space", false},
-              {"trim_offsets", false},
-              {"use_regex", use_regex}};
+OrderedJson ByteLevelPart(bool use_regex) {
+  return OrderedJson{{"type", "ByteLevel"},
+                     {"add_prefix_space", false},
+                     {"trim_offsets", false},
+                     {"use_regex", use_regex}};
 }
 
 constexpr std::string_view kEffortPhrases[] = {dsv4::kEffortLineStart, dsv4::kEffortLineEnd};
 
-Json AddedToken(int id, std::string_view content, bool special) {
-  return Json{{"id", id},
-              {"content", std::string(content)},
-              {"single_word", false},
-              {"lstrip", false},
-              {"rstrip", false},
-              {"normalized", false},
-              {"special", special}};
+OrderedJson AddedTokenJson(int id, std::string_view content, bool special) {
+  return OrderedJson{{"id", id},
+                     {"content", std::string(content)},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", special}};
 }
 
-Json AddedTokens(const TinyTokenizerOptions& options) {
-  Json added = Json::array();
+OrderedJson AddedTokens(const TinyTokenizerOptions& options) {
+  OrderedJson added = OrderedJson::array();
   int id = 256;
-  for (std::string_view s : dsv4::kAllSpecial) added.push_back(AddedToken(id++, s, true));
+  for (std::string_view s : dsv4::kAllSpecial) added.push_back(AddedTokenJson(id++, s, true));
   if (options.effort_phrases) {
-    for (std::string_view s : kEffortPhrases) added.push_back(AddedToken(id++, s, false));
+    for (std::string_view s : kEffortPhrases) added.push_back(AddedTokenJson(id++, s, false));
   }
   return added;
 }
 
-Json Model() {
-  Json vocab = Json::object();
+OrderedJson Model() {
+  OrderedJson vocab = OrderedJson::object();
   for (int b = 0; b < 256; ++b) vocab[ByteToUnicode(static_cast<uint8_t>(b))] = b;
-  return Json{{"type", "BPE"},
-              {"dropout", nullptr},
-              {"unk_token", nullptr},
-              {"continuing_subword_prefix", nullptr},
-              {"end_of_word_suffix", nullptr},
-              {"fuse_unk", false},
-              {"byte_fallback", false},
-              {"ignore_merges", false},
-              {"vocab", vocab},
-              {"merges", Json::array()}};
+  return OrderedJson{{"type", "BPE"},
+                     {"dropout", nullptr},
+                     {"unk_token", nullptr},
+                     {"continuing_subword_prefix", nullptr},
+                     {"end_of_word_suffix", nullptr},
+                     {"fuse_unk", false},
+                     {"byte_fallback", false},
+                     {"ignore_merges", false},
+                     {"vocab", vocab},
+                     {"merges", OrderedJson::array()}};
 }
 
 }  // namespace
 
 std::string TinyTokenizerJson(const TinyTokenizerOptions& options) {
-  Json doc = {{"version", "1.0"},          {"truncation", nullptr},
-              {"padding", nullptr},        {"added_tokens", AddedTokens(options)},
-              {"normalizer", nullptr},     {"pre_tokenizer", ByteLevelPart(false)},
-              {"post_processor", nullptr}, {"decoder", ByteLevelPart(true)},
-              {"model", Model()}};
+  OrderedJson doc = {{"version", "1.0"},          {"truncation", nullptr},
+                     {"padding", nullptr},        {"added_tokens", AddedTokens(options)},
+                     {"normalizer", nullptr},     {"pre_tokenizer", ByteLevelPart(false)},
+                     {"post_processor", nullptr}, {"decoder", ByteLevelPart(true)},
+                     {"model", Model()}};
   return doc.dump(2) + "\n";
 }
 

@@ -11,11 +11,7 @@
 #include "loom/metrics/progress.h"
 
 namespace loom::train {
-namespace {
-
-double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
-
-}  // namespace
+namespace {}  // namespace
 
 void MaskInfrastructureFailures(std::vector<TrainingSample>& samples,
                                 std::map<std::string, int64_t>& by_cause) {
@@ -153,7 +149,7 @@ absl::StatusOr<std::optional<std::vector<TrainingSample>>> AsyncLoop::NextBatch(
 absl::Status AsyncLoop::Run(PromptSource& source, BatchTrainer& trainer, int64_t steps,
                             const LoopHooks& hooks) {
   source_ = &source;
-  double rollout_start = Seconds();
+  double rollout_start = metrics::ProgressLine::SteadySeconds();
   while (step_ < steps) {
     if (hooks.boundary) {
       if (absl::Status s = hooks.boundary(/*after_step=*/false); !s.ok()) return s;
@@ -189,9 +185,9 @@ absl::Status AsyncLoop::Run(PromptSource& source, BatchTrainer& trainer, int64_t
       }
       continue;
     }
-    totals_.seconds += Seconds() - rollout_start;
+    totals_.seconds += metrics::ProgressLine::SteadySeconds() - rollout_start;
     if (absl::Status s = TrainStep(**std::move(ready), trainer, hooks); !s.ok()) return s;
-    rollout_start = Seconds();
+    rollout_start = metrics::ProgressLine::SteadySeconds();
   }
   return absl::OkStatus();
 }

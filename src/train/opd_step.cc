@@ -41,8 +41,6 @@ struct OpdTrainer::Distilled {
 
 namespace {
 
-double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
-
 // The samples' indices grouped by teacher, resident teachers first (least
 // recently used first, so none is evicted before its turn).
 std::vector<size_t> ByTeacher(const std::vector<TrainingSample>& samples,
@@ -238,20 +236,20 @@ absl::Status OpdTrainer::MicroBatchBackward(const std::vector<TrainingSample>& s
 
   // The student's stack runs once for the whole micro-batch, with its
   // recorded routing as in GRPO.
-  double start = Seconds();
+  double start = metrics::ProgressLine::SteadySeconds();
   model::PackedBatch batch = micro.packed.shifted.batch;
   model::ScoreOptions options;
   options.temperature = temperature;
   distiller_->ScoreStudent(micro, batch, options);
   auto scored = run_.model.Score(batch, options);
   if (!scored.ok()) return scored.status();
-  step.student_seconds += Seconds() - start;
+  step.student_seconds += metrics::ProgressLine::SteadySeconds() - start;
 
   Distilled distilled;
   if (scored->hidden.defined()) distilled.hidden = scored->hidden.detach().requires_grad_(true);
   if (absl::Status s = DistilSegments(samples, micro, distilled, step); !s.ok()) return s;
 
-  start = Seconds();
+  start = metrics::ProgressLine::SteadySeconds();
   at::Tensor advantages = at::zeros_like(micro.packed.behaviour);
   at::Tensor loss = distiller_->StudentLoss(micro, *scored, distilled, advantages);
   const double reward_weight = config.opd.reward_weight;
@@ -270,7 +268,7 @@ absl::Status OpdTrainer::MicroBatchBackward(const std::vector<TrainingSample>& s
   }
   if (loss.requires_grad()) loss.backward();
   step.figures.Add("loss", distilled.kl_loss);
-  step.student_seconds += Seconds() - start;
+  step.student_seconds += metrics::ProgressLine::SteadySeconds() - start;
   RecordKl(samples, micro, distilled.kl, step);
   return absl::OkStatus();
 }
@@ -306,7 +304,7 @@ absl::Status OpdTrainer::DistilSegments(const std::vector<TrainingSample>& sampl
   for (size_t a = 0, row_begin = 0; a < micro.indices.size();) {
     const Segment segment = NextSegment(samples, micro, a, static_cast<int64_t>(row_begin));
     // The teacher: its own routing, no gradients, the student's temperature.
-    double start = Seconds();
+    double start = metrics::ProgressLine::SteadySeconds();
     auto teacher = teachers_.Acquire(segment.slot);
     if (!teacher.ok()) return teacher.status();
     model::PackedBatch part;
@@ -322,15 +320,15 @@ absl::Status OpdTrainer::DistilSegments(const std::vector<TrainingSample>& sampl
       scored = (*teacher)->Score(part, options);
     }
     if (!scored.ok()) return scored.status();
-    step.teacher_seconds += Seconds() - start;
+    step.teacher_seconds += metrics::ProgressLine::SteadySeconds() - start;
 
-    start = Seconds();
+    start = metrics::ProgressLine::SteadySeconds();
     if (absl::Status s = distiller_->Take(micro, segment, *scored, (*teacher)->LmHead(),
                                           step.normalizer, distilled);
         !s.ok()) {
       return s;
     }
-    step.student_seconds += Seconds() - start;
+    step.student_seconds += metrics::ProgressLine::SteadySeconds() - start;
     row_begin = static_cast<size_t>(segment.row_end);
     a = segment.b;
   }
@@ -354,7 +352,7 @@ void OpdTrainer::RecordKl(const std::vector<TrainingSample>& samples, const Micr
 }
 
 absl::StatusOr<TrainedStep> OpdTrainer::Train(const Batch& batch) {
-  const double start = Seconds();
+  const double start = metrics::ProgressLine::SteadySeconds();
   const config::RunConfig& config = run_.config;
   const std::vector<TrainingSample>& samples = batch.samples;
   LOOM_CHECK(!samples.empty(), "empty OPD batch");
@@ -396,7 +394,7 @@ absl::StatusOr<TrainedStep> OpdTrainer::Train(const Batch& batch) {
   }
   auto applied = optimizer_.Step(batch.step);
   if (!applied.ok()) return applied.status();
-  const double train_seconds = Seconds() - start;
+  const double train_seconds = metrics::ProgressLine::SteadySeconds() - start;
   if (run_.group != nullptr) {
     if (absl::Status s = step.figures.SumOverRanks(*run_.group); !s.ok()) return s;
   }

@@ -23,8 +23,6 @@
 namespace loom::train {
 namespace {
 
-double Seconds() { return metrics::ProgressLine::SteadySeconds(); }
-
 // Picks datasets by their live weight (inactive ones not at all) and walks
 // each one's training problems in order; the SFT data cursor is (rng state,
 // per-dataset index).
@@ -96,7 +94,7 @@ class SftSampler {
 // Returns its metrics line.
 absl::StatusOr<nlohmann::json> SftStep(TrainContext& context, StageOptimizer& optimizer,
                                        const std::vector<SftExample>& examples, int64_t step) {
-  const double start = Seconds();
+  const double start = metrics::ProgressLine::SteadySeconds();
   const size_t n = examples.size(), rank = static_cast<size_t>(context.rank()),
                ranks = static_cast<size_t>(context.world_size());
   const size_t first = n * rank / ranks, end = n * (rank + 1) / ranks;
@@ -137,7 +135,7 @@ absl::StatusOr<nlohmann::json> SftStep(TrainContext& context, StageOptimizer& op
     if (!summed.ok()) return summed.status();
     loss_sum = (*summed)[0];
   }
-  const double seconds = Seconds() - start;
+  const double seconds = metrics::ProgressLine::SteadySeconds() - start;
   nlohmann::json record{{"stage", kSftStage},
                         {"step", step + 1},
                         {"version", context.policy_version},
