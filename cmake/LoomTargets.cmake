@@ -30,8 +30,9 @@ target_precompile_headers(loom_torch_pch PRIVATE <ATen/ATen.h> <torch/types.h>
 # Unity batches: the sources of a module (and of the binary) compile a few at
 # a time as one unit, so the LibTorch precompiled header, CLI11 (header-only)
 # and nlohmann/json are loaded and their inline code generated once per batch
-# instead of once per file. On 2 cores this halves a cold build
-# (docs/PERFORMANCE.md, "Build"). -DLOOM_UNITY_BUILD=OFF compiles file by file.
+# instead of once per file. On 2 cores a cold build of `loom` takes a third of
+# the time (docs/PERFORMANCE.md, "build: unity batches, cold").
+# -DLOOM_UNITY_BUILD=OFF compiles file by file.
 option(LOOM_UNITY_BUILD "Compile each module's sources in unity batches" ON)
 set(LOOM_UNITY_BATCH 8 CACHE STRING "Sources per unity batch")
 function(loom_unity target)
