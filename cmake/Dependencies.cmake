@@ -11,6 +11,14 @@ if(CCACHE_PROGRAM)
       ${CCACHE_PROGRAM})
 endif()
 
+# lld links the LibTorch executables (the binary, ~55 tests) several times
+# faster than GNU ld; it is used when installed (scripts/setup.sh installs it).
+option(LOOM_USE_LLD "Link with lld when it is installed" ON)
+find_program(LOOM_LLD ld.lld)
+if(LOOM_USE_LLD AND LOOM_LLD)
+  add_link_options(-fuse-ld=lld)
+endif()
+
 # Protobuf and gRPC come before LibTorch: pip LibTorch's Caffe2Config.cmake defines
 # protobuf::libprotobuf as an empty INTERFACE target when none exists yet, and
 # FindProtobuf then keeps that dummy, so loom_proto would link no libprotobuf.

@@ -27,11 +27,12 @@ target_compile_options(loom_torch_pch PRIVATE ${LOOM_WARNINGS})
 target_precompile_headers(loom_torch_pch PRIVATE <ATen/ATen.h> <torch/types.h>
                           <vector> <string> <memory> <unordered_map>)
 
-# Unity batches: the sources of a module (and of the binary) compile a few at
-# a time as one unit, so the LibTorch precompiled header, CLI11 (header-only)
-# and nlohmann/json are loaded and their inline code generated once per batch
-# instead of once per file. On 2 cores a cold build of `loom` takes a third of
-# the time (docs/PERFORMANCE.md, "build: unity batches, cold").
+# Unity batches: the sources of a module (and of the binary, and of a test
+# executable) compile a few at a time as one unit, so the LibTorch precompiled
+# header, CLI11 (header-only), GoogleTest and nlohmann/json are loaded and
+# their inline code generated once per batch instead of once per file. On 2
+# cores a cold build of `loom` takes a third of the time (docs/PERFORMANCE.md,
+# "build: unity batches, cold").
 # -DLOOM_UNITY_BUILD=OFF compiles file by file.
 option(LOOM_UNITY_BUILD "Compile each module's sources in unity batches" ON)
 set(LOOM_UNITY_BATCH 8 CACHE STRING "Sources per unity batch")
@@ -70,6 +71,7 @@ function(loom_test name)
     LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     LOOM_BINARY="$<TARGET_FILE:loom>")
   target_link_libraries(${name} PRIVATE ${T_DEPS} GTest::gtest GTest::gtest_main)
+  loom_unity(${name})
   if(T_TORCH)
     loom_use_torch(${name})
   endif()

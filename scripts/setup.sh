@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 # GoogleTest and Google Benchmark are small and the build's configure step
 # looks for them.
 DEB_PACKAGES=(
-  build-essential cmake ninja-build ccache pkg-config git
+  build-essential cmake ninja-build ccache lld pkg-config git
   libtorch-dev libopenblas0-pthread
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   nlohmann-json3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev

@@ -9,17 +9,17 @@
 namespace loom::chat {
 namespace {
 
-const std::string E = "<｜end▁of▁sentence｜>", D = "｜DSML｜";
+const std::string kEos = "<｜end▁of▁sentence｜>", kDsml = "｜DSML｜";
 
 std::string Calls(const std::string& invokes) {
-  return "\n\n<" + D + "tool_calls>\n" + invokes + "\n</" + D + "tool_calls>";
+  return "\n\n<" + kDsml + "tool_calls>\n" + invokes + "\n</" + kDsml + "tool_calls>";
 }
 std::string Invoke(const std::string& name, const std::string& params) {
-  return "<" + D + "invoke name=\"" + name + "\">\n" + params + "\n</" + D + "invoke>";
+  return "<" + kDsml + "invoke name=\"" + name + "\">\n" + params + "\n</" + kDsml + "invoke>";
 }
 std::string Param(const std::string& k, bool str, const std::string& v) {
-  return "<" + D + "parameter name=\"" + k + "\" string=\"" + (str ? "true" : "false") + "\">" + v +
-         "</" + D + "parameter>";
+  return "<" + kDsml + "parameter name=\"" + k + "\" string=\"" + (str ? "true" : "false") + "\">" +
+         v + "</" + kDsml + "parameter>";
 }
 
 void ExpectParseError(const std::string& text, ThinkingMode mode, const std::string& reason) {
@@ -29,7 +29,7 @@ void ExpectParseError(const std::string& text, ThinkingMode mode, const std::str
 }
 
 TEST(ParseTest, ThinkingCompletionWithContent) {
-  auto m = ParseCompletion("Let me think.</think>Paris." + E, ThinkingMode::kThinking);
+  auto m = ParseCompletion("Let me think.</think>Paris." + kEos, ThinkingMode::kThinking);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->reasoning_content, "Let me think.");
   EXPECT_EQ(m->content, "Paris.");
@@ -37,7 +37,7 @@ TEST(ParseTest, ThinkingCompletionWithContent) {
 }
 
 TEST(ParseTest, ChatCompletionHasNoReasoning) {
-  auto m = ParseCompletion("Hello" + E, ThinkingMode::kChat);
+  auto m = ParseCompletion("Hello" + kEos, ThinkingMode::kChat);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->content, "Hello");
   EXPECT_EQ(m->reasoning_content, "");
@@ -49,7 +49,7 @@ TEST(ParseTest, ToolCallsRebuildArgumentsJson) {
       Calls(Invoke("get", Param("city", true, "Zürich \"Z\"") + "\n" + Param("n", false, "3") +
                               "\n" + Param("o", false, "{\"a\": [1]}")) +
             "\n" + Invoke("none", "")) +
-      E;
+      kEos;
   auto m = ParseCompletion(text, ThinkingMode::kThinking);
   ASSERT_TRUE(m.ok()) << m.status();
   ASSERT_EQ(m->tool_calls.size(), 2u);
@@ -61,7 +61,7 @@ TEST(ParseTest, ToolCallsRebuildArgumentsJson) {
   EXPECT_EQ(m->content, "");
   // The block may also end the text without EOS.
   EXPECT_TRUE(
-      ParseCompletion(text.substr(0, text.size() - E.size()), ThinkingMode::kThinking).ok());
+      ParseCompletion(text.substr(0, text.size() - kEos.size()), ThinkingMode::kThinking).ok());
 }
 
 TEST(ParseTest, EncodedAssistantMessageParsesBack) {
@@ -81,7 +81,7 @@ TEST(ParseTest, EncodedAssistantMessageParsesBack) {
 
 TEST(ParseTest, ReasoningMustEnd) {
   ExpectParseError("still thinking", ThinkingMode::kThinking, "missing </think>");
-  ExpectParseError("r" + Calls(Invoke("f", "")) + E, ThinkingMode::kThinking,
+  ExpectParseError("r" + Calls(Invoke("f", "")) + kEos, ThinkingMode::kThinking,
                    "tool calls before </think>");
 }
 
@@ -91,37 +91,39 @@ TEST(ParseTest, ContentMustEnd) {
 }
 
 TEST(ParseTest, NothingAfterTheEnd) {
-  ExpectParseError("a" + E + "b", ThinkingMode::kChat, "after end of sentence");
-  ExpectParseError("a" + E + E, ThinkingMode::kChat, "after end of sentence");
-  ExpectParseError("a" + Calls(Invoke("f", "")) + "x" + E, ThinkingMode::kChat,
+  ExpectParseError("a" + kEos + "b", ThinkingMode::kChat, "after end of sentence");
+  ExpectParseError("a" + kEos + kEos, ThinkingMode::kChat, "after end of sentence");
+  ExpectParseError("a" + Calls(Invoke("f", "")) + "x" + kEos, ThinkingMode::kChat,
                    "after the tool calls");
 }
 
 TEST(ParseTest, SpecialStringsMayNotAppearInText) {
-  ExpectParseError("a<think>b" + E, ThinkingMode::kChat, "'<think>' in content");
-  ExpectParseError("x<｜begin▁of▁sentence｜></think>a" + E, ThinkingMode::kThinking,
+  ExpectParseError("a<think>b" + kEos, ThinkingMode::kChat, "'<think>' in content");
+  ExpectParseError("x<｜begin▁of▁sentence｜></think>a" + kEos, ThinkingMode::kThinking,
                    "in reasoning");
-  ExpectParseError("a " + D + " b" + E, ThinkingMode::kChat, "｜DSML｜");
+  ExpectParseError("a " + kDsml + " b" + kEos, ThinkingMode::kChat, "｜DSML｜");
 }
 
 TEST(ParseTest, ToolCallFormatErrors) {
   ExpectParseError("a" + Calls(Invoke("f", Param("k", true, "1") + "\n" + Param("k", true, "2"))),
                    ThinkingMode::kChat, "duplicate parameter name 'k'");
-  ExpectParseError("a\n\n<" + D + "tool_calls>\n" + Invoke("f", ""), ThinkingMode::kChat,
+  ExpectParseError("a\n\n<" + kDsml + "tool_calls>\n" + Invoke("f", ""), ThinkingMode::kChat,
                    "not closed");
-  ExpectParseError("a\n\n<" + D + "tool_calls> \n" + Invoke("f", "") + "\n</" + D + "tool_calls>",
-                   ThinkingMode::kChat, "expected '>\\n'");
-  ExpectParseError("a" + Calls("<" + D + "invoke nam=\"f\">\n\n</" + D + "invoke>"),
+  ExpectParseError(
+      "a\n\n<" + kDsml + "tool_calls> \n" + Invoke("f", "") + "\n</" + kDsml + "tool_calls>",
+      ThinkingMode::kChat, "expected '>\\n'");
+  ExpectParseError("a" + Calls("<" + kDsml + "invoke nam=\"f\">\n\n</" + kDsml + "invoke>"),
                    ThinkingMode::kChat, "tool name format error");
-  ExpectParseError("a" + Calls(Invoke("f", "<" + D + "parameter name=\"k\" string=\"maybe\">v</" +
-                                               D + "parameter>")),
-                   ThinkingMode::kChat, "parameter format error");
-  ExpectParseError("a" + Calls(Invoke("f", "<" + D + "parameter name=\"k\" string=\"true\">v")),
+  ExpectParseError(
+      "a" + Calls(Invoke("f", "<" + kDsml + "parameter name=\"k\" string=\"maybe\">v</" + kDsml +
+                                  "parameter>")),
+      ThinkingMode::kChat, "parameter format error");
+  ExpectParseError("a" + Calls(Invoke("f", "<" + kDsml + "parameter name=\"k\" string=\"true\">v")),
                    ThinkingMode::kChat, "not closed");
 }
 
 TEST(ParseTest, JsonOutputHasTheDocumentedShape) {
-  auto m = ParseCompletion("r</think>" + Calls(Invoke("f", Param("a", false, "1"))) + E,
+  auto m = ParseCompletion("r</think>" + Calls(Invoke("f", Param("a", false, "1"))) + kEos,
                            ThinkingMode::kThinking);
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(ParsedMessageToJson(*m).dump(),

@@ -30,7 +30,7 @@ RunConfig TwoDatasets() {
   return *config;
 }
 
-std::string ErrorText(const absl::StatusOr<RunConfig>& config) {
+std::string RefusalText(const absl::StatusOr<RunConfig>& config) {
   return config.ok() ? "(accepted)" : std::string(config.status().message());
 }
 
@@ -100,34 +100,34 @@ TEST(LiveConfigKeysTest, TeachersAreAddedReplacedAndRemoved) {
 TEST(LiveConfigKeysTest, RejectionsSayWhichKeyAndWhatWasExpected) {
   const RunConfig current = TwoDatasets();
   std::vector<LiveChange> changes;
-  EXPECT_EQ(ErrorText(ApplyLiveChange(current, {"model.path=other"}, changes)),
+  EXPECT_EQ(RefusalText(ApplyLiveChange(current, {"model.path=other"}, changes)),
             "model.path: not live-changeable (live keys: tasks.datasets.*.weight, "
             "tasks.datasets.*.active, tasks.datasets.*.max_inflight, tasks.datasets.*.teacher, "
             "tasks.eval_every, opd.teachers, opd.teachers.*.name, opd.teachers.*.path, "
             "opd.teachers.*.config); change it in the config and restart with --resume auto");
-  EXPECT_EQ(ErrorText(ApplyLiveChange(current, {"tasks.datasets.sort.weight=-1"}, changes)),
+  EXPECT_EQ(RefusalText(ApplyLiveChange(current, {"tasks.datasets.sort.weight=-1"}, changes)),
             "tasks.datasets[1].weight: out of range: expected a value >= 0, got -1");
-  EXPECT_EQ(ErrorText(ApplyLiveChange(current, {"tasks.datasets.sort.wieght=1"}, changes)),
+  EXPECT_EQ(RefusalText(ApplyLiveChange(current, {"tasks.datasets.sort.wieght=1"}, changes)),
             "tasks.datasets[1].wieght: unknown key (did you mean 'weight'?)");
-  EXPECT_EQ(ErrorText(ApplyLiveChange(current, {"tasks.datasets.reverse.weight=1"}, changes)),
+  EXPECT_EQ(RefusalText(ApplyLiveChange(current, {"tasks.datasets.reverse.weight=1"}, changes)),
             "tasks.datasets: no entry 'reverse': give an index 0..1 or a name (arith, sort)");
-  EXPECT_EQ(ErrorText(ApplyLiveChange(current, {"tasks.datasets.sort.weight=lots"}, changes)),
+  EXPECT_EQ(RefusalText(ApplyLiveChange(current, {"tasks.datasets.sort.weight=lots"}, changes)),
             "tasks.datasets[1].weight: expected a number, got 'lots'");
-  EXPECT_EQ(ErrorText(ApplyLiveChange(current, {"tasks.datasets.sort.teacher=t9"}, changes)),
+  EXPECT_EQ(RefusalText(ApplyLiveChange(current, {"tasks.datasets.sort.teacher=t9"}, changes)),
             "tasks.datasets[1].teacher: unknown teacher 't9' (opd.teachers: t1, t2)");
-  EXPECT_EQ(ErrorText(ApplyLiveChange(current, {"~opd.teachers.t2"}, changes)),
+  EXPECT_EQ(RefusalText(ApplyLiveChange(current, {"~opd.teachers.t2"}, changes)),
             "tasks.datasets[1].teacher: unknown teacher 't2' (opd.teachers: t1)");
   EXPECT_EQ(
-      ErrorText(ApplyLiveChange(current, {"+tasks.datasets={name: more, teacher: t1}"}, changes)),
+      RefusalText(ApplyLiveChange(current, {"+tasks.datasets={name: more, teacher: t1}"}, changes)),
       "tasks.datasets: entries cannot be added, removed or reordered while a run goes on (the "
       "run has [arith, sort], the change gives [arith, sort, more])");
-  EXPECT_EQ(ErrorText(ApplyLiveChange(current, {"tasks.datasets.sort.weight=2"}, changes)),
+  EXPECT_EQ(RefusalText(ApplyLiveChange(current, {"tasks.datasets.sort.weight=2"}, changes)),
             "nothing changes: every value given is already the live one");
-  EXPECT_EQ(ErrorText(ApplyLiveChange(current, {"tasks.datasets.sort.weight"}, changes)),
+  EXPECT_EQ(RefusalText(ApplyLiveChange(current, {"tasks.datasets.sort.weight"}, changes)),
             "tasks.datasets.sort.weight: expected key=value, +list=value (append) or ~key "
             "(remove), e.g. --set rollout.max_batch=32");
   // A live key beside a refused one: the whole change is refused.
-  EXPECT_EQ(ErrorText(ApplyLiveChange(
+  EXPECT_EQ(RefusalText(ApplyLiveChange(
                 current, {"tasks.datasets.sort.weight=0.5", "rollout.temperature=0.5"}, changes)),
             "rollout.temperature: not live-changeable (live keys: tasks.datasets.*.weight, "
             "tasks.datasets.*.active, tasks.datasets.*.max_inflight, tasks.datasets.*.teacher, "
