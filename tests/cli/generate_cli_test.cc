@@ -4,12 +4,11 @@
 
 #include <gtest/gtest.h>
 
-#include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
-#include "loom/model/transformer.h"
 #include "loom/tokenizer/dsv4_tokens.h"
 #include "loom/tokenizer/tokenizer.h"
+#include "testing/bigram_model.h"
 #include "testing/temp_dir.h"
 
 namespace loom {
@@ -18,11 +17,7 @@ namespace {
 using testing::RunLoom;
 using testing::TempDir;
 
-// Rewrites the model in `dir` so that greedy decoding after `<think>` writes
-// "</think>x" and then the end of sentence. Every layer's output projections
-// are zero, so the last position's hidden state is the final norm of its own
-// token's embedding; the embeddings are basis vectors and the LM head maps
-// each one to the token that should follow it.
+// Greedy decoding after `<think>` writes "</think>x" and then the end of sentence.
 void MakeModelAnswerX(const std::string& dir) {
   auto tok = tokenizer::Tokenizer::FromFile(dir + "/tokenizer.json");
   ASSERT_TRUE(tok.ok()) << tok.status();
@@ -31,26 +26,7 @@ void MakeModelAnswerX(const std::string& dir) {
   const int64_t eos = *(*tok)->TokenToId(tokenizer::dsv4::kEos);
   const auto x = (*tok)->Encode("x");
   ASSERT_TRUE(x.ok() && x->size() == 1u);
-  auto model = model::Transformer::Load(dir, {});
-  ASSERT_TRUE(model.ok()) << model.status();
-  at::NoGradGuard no_grad;
-  for (auto& [name, weight] : (*model)->NamedParameters()) {
-    if (name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos) {
-      weight.zero_();
-    } else if (name.find("embed_tokens") != std::string::npos) {
-      weight.zero_();
-      weight.select(1, 3).fill_(1);  // every other token: a direction the head ignores
-      weight[think].zero_()[0] = 1;
-      weight[think_end].zero_()[1] = 1;
-      weight[(*x)[0]].zero_()[2] = 1;
-    } else if (name.find("lm_head") != std::string::npos) {
-      weight.zero_();
-      weight[think_end][0] = 1;  // after <think>
-      weight[(*x)[0]][1] = 1;    // after </think>
-      weight[eos][2] = 1;        // after x
-    }
-  }
-  ASSERT_TRUE((*model)->Save(dir).ok());
+  testing::MakeBigramModel(dir, {{think, think_end}, {think_end, (*x)[0]}, {(*x)[0], eos}});
 }
 
 TEST(GenerateCliTest, KeepsTheEndOfSentenceAndParsesTheCompletion) {

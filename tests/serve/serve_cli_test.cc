@@ -1,0 +1,217 @@
+// `loom serve` as a separate process on 127.0.0.1, driven over real sockets:
+// the API key, /v1/models, whole and streamed Chat Completions that agree
+// token for token, named errors for malformed requests, and turns cancelled
+// when their client hangs up (so no engine slot leaks). The models are tiny
+// ones `loom init-model` makes; where the answer must be known in advance
+// their weights are set by hand (testing/bigram_model.h).
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "serve/serve_process.h"
+
+namespace loom {
+namespace {
+
+using nlohmann::json;
+using testing::AnswerXModel;
+using testing::Ask;
+using testing::EndlessModel;
+using testing::Events;
+using testing::HttpReply;
+using testing::InitModel;
+using testing::Join;
+using testing::kAuth;
+using testing::RunLoom;
+using testing::Server;
+using testing::SocketClient;
+using testing::Streamed;
+using testing::TempDir;
+
+TEST(ServeCliTest, EveryRequestNeedsTheKey) {
+  TempDir dir;
+  Server server(dir, InitModel(dir, "model"), "");
+  ASSERT_GT(server.port(), 0) << server.Log();
+  auto get = [&](const std::vector<std::string>& headers) {
+    SocketClient client = server.Connect();
+    std::string head = "GET /v1/models HTTP/1.1\r\n";
+    for (const std::string& h : headers) head += h + "\r\n";
+    client.Send(head + "\r\n");
+    return client.ReadResponse();
+  };
+  for (const auto& headers :
+       std::vector<std::vector<std::string>>{{},
+                                             {"Authorization: Bearer sk-wrong"},
+                                             {"x-api-key: sk-test-ke"},
+                                             {"Authorization: sk-test-key"}}) {
+    HttpReply refused = get(headers);
+    EXPECT_EQ(refused.status, 401) << refused.body;
+    EXPECT_EQ(json::parse(refused.body)["error"]["type"], "authentication_error");
+  }
+  for (const std::string& header : {kAuth, std::string("x-api-key: ") + testing::kKey}) {
+    HttpReply ok = get({header});
+    ASSERT_EQ(ok.status, 200) << ok.body;
+    EXPECT_EQ(json::parse(ok.body)["data"][0]["id"], "tiny");
+  }
+  EXPECT_EQ(server.Post(Ask("hi", 4, false), {}).status, 401);
+}
+
+TEST(ServeCliTest, AnAnswerComesWholeOrStreamedAlike) {
+  TempDir dir;
+  Server server(dir, AnswerXModel(dir), "");
+  ASSERT_GT(server.port(), 0) << server.Log();
+
+  HttpReply whole = server.Post(Ask("Say x.", 16, false));
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  json response = json::parse(whole.body);
+  EXPECT_EQ(response["object"], "chat.completion");
+  EXPECT_EQ(response["model"], "tiny");
+  EXPECT_EQ(response["choices"][0]["message"]["content"], "x");
+  EXPECT_FALSE(response["choices"][0]["message"].contains("reasoning_content"));
+  EXPECT_EQ(response["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(response["usage"]["completion_tokens"], 3);  // </think> x EOS
+
+  HttpReply stream = server.Post(Ask("Say x.", 16, true));
+  ASSERT_EQ(stream.status, 200) << stream.body;
+  EXPECT_EQ(stream.header("content-type"), "text/event-stream");
+  Streamed streamed = Join(stream);
+  EXPECT_TRUE(streamed.done);
+  EXPECT_EQ(streamed.content, "x");
+  EXPECT_EQ(streamed.reasoning, "");
+  EXPECT_EQ(streamed.finish, "stop");
+  EXPECT_EQ(streamed.usage, response["usage"]);
+  EXPECT_EQ(json::parse(Events(stream).front())["choices"][0]["delta"]["role"], "assistant");
+}
+
+TEST(ServeCliTest, StreamedAndWholeAgreeOnAnUntrainedModel) {
+  TempDir dir;
+  Server server(dir, InitModel(dir, "model"), "--effort low");
+  ASSERT_GT(server.port(), 0) << server.Log();
+  for (std::string prompt : {"What is 2+2?", "Write a haiku about rain."}) {
+    json request = Ask(prompt, 24, false);
+    request["reasoning_effort"] = "max";
+    HttpReply whole = server.Post(request);
+    ASSERT_EQ(whole.status, 200) << whole.body;
+    json response = json::parse(whole.body);
+    request["stream"] = true;
+    Streamed streamed = Join(server.Post(request));
+    const json& message = response["choices"][0]["message"];
+    EXPECT_EQ(streamed.reasoning, message.value("reasoning_content", "")) << prompt;
+    EXPECT_EQ(streamed.content, message["content"]) << prompt;
+    EXPECT_EQ(streamed.finish, response["choices"][0]["finish_reason"]);
+    EXPECT_EQ(streamed.usage, response["usage"]);
+  }
+}
+
+TEST(ServeCliTest, MalformedRequestsGetTheirStatusAndNameTheField) {
+  TempDir dir;
+  Server server(dir, InitModel(dir, "model"), "--context 64 --max-body-bytes 4096");
+  ASSERT_GT(server.port(), 0) << server.Log();
+  auto error_of = [](const HttpReply& reply) { return json::parse(reply.body)["error"]; };
+
+  SocketClient raw = server.Connect();
+  raw.Post("/v1/chat/completions", "{\"messages\": [", {kAuth});
+  HttpReply not_json = raw.ReadResponse();
+  EXPECT_EQ(not_json.status, 400);
+  EXPECT_NE(error_of(not_json)["message"].get<std::string>().find("not JSON"), std::string::npos);
+
+  json bad_role = Ask("x", 4, false);
+  bad_role["messages"][0]["role"] = "wizard";
+  HttpReply role = server.Post(bad_role);
+  EXPECT_EQ(role.status, 400);
+  EXPECT_EQ(error_of(role)["param"], "messages[0].role");
+
+  json effort = Ask("x", 4, false);
+  effort["reasoning_effort"] = "extreme";
+  HttpReply unknown_effort = server.Post(effort);
+  EXPECT_EQ(unknown_effort.status, 400);
+  EXPECT_EQ(error_of(unknown_effort)["param"], "reasoning_effort");
+
+  HttpReply long_prompt = server.Post(Ask(std::string(300, 'a') + " b c d e f g", 4, false));
+  EXPECT_EQ(long_prompt.status, 400);
+  EXPECT_EQ(error_of(long_prompt)["code"], "context_length_exceeded");
+
+  HttpReply too_big = server.Post(Ask(std::string(5000, 'a'), 4, false));
+  EXPECT_EQ(too_big.status, 413);
+
+  SocketClient get = server.Connect();
+  get.Send("GET /v1/chat/completions HTTP/1.1\r\n" + kAuth + "\r\n\r\n");
+  EXPECT_EQ(get.ReadResponse().status, 405);
+  SocketClient nowhere = server.Connect();
+  nowhere.Send("GET /v1/nowhere HTTP/1.1\r\n" + kAuth + "\r\n\r\n");
+  EXPECT_EQ(nowhere.ReadResponse().status, 404);
+
+  HttpReply fine = server.Post(Ask("x", 4, false));  // and it still serves
+  EXPECT_EQ(fine.status, 200) << fine.body;
+}
+
+TEST(ServeCliTest, AClientThatHangsUpCancelsItsTurnAndFreesItsSlot) {
+  TempDir dir;
+  Server server(dir, EndlessModel(dir), "--max-batch 1 --pool-tokens 70000");
+  ASSERT_GT(server.port(), 0) << server.Log();
+
+  SocketClient streaming = server.Connect();
+  streaming.Post("/v1/chat/completions", Ask("go", 60000, true).dump(), {kAuth});
+  ASSERT_EQ(streaming.ReadHead().status, 200);
+  ASSERT_FALSE(streaming.ReadChunk().empty());
+  ASSERT_FALSE(streaming.ReadChunk().empty());
+  streaming.Close();
+  const std::string after = server.AwaitLog("turn 0: cancelled \\(client gone\\) after ([0-9]+)");
+  ASSERT_FALSE(after.empty()) << server.Log();
+  EXPECT_LT(std::stoi(after), 60000);
+
+  SocketClient waiting = server.Connect();  // a whole response nobody waits for
+  waiting.Post("/v1/chat/completions", Ask("go", 60000, false).dump(), {kAuth});
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  waiting.Close();
+  ASSERT_FALSE(server.AwaitLog("turn 1: cancelled \\(client gone\\)").empty()) << server.Log();
+
+  // With one slot, this would wait behind a leaked turn for minutes.
+  HttpReply next = server.Post(Ask("go", 5, false));
+  ASSERT_EQ(next.status, 200) << next.body;
+  json response = json::parse(next.body);
+  EXPECT_EQ(response["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(response["choices"][0]["message"]["reasoning_content"], "yyyyy");
+}
+
+TEST(ServeCliTest, ConcurrentTurnsAreGeneratedTogether) {
+  TempDir dir;
+  Server server(dir, EndlessModel(dir), "--max-batch 4");
+  ASSERT_GT(server.port(), 0) << server.Log();
+  std::vector<SocketClient> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(server.Connect());
+    clients.back().Post("/v1/chat/completions", Ask("go " + std::to_string(i), 200, true).dump(),
+                        {kAuth});
+  }
+  for (SocketClient& client : clients) {
+    Streamed s = Join(client.ReadResponse());
+    EXPECT_EQ(s.reasoning, std::string(200, 'y'));
+    EXPECT_EQ(s.finish, "length");
+    EXPECT_EQ(s.usage["completion_tokens"], 200);
+  }
+}
+
+TEST(ServeCliTest, BadFlagsAreUsageErrors) {
+  TempDir dir;
+  const std::string model = InitModel(dir, "model");
+  auto open = RunLoom("serve --model " + model + " --listen 0.0.0.0:0");
+  EXPECT_EQ(open.exit_code, 2);
+  EXPECT_NE(open.err.find("--listen '0.0.0.0:0': only a loopback address without --api-key"),
+            std::string::npos)
+      << open.err;
+  auto effort = RunLoom("serve --model " + model + " --listen 127.0.0.1:0 --effort extreme");
+  EXPECT_EQ(effort.exit_code, 2);
+  EXPECT_NE(effort.err.find("unknown effort 'extreme'"), std::string::npos) << effort.err;
+  auto names = RunLoom("serve --model " + model + " --effort-names medium=500");
+  EXPECT_EQ(names.exit_code, 2);
+  EXPECT_NE(names.err.find("effort name 'medium'"), std::string::npos) << names.err;
+  auto missing = RunLoom("serve --model " + dir / "nothing" + " --listen 127.0.0.1:0");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("nothing"), std::string::npos) << missing.err;
+}
+
+}  // namespace
+}  // namespace loom
