@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "loom/sandbox/sandbox.h"
 #include "worker_fixture.h"
 
 namespace loom {
@@ -384,6 +385,10 @@ TEST(WorkerTest, SandboxesDieWithTheWorkerAndLeftoversAreCleanedAtStart) {
   ASSERT_TRUE(next);
   EXPECT_FALSE(std::filesystem::exists(dead_dir)) << "leftovers of a dead worker were kept";
   next.reset();  // a live worker's directory holds its mounts
+  // A worker stopped while it mounts a session (its health probe, under a
+  // loaded machine) can leave that mount behind; the next worker's start
+  // cleans it, as asserted above for a killed one. Clean the same way here.
+  sandbox::CleanLeftovers(root);
   std::filesystem::remove_all(root, ec);
   EXPECT_FALSE(ec) << ec.message();
 }
