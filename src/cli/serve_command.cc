@@ -2,7 +2,8 @@
 // model endpoint outside training, for evaluation and for trying a
 // checkpoint with an agent harness by hand. OpenAI Chat Completions at
 // /v1/chat/completions (streaming or not) and /v1/models, on the rollout
-// engine with continuous batching across concurrent requests. Prints
+// engine with continuous batching across concurrent requests; a request
+// that extends an earlier conversation continues on its tokens and KV. Prints
 // "loom serve: listening on http://HOST:PORT" once it accepts; SIGINT or
 // SIGTERM stops it (exit 0). Without --api-key it listens on loopback only.
 
@@ -39,6 +40,7 @@ struct ServeOptions {
   int64_t pool_tokens = 65536;
   int64_t context = 0;
   int64_t max_body_bytes = 8 << 20;
+  int64_t max_held = 64;
   uint64_t seed = 0;
   int threads = 0;
 };
@@ -110,6 +112,7 @@ absl::Status RunServe(const ServeOptions& o) {
   options.default_effort = o.effort;
   options.effort_names = *std::move(names);
   options.context_window = o.context > 0 ? std::min(o.context, positions) : positions;
+  options.max_held = static_cast<size_t>(o.max_held);
   auto endpoint = serve::Endpoint::Create(**tok, **runner, std::move(options));
   if (!endpoint.ok()) return endpoint.status();
   serve::HttpLimits limits;
@@ -157,6 +160,9 @@ void SetupServe(CLI::App& app, Context& context) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-held", o->max_held,
+                  "Conversations kept between requests with their KV, to continue on (LRU)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", o->seed, "Sampling seed");
   cmd->add_option("--threads", o->threads, "Intra-op CPU threads (0 = all cores)");
   cmd->callback([o, &context] {

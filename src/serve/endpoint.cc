@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <ctime>
 
 #include "absl/strings/str_cat.h"
@@ -34,12 +35,15 @@ const char* FinishReason(TurnOutcome::Finish finish) {
 }
 
 // One line per turn, as an operator reads a request log.
-void LogTurn(uint64_t turn, const TurnOutcome& outcome) {
+// `appended`: tokens appended to a held conversation, or -1 for a new one.
+void LogTurn(uint64_t turn, const TurnOutcome& outcome, int64_t appended) {
   const char* how = outcome.finish == TurnOutcome::Finish::kCancelled ? "cancelled (client gone)"
                     : !outcome.status.ok()                            ? "failed"
                                            : FinishReason(outcome.finish);
-  spdlog::info("turn {}: {} after {} tokens, prompt {}{}{}", turn, how, outcome.completion_tokens,
-               outcome.prompt_tokens, outcome.format_error ? ", malformed completion" : "",
+  spdlog::info("turn {}: {} after {} tokens, prompt {}{}{}{}", turn, how, outcome.completion_tokens,
+               outcome.prompt_tokens,
+               appended >= 0 ? absl::StrCat(" (continued: ", appended, " new)") : " (new)",
+               outcome.format_error ? ", malformed completion" : "",
                outcome.status.ok() ? "" : absl::StrCat(": ", outcome.status.message()));
 }
 
@@ -74,7 +78,8 @@ Endpoint::Endpoint(const tokenizer::Tokenizer& tokenizer, TurnRunner& runner,
       runner_(runner),
       options_(std::move(options)),
       special_(special),
-      tool_calls_end_(std::move(tool_calls_end)) {}
+      tool_calls_end_(std::move(tool_calls_end)),
+      store_(options_.max_held) {}
 
 bool Endpoint::Authorized(const HttpRequest& request) const {
   if (options_.api_key.empty()) return true;
@@ -107,9 +112,29 @@ void Endpoint::Handle(const HttpRequest& request, HttpResponder& out) {
   refuse(404, absl::StrCat("no route ", request.method, " ", request.path));
 }
 
-absl::StatusOr<std::shared_ptr<TurnRunner::Turn>> Endpoint::Begin(const TurnRequest& turn,
-                                                                  ApiError* error) {
+std::optional<Endpoint::Started> Endpoint::Continue(const TurnRequest& turn,
+                                                    const TurnSettings& settings,
+                                                    const chat::EncodeOptions& encode) {
+  std::optional<HeldConversation> held = store_.Take(turn.messages, settings);
+  if (!held) return std::nullopt;
+  const std::vector<chat::Message> added(turn.messages.begin() + held->messages.size(),
+                                         turn.messages.end());
+  auto next = chat::EncodeContinuation(held->messages, added, encode, tokenizer_);
+  if (!next.ok()) {  // the earlier prompt would change: a new segment instead
+    runner_.Release(held->sample);
+    return std::nullopt;
+  }
+  std::vector<int64_t> ids;
+  if (held->needs_eos) ids.push_back(special_.eos);
+  ids.insert(ids.end(), next->begin(), next->end());
+  Started started{nullptr, settings, static_cast<int64_t>(ids.size())};
+  started.turn = runner_.Continue(held->sample, std::move(ids));
+  return started;
+}
+
+absl::StatusOr<Endpoint::Started> Endpoint::Begin(const TurnRequest& turn, ApiError* error) {
   chat::EncodeOptions encode;
+  encode.drop_thinking = false;  // a conversation's tokens only grow (see the header)
   const std::string& effort_name = turn.effort.empty() ? options_.default_effort : turn.effort;
   if (!effort_name.empty()) {
     auto effort = options_.effort_names.Lookup(effort_name);
@@ -119,6 +144,9 @@ absl::StatusOr<std::shared_ptr<TurnRunner::Turn>> Endpoint::Begin(const TurnRequ
     }
     encode.reasoning_effort = *effort;
   }
+  ++turns_;
+  const TurnSettings settings{effort_name, turn.temperature, turn.top_p, turn.max_tokens};
+  if (std::optional<Started> continued = Continue(turn, settings, encode)) return *continued;
   auto ids = chat::EncodeIds(turn.messages, encode, tokenizer_);
   if (!ids.ok()) {
     *error = ErrorFromStatus(ids.status());
@@ -136,19 +164,26 @@ absl::StatusOr<std::shared_ptr<TurnRunner::Turn>> Endpoint::Begin(const TurnRequ
   request.prompt.assign(ids->begin(), ids->end());
   request.sampling.temperature = turn.temperature;
   request.sampling.top_p = turn.top_p;
-  const int64_t room = options_.context_window - prompt;
-  request.stop.max_new_tokens = turn.max_tokens > 0 ? std::min(turn.max_tokens, room) : room;
+  // Every turn of the conversation is generated on this sample: a message's
+  // end (EOS or a tool-call block) parks it for the next request, the
+  // request's max_tokens bounds each turn, the context all of them.
+  request.stop.max_new_tokens = options_.context_window;
   request.stop.max_context = options_.context_window;
-  request.stop.eos_token_ids = {special_.eos};
-  request.stop.tool_call_end = {tool_calls_end_};
-  ++turns_;
-  return runner_.Begin(std::move(request));
+  request.stop.tool_call_end = {tool_calls_end_, {special_.eos}};
+  request.stop.max_turn_tokens = turn.max_tokens;
+  return Started{runner_.Begin(std::move(request)), settings, -1};
 }
 
-TurnOutcome Endpoint::Follow(TurnRunner::Turn& turn, const TurnRequest& request, HttpResponder& out,
+bool Endpoint::EndsCleanly(const std::vector<int64_t>& tokens) const {
+  if (!tokens.empty() && tokens.back() == special_.eos) return true;
+  return tokens.size() >= tool_calls_end_.size() &&
+         std::equal(tool_calls_end_.rbegin(), tool_calls_end_.rend(), tokens.rbegin());
+}
+
+TurnOutcome Endpoint::Follow(const Started& started, const TurnRequest& request, HttpResponder& out,
                              const std::function<bool(const CompletionDelta&)>& on_delta) {
+  TurnRunner::Turn& turn = *started.turn;
   TurnOutcome outcome;
-  outcome.prompt_tokens = turn.prompt_tokens();
   CompletionView view(chat::ThinkingMode::kThinking, request.stop);
   TurnProgress progress;
   std::vector<int64_t> tokens;
@@ -157,11 +192,12 @@ TurnOutcome Endpoint::Follow(TurnRunner::Turn& turn, const TurnRequest& request,
     runner_.Cancel(turn);
     outcome.finish = TurnOutcome::Finish::kCancelled;
     outcome.completion_tokens = static_cast<int64_t>(tokens.size());
-    LogTurn(turn.id(), outcome);
+    LogTurn(turn.id(), outcome, started.appended);
     return outcome;
   };
   while (!progress.done && !view.stopped()) {
     progress = runner_.Wait(turn, tokens.size(), std::chrono::milliseconds(50));
+    outcome.prompt_tokens = progress.context;
     if (!progress.tokens.empty()) {
       tokens.insert(tokens.end(), progress.tokens.begin(), progress.tokens.end());
       auto decoded = tokenizer_.Decode({progress.tokens.begin(), progress.tokens.end()});
@@ -174,9 +210,12 @@ TurnOutcome Endpoint::Follow(TurnRunner::Turn& turn, const TurnRequest& request,
   if (view.stopped()) runner_.Cancel(turn);  // the content reached a stop string
   outcome.status = progress.status;
   outcome.completion_tokens = static_cast<int64_t>(tokens.size());
-  const bool complete = !view.stopped() && (progress.finish == rollout::FinishReason::kEos ||
-                                            progress.finish == rollout::FinishReason::kToolCall);
-  CompletionEnd end = view.Finish(text, complete);
+  outcome.held = progress.held && !view.stopped();
+  outcome.ended_with_eos = !tokens.empty() && tokens.back() == special_.eos;
+  const bool clean = !view.stopped() &&
+                     (progress.finish == rollout::FinishReason::kEos ||
+                      (progress.finish == rollout::FinishReason::kToolCall && EndsCleanly(tokens)));
+  CompletionEnd end = view.Finish(text, clean);
   if (!Empty(end.delta) && !on_delta(end.delta)) return cancel();
   outcome.reasoning = view.reasoning();
   outcome.content = view.content();
@@ -188,12 +227,29 @@ TurnOutcome Endpoint::Follow(TurnRunner::Turn& turn, const TurnRequest& request,
   outcome.tool_calls = std::move(end.tool_calls);
   if (!outcome.tool_calls.empty()) {
     outcome.finish = TurnOutcome::Finish::kToolCalls;
-  } else if (!view.stopped() && (progress.finish == rollout::FinishReason::kMaxNewTokens ||
-                                 progress.finish == rollout::FinishReason::kContextLimit)) {
-    outcome.finish = TurnOutcome::Finish::kLength;
+  } else if (!view.stopped() && !clean) {
+    outcome.finish = TurnOutcome::Finish::kLength;  // max tokens, the context, or a turn cut short
   }
-  LogTurn(turn.id(), outcome);
+  LogTurn(turn.id(), outcome, started.appended);
   return outcome;
+}
+
+void Endpoint::Keep(const TurnRequest& request, const Started& started,
+                    const TurnOutcome& outcome) {
+  const uint64_t sample = started.turn->sample();
+  if (!outcome.held || outcome.finish == TurnOutcome::Finish::kCancelled || !outcome.status.ok()) {
+    runner_.Release(sample);  // nothing if the sample already ended
+    return;
+  }
+  HeldConversation held{request.messages, sample, false, started.settings};
+  chat::Message assistant;
+  assistant.role = chat::Role::kAssistant;
+  assistant.content = outcome.content;
+  if (!outcome.reasoning.empty()) assistant.reasoning_content = outcome.reasoning;
+  assistant.tool_calls = outcome.tool_calls;
+  held.messages.push_back(std::move(assistant));
+  held.needs_eos = !outcome.ended_with_eos;
+  for (uint64_t evicted : store_.Put(std::move(held))) runner_.Release(evicted);
 }
 
 void Endpoint::ChatCompletions(const HttpRequest& request, HttpResponder& out) {
@@ -203,22 +259,24 @@ void Endpoint::ChatCompletions(const HttpRequest& request, HttpResponder& out) {
     return;
   }
   ApiError error;
-  auto turn = Begin(parsed->turn, &error);
-  if (!turn.ok()) {
+  auto started = Begin(parsed->turn, &error);
+  if (!started.ok()) {
     out.Send(error.status, kJson, ChatCompletionsError(error));
     return;
   }
-  const ChatCompletionsId id{absl::StrCat("chatcmpl-", (*turn)->id()),
+  const ChatCompletionsId id{absl::StrCat("chatcmpl-", started->turn->id()),
                              static_cast<int64_t>(std::time(nullptr)), options_.model_name};
   if (!parsed->turn.stream) {
     TurnOutcome outcome =
-        Follow(**turn, parsed->turn, out, [](const CompletionDelta&) { return true; });
+        Follow(*started, parsed->turn, out, [](const CompletionDelta&) { return true; });
+    Keep(parsed->turn, *started, outcome);  // before the client can send its next request
     if (outcome.finish == TurnOutcome::Finish::kCancelled) {
       out.Send(499, kJson, "");
       return;
     }
     if (!outcome.status.ok()) {
-      out.Send(500, kJson, ChatCompletionsError(ErrorFromStatus(outcome.status)));
+      const ApiError failure = ErrorFromStatus(outcome.status);
+      out.Send(failure.status, kJson, ChatCompletionsError(failure));
       return;
     }
     out.Send(200, kJson,
@@ -230,12 +288,13 @@ void Endpoint::ChatCompletions(const HttpRequest& request, HttpResponder& out) {
   }
   if (!out.BeginEvents() ||
       !out.Event(ChatChunkEvent(id, {{"role", "assistant"}, {"content", ""}}, nullptr))) {
-    runner_.Cancel(**turn);
+    runner_.Cancel(*started->turn);
     return;
   }
-  TurnOutcome outcome = Follow(**turn, parsed->turn, out, [&](const CompletionDelta& delta) {
+  TurnOutcome outcome = Follow(*started, parsed->turn, out, [&](const CompletionDelta& delta) {
     return out.Event(ChatChunkEvent(id, ChatDelta(delta), nullptr));
   });
+  Keep(parsed->turn, *started, outcome);
   if (outcome.finish == TurnOutcome::Finish::kCancelled) return;
   if (!outcome.status.ok()) {
     out.Event(

@@ -13,8 +13,15 @@ chat::ReasoningEffort Numeric(int b) { return {chat::ReasoningEffort::Kind::kNum
 }  // namespace
 
 ApiError ErrorFromStatus(const absl::Status& status) {
-  const bool client = status.code() == absl::StatusCode::kInvalidArgument;
-  return {client ? 400 : 500, std::string(status.message()), ""};
+  const std::string message(status.message());
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      return {400, message, ""};
+    case absl::StatusCode::kOutOfRange:
+      return {400, message, "context_length_exceeded"};
+    default:
+      return {500, message, ""};
+  }
 }
 
 EffortNames::EffortNames()

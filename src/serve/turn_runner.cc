@@ -5,9 +5,9 @@
 namespace loom::serve {
 namespace {
 
-// Copies the generated tokens of `state` the turn has not got yet.
-void CopyNew(const rollout::SampleState& state, TurnProgress& progress) {
-  const size_t from = static_cast<size_t>(state.prompt_length) + progress.tokens.size();
+// Copies the tokens of `state` from `start` on that `progress` has not got yet.
+void CopyNew(const rollout::SampleState& state, int64_t start, TurnProgress& progress) {
+  const size_t from = static_cast<size_t>(start) + progress.tokens.size();
   for (size_t i = from; i < state.tokens.size(); ++i) {
     progress.tokens.push_back(state.tokens[i]);
     progress.logprobs.push_back(state.logprobs[i]);
@@ -38,8 +38,9 @@ TurnRunner::~TurnRunner() {
 }
 
 std::shared_ptr<TurnRunner::Turn> TurnRunner::Begin(rollout::SampleRequest request) {
-  request.id = static_cast<uint64_t>(next_id_++);
-  std::shared_ptr<Turn> turn(new Turn(std::move(request)));
+  request.id = next_sample_++;
+  std::shared_ptr<Turn> turn(new Turn(next_turn_++, request.id));
+  turn->request_ = std::move(request);
   {
     std::lock_guard<std::mutex> lock(mu_);
     incoming_.push_back(turn);
@@ -48,12 +49,35 @@ std::shared_ptr<TurnRunner::Turn> TurnRunner::Begin(rollout::SampleRequest reque
   return turn;
 }
 
+std::shared_ptr<TurnRunner::Turn> TurnRunner::Continue(uint64_t sample,
+                                                       std::vector<int64_t> tokens) {
+  std::shared_ptr<Turn> turn(new Turn(next_turn_++, sample));
+  turn->append_ = std::move(tokens);
+  turn->continues_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    incoming_.push_back(turn);
+  }
+  work_.notify_all();
+  return turn;
+}
+
+void TurnRunner::Release(uint64_t sample) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    releases_.push_back(sample);
+  }
+  work_.notify_all();
+}
+
 TurnProgress TurnRunner::Wait(Turn& turn, size_t seen, std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(turn.mu_);
   const TurnProgress& all = turn.progress_;
   turn.changed_.wait_for(lock, timeout, [&] { return all.done || all.tokens.size() > seen; });
   TurnProgress news;
+  news.context = all.context;
   news.done = all.done;
+  news.held = all.held;
   news.finish = all.finish;
   news.status = all.status;
   if (all.tokens.size() > seen) {
@@ -69,39 +93,58 @@ void TurnRunner::Cancel(Turn& turn) {
 }
 
 void TurnRunner::End(Turn& turn, const rollout::SampleState* state, rollout::FinishReason finish,
-                     absl::Status status) {
+                     absl::Status status, bool held) {
   {
     std::lock_guard<std::mutex> lock(turn.mu_);
-    if (state != nullptr) CopyNew(*state, turn.progress_);
+    if (state != nullptr) CopyNew(*state, turn.start_, turn.progress_);
     turn.progress_.done = true;
+    turn.progress_.held = held;
     turn.progress_.finish = finish;
     turn.progress_.status = std::move(status);
   }
   turn.changed_.notify_all();
   std::lock_guard<std::mutex> lock(mu_);
-  open_.erase(turn.id());
+  auto it = open_.find(turn.sample());
+  if (it != open_.end() && it->second.get() == &turn) open_.erase(it);
+}
+
+void TurnRunner::Admit(Turn& turn) {
+  absl::Status admitted =
+      turn.continues_ ? engine_->Append(turn.sample(), turn.append_) : engine_->Add(turn.request_);
+  if (!admitted.ok()) return End(turn, nullptr, rollout::FinishReason::kNone, admitted);
+  if (turn.continues_) held_.erase(turn.sample());
+  turn.start_ = engine_->Find(turn.sample())->length();  // the prompt, or all before this turn
+  {
+    std::lock_guard<std::mutex> lock(turn.mu_);
+    turn.progress_.context = turn.start_;
+  }
 }
 
 bool TurnRunner::AdmitAndCancel() {
   std::deque<std::shared_ptr<Turn>> incoming;
+  std::vector<uint64_t> releases;
   std::vector<std::shared_ptr<Turn>> open;
   bool stopping;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    work_.wait(lock, [&] { return stopping_ || !incoming_.empty() || engine_->num_samples() > 0; });
+    work_.wait(lock, [&] {
+      return stopping_ || !incoming_.empty() || !releases_.empty() ||
+             engine_->num_samples() > static_cast<int64_t>(held_.size());
+    });
     stopping = stopping_;
     incoming.swap(incoming_);
-    for (const auto& turn : incoming) open_[turn->id()] = turn;
-    for (const auto& [id, turn] : open_) open.push_back(turn);
+    releases.swap(releases_);
+    for (const auto& turn : incoming) open_[turn->sample()] = turn;
+    for (const auto& [sample, turn] : open_) open.push_back(turn);
   }
-  for (const auto& turn : incoming) {
-    absl::Status added = engine_->Add(turn->request_);
-    if (!added.ok()) End(*turn, nullptr, rollout::FinishReason::kNone, added);
+  for (uint64_t sample : releases) {
+    if (held_.erase(sample) > 0) engine_->Drop(sample).IgnoreError();
   }
+  for (const auto& turn : incoming) Admit(*turn);
   for (const auto& turn : open) {
     if (!stopping && !turn->cancel_) continue;
-    if (engine_->Find(turn->id()) == nullptr) continue;  // refused above
-    auto dropped = engine_->Drop(turn->id());
+    if (engine_->Find(turn->sample()) == nullptr) continue;  // refused above
+    auto dropped = engine_->Drop(turn->sample());
     End(*turn, dropped.ok() ? &*dropped : nullptr, rollout::FinishReason::kDropped,
         absl::OkStatus());
   }
@@ -113,35 +156,39 @@ void TurnRunner::StepAndPublish() {
   std::vector<std::shared_ptr<Turn>> open;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [id, turn] : open_) open.push_back(turn);
+    for (const auto& [sample, turn] : open_) open.push_back(turn);
   }
-  if (!step.ok()) {  // every sample is as it was: end them all with the failure
+  auto find = [&](uint64_t sample) -> Turn* {
     for (const auto& turn : open) {
-      auto dropped = engine_->Drop(turn->id());
+      if (turn->sample() == sample) return turn.get();
+    }
+    return nullptr;
+  };
+  if (!step.ok()) {  // every sample is as it was: end the open turns with the failure
+    for (const auto& turn : open) {
+      auto dropped = engine_->Drop(turn->sample());
       End(*turn, dropped.ok() ? &*dropped : nullptr, rollout::FinishReason::kDropped,
           step.status());
     }
     return;
   }
   for (const rollout::SampleState& state : engine_->TakeFinished()) {
-    auto it =
-        std::find_if(open.begin(), open.end(), [&](const auto& t) { return t->id() == state.id; });
-    if (it != open.end()) End(**it, &state, state.finish, absl::OkStatus());
+    if (Turn* turn = find(state.id)) End(*turn, &state, state.finish, absl::OkStatus());
   }
-  for (uint64_t id : step->tool_wait) {  // a tool-call block ended: the turn is over
-    auto dropped = engine_->Drop(id);
-    auto it = std::find_if(open.begin(), open.end(), [&](const auto& t) { return t->id() == id; });
-    if (it != open.end() && dropped.ok()) {
-      End(**it, &*dropped, rollout::FinishReason::kToolCall, absl::OkStatus());
-    }
+  for (uint64_t sample : step->tool_wait) {  // the turn is over; the sample stays, held
+    Turn* turn = find(sample);
+    if (turn == nullptr) continue;
+    held_.insert(sample);
+    End(*turn, engine_->Find(sample), rollout::FinishReason::kToolCall, absl::OkStatus(),
+        /*held=*/true);
   }
   for (const auto& turn : open) {
-    const rollout::SampleState* state = engine_->Find(turn->id());
+    const rollout::SampleState* state = engine_->Find(turn->sample());
     if (state == nullptr) continue;
     {
       std::lock_guard<std::mutex> lock(turn->mu_);
       if (turn->progress_.done) continue;
-      CopyNew(*state, turn->progress_);
+      CopyNew(*state, turn->start_, turn->progress_);
     }
     turn->changed_.notify_all();
   }
@@ -149,7 +196,7 @@ void TurnRunner::StepAndPublish() {
 
 void TurnRunner::Loop() {
   while (AdmitAndCancel()) {
-    if (engine_->num_samples() > 0) StepAndPublish();
+    if (engine_->num_samples() > static_cast<int64_t>(held_.size())) StepAndPublish();
   }
 }
 

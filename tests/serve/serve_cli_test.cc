@@ -85,6 +85,71 @@ TEST(ServeCliTest, AnAnswerComesWholeOrStreamedAlike) {
   EXPECT_EQ(json::parse(Events(stream).front())["choices"][0]["delta"]["role"], "assistant");
 }
 
+// The history a client re-sends continues the held conversation on its
+// stored tokens (only the new messages are appended), also with the model's
+// turn re-written; a compacted history or a retry starts a new sample.
+TEST(ServeCliTest, AConversationContinuesOnItsStoredTokens) {
+  TempDir dir;
+  Server server(dir, AnswerXModel(dir), "");
+  ASSERT_GT(server.port(), 0) << server.Log();
+  auto ask = [&](const json& messages, bool stream) {
+    json request = Ask("", 16, stream);
+    request["messages"] = messages;
+    return server.Post(request);
+  };
+  auto usage_of = [](const HttpReply& reply) { return json::parse(reply.body)["usage"]; };
+  const json user = {{"role", "user"}, {"content", "Say x."}};
+
+  HttpReply first = ask(json::array({user}), false);
+  ASSERT_EQ(first.status, 200) << first.body;
+  const int64_t first_prompt = usage_of(first)["prompt_tokens"];
+  ASSERT_FALSE(server.AwaitLog("turn 0: stop after 3 tokens, prompt [0-9]+ \\(new\\)").empty())
+      << server.Log();
+
+  // The model said "x"; the client sends it back with other whitespace.
+  const json again = {user,
+                      {{"role", "assistant"}, {"content", " x\n"}},
+                      {{"role", "user"}, {"content", "Again."}}};
+  HttpReply second = ask(again, false);
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(json::parse(second.body)["choices"][0]["message"]["content"], "x");
+  const std::string appended =
+      server.AwaitLog("turn 1: stop after 3 tokens, prompt [0-9]+ \\(continued: ([0-9]+) new\\)");
+  ASSERT_FALSE(appended.empty()) << server.Log();
+  // The context is the first turn's as generated, then only the new tokens.
+  EXPECT_EQ(usage_of(second)["prompt_tokens"], first_prompt + 3 + std::stoi(appended));
+
+  json more = again;
+  more.push_back({{"role", "assistant"}, {"content", "x"}});
+  more.push_back({{"role", "user"}, {"content", "Once more."}});
+  Streamed streamed = Join(ask(more, true));
+  EXPECT_EQ(streamed.content, "x");
+  EXPECT_FALSE(server.AwaitLog("turn 2: stop after 3 tokens, prompt [0-9]+ \\(continued").empty())
+      << server.Log();
+
+  HttpReply compacted = ask({{{"role", "user"}, {"content", "Summary: x was said twice."}},
+                             {{"role", "user"}, {"content", "Again."}}},
+                            false);
+  ASSERT_EQ(compacted.status, 200) << compacted.body;
+  EXPECT_FALSE(server.AwaitLog("turn 3: stop after 3 tokens, prompt [0-9]+ \\(new\\)").empty())
+      << server.Log();
+  HttpReply retry = ask(again, false);  // its conversation went on: a new sample
+  ASSERT_EQ(retry.status, 200) << retry.body;
+  EXPECT_FALSE(server.AwaitLog("turn 4: stop after 3 tokens, prompt [0-9]+ \\(new\\)").empty())
+      << server.Log();
+
+  // A held conversation that would outgrow the context is refused like a long prompt.
+  json too_long = more;
+  too_long.push_back({{"role", "assistant"}, {"content", "x"}});
+  std::string words;
+  for (int i = 0; i < 3000; ++i) words += " w" + std::to_string(i % 10);
+  too_long.push_back({{"role", "user"}, {"content", words}});
+  HttpReply refused = ask(too_long, false);
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_EQ(json::parse(refused.body)["error"]["code"], "context_length_exceeded");
+  EXPECT_FALSE(server.AwaitLog("turn 5: failed .*continued").empty()) << server.Log();
+}
+
 TEST(ServeCliTest, StreamedAndWholeAgreeOnAnUntrainedModel) {
   TempDir dir;
   Server server(dir, InitModel(dir, "model"), "--effort low");

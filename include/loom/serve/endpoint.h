@@ -5,6 +5,15 @@
 // answers in the dialect's shape. Routes: GET /v1/models and POST
 // /v1/chat/completions.
 //
+// Token-in/token-out: a turn that ends at the end of a message leaves its
+// conversation held (ConversationStore): its sample keeps the tokens as
+// generated, with their KV. A later request whose history extends it
+// continues that sample with only the new messages' tokens appended; any
+// other request starts a new sample. Earlier reasoning stays in the prompt
+// (the format's drop_thinking is off), so a conversation's tokens only ever
+// grow; a harness that leaves the reasoning out of the history it re-sends
+// still matches.
+//
 // Every request is answered: a malformed one with a 4xx in its dialect's
 // error shape naming the field, an unauthenticated one with 401. A client
 // that hangs up cancels its turn, so no engine slot outlives its request.
@@ -16,12 +25,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "loom/chat/special_tokens.h"
 #include "loom/serve/completion_view.h"
+#include "loom/serve/conversation_store.h"
 #include "loom/serve/http.h"
 #include "loom/serve/turn.h"
 #include "loom/serve/turn_runner.h"
@@ -35,6 +46,7 @@ struct EndpointOptions {
   std::string default_effort;       // an effort name for requests that give none; "" = none
   EffortNames effort_names;
   int64_t context_window = 0;  // tokens of prompt plus completion (the model's positions)
+  size_t max_held = 64;        // conversations held between requests (least recently used go)
 };
 
 // How a turn ended, as every dialect reports it.
@@ -44,8 +56,10 @@ struct TurnOutcome {
   std::vector<chat::ToolCall> tool_calls;  // ids "call_<turn>_<i>"
   enum class Finish { kStop, kLength, kToolCalls, kCancelled } finish = Finish::kStop;
   bool format_error = false;  // the completion did not parse; its text is the content
-  int64_t prompt_tokens = 0;
+  int64_t prompt_tokens = 0;  // the whole context the turn generated after
   int64_t completion_tokens = 0;
+  bool held = false;  // its sample waits in the engine for the conversation's next turn
+  bool ended_with_eos = false;
   absl::Status status;  // a turn the engine refused or a model failure
 };
 
@@ -69,11 +83,25 @@ class Endpoint {
 
   bool Authorized(const HttpRequest& request) const;
   void ChatCompletions(const HttpRequest& request, HttpResponder& out);
-  // Renders `turn` and starts generating it.
-  absl::StatusOr<std::shared_ptr<TurnRunner::Turn>> Begin(const TurnRequest& turn, ApiError* error);
+  // A turn being generated, and how it began.
+  struct Started {
+    std::shared_ptr<TurnRunner::Turn> turn;
+    TurnSettings settings;
+    int64_t appended = -1;  // tokens appended to a held conversation; -1 for a new one
+  };
+  // Renders `turn` and starts generating it: on a held conversation it
+  // extends, or on a new sample.
+  absl::StatusOr<Started> Begin(const TurnRequest& turn, ApiError* error);
+  std::optional<Started> Continue(const TurnRequest& turn, const TurnSettings& settings,
+                                  const chat::EncodeOptions& encode);
+  // After the turn: holds its conversation for the next request, or lets
+  // its sample go.
+  void Keep(const TurnRequest& request, const Started& started, const TurnOutcome& outcome);
+  // The turn ended as the format ends a message (EOS or a tool-call block).
+  bool EndsCleanly(const std::vector<int64_t>& tokens) const;
   // Follows the turn to its end, passing each new piece of text to `on_delta`
   // (false: the client is gone, and the turn is cancelled).
-  TurnOutcome Follow(TurnRunner::Turn& turn, const TurnRequest& request, HttpResponder& out,
+  TurnOutcome Follow(const Started& started, const TurnRequest& request, HttpResponder& out,
                      const std::function<bool(const CompletionDelta&)>& on_delta);
 
   const tokenizer::Tokenizer& tokenizer_;
@@ -81,6 +109,7 @@ class Endpoint {
   EndpointOptions options_;
   chat::SpecialTokenIds special_;
   std::vector<int64_t> tool_calls_end_;
+  ConversationStore store_;
   std::atomic<int64_t> turns_{0};
   std::atomic<int64_t> format_errors_{0};
 };

@@ -22,7 +22,8 @@ struct ApiError {
   std::string code;     // a machine-readable reason ("context_length_exceeded"), or ""
 };
 
-// An INVALID_ARGUMENT status as a 400 ApiError, any other as a 500.
+// INVALID_ARGUMENT as a 400, OUT_OF_RANGE (a conversation that outgrew the
+// context) as a 400 context_length_exceeded, any other status as a 500.
 ApiError ErrorFromStatus(const absl::Status& status);
 
 struct TurnRequest {

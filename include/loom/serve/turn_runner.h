@@ -1,17 +1,21 @@
 #pragma once
 // TurnRunner: the rollout engine (rollout/engine.h) on a thread of its own,
 // generating the assistant turns of concurrent HTTP requests in one
-// continuous batch. A request thread Begin()s a turn, reads its tokens as
-// they come with Wait(), and Cancel()s it when its client hangs up; every
-// turn ends exactly once (done), and its KV blocks go back to the pool then.
+// continuous batch. A request thread Begin()s a turn on a new sample, or
+// Continue()s a held one, reads its tokens as they come with Wait(), and
+// Cancel()s it when its client hangs up; every turn ends exactly once (done).
 //
-// A turn ends at EOS, at the end of a tool-call block, at max_new_tokens or
-// the context limit, or by Cancel(). Every generated token keeps its
-// behaviour log-prob.
+// A turn ends at EOS or the end of a tool-call block (the sample's stop
+// rules), at max_new_tokens or the context limit, or by Cancel(). A turn
+// whose sample stops in the engine's tool wait leaves the sample *held*: its
+// tokens and KV stay for a later Continue(), which appends the next messages'
+// tokens and generates on from there without re-prefilling anything, until
+// Release() drops it. Other ends free the sample's KV at once. Every
+// generated token keeps its behaviour log-prob.
 //
-// Threads: Begin, Wait and Cancel are thread-safe. The model is borrowed and
-// must outlive the runner; the destructor ends every open turn (cancelled)
-// and joins the engine thread.
+// Threads: Begin, Continue, Release, Wait and Cancel are thread-safe. The
+// model is borrowed and must outlive the runner; the destructor ends every
+// open turn (cancelled) and joins the engine thread.
 
 #include <atomic>
 #include <chrono>
@@ -21,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -34,9 +39,11 @@ namespace loom::serve {
 struct TurnProgress {
   std::vector<int64_t> tokens;  // [n] generated ids
   std::vector<float> logprobs;  // [n] their behaviour log-probs
+  int64_t context = 0;          // the sample's tokens before this turn generated (0 until admitted)
   bool done = false;
+  bool held = false;  // when done: the sample waits for Continue() or Release()
   rollout::FinishReason finish = rollout::FinishReason::kNone;  // when done
-  absl::Status status;  // a model failure ends the turn with its status
+  absl::Status status;  // a refused request or a model failure ends the turn with its status
 };
 
 class TurnRunner {
@@ -49,9 +56,15 @@ class TurnRunner {
   TurnRunner(const TurnRunner&) = delete;
   TurnRunner& operator=(const TurnRunner&) = delete;
 
-  // Queues a turn (its id is assigned here). A request the engine refuses
-  // (RolloutEngine::Add) ends the turn at once with that status.
+  // Queues a turn on a new sample (its id is assigned here). A request the
+  // engine refuses (RolloutEngine::Add) ends the turn at once with that status.
   std::shared_ptr<Turn> Begin(rollout::SampleRequest request);
+  // Queues a turn on held sample `sample`: `tokens` (loss mask 0) are
+  // appended, then it generates. NOT_FOUND / FAILED_PRECONDITION from the
+  // engine end the turn at once (the sample was released or is not held).
+  std::shared_ptr<Turn> Continue(uint64_t sample, std::vector<int64_t> tokens);
+  // Drops held sample `sample` and frees its KV (nothing if it is not there).
+  void Release(uint64_t sample);
   // Blocks until `turn` has more than `seen` tokens, has ended, or `timeout`
   // passed; returns its tokens after the first `seen`, and whether it ended.
   TurnProgress Wait(Turn& turn, size_t seen, std::chrono::milliseconds timeout);
@@ -61,34 +74,43 @@ class TurnRunner {
  private:
   explicit TurnRunner(std::unique_ptr<rollout::RolloutEngine> engine);
   void Loop();
-  // Engine thread: takes queued turns into the engine and drops cancelled
-  // ones; false when the runner stops.
+  // Engine thread: takes queued turns into the engine, drops cancelled turns
+  // and released samples; false when the runner stops.
   bool AdmitAndCancel();
+  void Admit(Turn& turn);
   // Engine thread: one engine step, then every open turn's new tokens.
   void StepAndPublish();
   void End(Turn& turn, const rollout::SampleState* state, rollout::FinishReason finish,
-           absl::Status status);
+           absl::Status status, bool held = false);
 
   std::unique_ptr<rollout::RolloutEngine> engine_;  // engine thread only
-  std::atomic<int64_t> next_id_{0};
+  std::atomic<uint64_t> next_turn_{0};
+  std::atomic<uint64_t> next_sample_{0};
   std::mutex mu_;
   std::condition_variable work_;
   bool stopping_ = false;                           // guarded by mu_
   std::deque<std::shared_ptr<Turn>> incoming_;      // guarded by mu_
-  std::map<uint64_t, std::shared_ptr<Turn>> open_;  // guarded by mu_
+  std::vector<uint64_t> releases_;                  // samples to drop; guarded by mu_
+  std::map<uint64_t, std::shared_ptr<Turn>> open_;  // by sample; guarded by mu_
+  std::set<uint64_t> held_;  // samples in tool wait with no open turn; engine thread
   std::thread thread_;
 };
 
 class TurnRunner::Turn {
  public:
-  uint64_t id() const { return request_.id; }
-  int64_t prompt_tokens() const { return static_cast<int64_t>(request_.prompt.size()); }
+  uint64_t id() const { return id_; }          // the turn's number, in start order
+  uint64_t sample() const { return sample_; }  // the engine sample it generates on
 
  private:
   friend class TurnRunner;
-  explicit Turn(rollout::SampleRequest request) : request_(std::move(request)) {}
+  Turn(uint64_t id, uint64_t sample) : id_(id), sample_(sample) {}
 
-  rollout::SampleRequest request_;
+  const uint64_t id_;
+  const uint64_t sample_;
+  rollout::SampleRequest request_;  // a new sample's request (Begin)
+  std::vector<int64_t> append_;     // the tokens to append first (Continue)
+  bool continues_ = false;
+  int64_t start_ = 0;  // where this turn's tokens begin in the sample; engine thread
   std::atomic<bool> cancel_{false};
   std::mutex mu_;
   std::condition_variable changed_;
