@@ -4,7 +4,8 @@
 #       -> static library loom_NAME, public headers in include/loom/NAME/.
 #   loom_test(NAME [TORCH] SOURCES x_test.cc DEPS loom_NAME [LABELS slow] [TIMEOUT s]
 #             [RESOURCE_LOCK name])
-#       -> GoogleTest executable registered with ctest (gtest_discover_tests).
+#       -> GoogleTest executable registered with ctest: as one test (label unit),
+#          or test by test (other labels, e.g. slow; gtest_discover_tests).
 #          Tests sharing a RESOURCE_LOCK never run at the same time under ctest -j.
 
 set(LOOM_WARNINGS -Wall -Wextra)
@@ -87,8 +88,19 @@ function(loom_test name)
   if(T_RESOURCE_LOCK)
     set(lock RESOURCE_LOCK ${T_RESOURCE_LOCK})
   endif()
-  gtest_discover_tests(${name}
-    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
-    DISCOVERY_TIMEOUT 60
-    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} ${lock})
+  if(T_LABELS STREQUAL "unit")
+    # A unit-test executable is one ctest test: its tests share one process,
+    # so LibTorch loads once rather than once per test (about a second each,
+    # over four minutes of a full run on 2 cores). Run one test with
+    # build/tests/NAME --gtest_filter=Suite.Test.
+    add_test(NAME ${name} COMMAND ${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    set_tests_properties(${name} PROPERTIES LABELS unit TIMEOUT ${T_TIMEOUT} ${lock})
+  else()
+    # Slow end-to-end tests stay one ctest test each: their own process and
+    # timeout, spread over ctest -j.
+    gtest_discover_tests(${name}
+      WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+      DISCOVERY_TIMEOUT 60
+      PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} ${lock})
+  endif()
 endfunction()
