@@ -41,12 +41,7 @@ std::shared_ptr<TurnRunner::Turn> TurnRunner::Begin(rollout::SampleRequest reque
   request.id = next_sample_++;
   std::shared_ptr<Turn> turn(new Turn(next_turn_++, request.id));
   turn->request_ = std::move(request);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    incoming_.push_back(turn);
-  }
-  work_.notify_all();
-  return turn;
+  return Queue(std::move(turn));
 }
 
 std::shared_ptr<TurnRunner::Turn> TurnRunner::Continue(uint64_t sample,
@@ -54,6 +49,10 @@ std::shared_ptr<TurnRunner::Turn> TurnRunner::Continue(uint64_t sample,
   std::shared_ptr<Turn> turn(new Turn(next_turn_++, sample));
   turn->append_ = std::move(tokens);
   turn->continues_ = true;
+  return Queue(std::move(turn));
+}
+
+std::shared_ptr<TurnRunner::Turn> TurnRunner::Queue(std::shared_ptr<Turn> turn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     incoming_.push_back(turn);

@@ -233,7 +233,9 @@ TEST_F(LiveChangeTest, TeacherCapAndActiveChangeMidRunAndSurvivePreemption) {
     EXPECT_EQ(batch, versions_by_step[r["step"].get<int64_t>()]) << r;
     const int64_t arith = r["inflight_by_dataset"]["arithmetic"];
     if (capped && !under_cap) {
-      if (last_arith >= 0) EXPECT_LE(arith, last_arith) << "drains toward its cap: " << r;
+      if (last_arith >= 0) {
+        EXPECT_LE(arith, last_arith) << "drains toward its cap: " << r;
+      }
       under_cap = arith <= 5;
     } else if (under_cap) {
       EXPECT_LE(arith, 5) << r;

@@ -73,6 +73,7 @@ class TurnRunner {
 
  private:
   explicit TurnRunner(std::unique_ptr<rollout::RolloutEngine> engine);
+  std::shared_ptr<Turn> Queue(std::shared_ptr<Turn> turn);  // for the engine thread to admit
   void Loop();
   // Engine thread: takes queued turns into the engine, drops cancelled turns
   // and released samples; false when the runner stops.
