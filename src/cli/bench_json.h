@@ -23,7 +23,7 @@ int RunJsonBench(const std::string& name, int threads, Run run) {
   const absl::StatusOr<nlohmann::json> result = run();
   if (!result.ok()) {
     std::cerr << "bench " << name << ": " << result.status().message() << "\n";
-    return result.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+    return StatusExitCode(result.status());
   }
   std::cout << result->dump() << "\n";
   return kExitOk;

@@ -13,11 +13,20 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/status/status.h"
+
 namespace loom::cli {
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
+
+// The exit code of a command's final status: 0, 2 for INVALID_ARGUMENT (the
+// caller's input is wrong), 1 for anything else.
+inline int StatusExitCode(const absl::Status& status) {
+  if (status.ok()) return kExitOk;
+  return status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+}
 
 // Shared state of one invocation.
 struct Context {

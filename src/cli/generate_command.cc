@@ -131,9 +131,7 @@ void SetupGenerate(CLI::App& app, Context& context) {
     }
     absl::Status status = RunGenerate(*o);
     if (!status.ok()) std::cerr << "generate: " << status.message() << "\n";
-    context.exit_code = status.ok()                                           ? kExitOk
-                        : status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage
-                                                                              : kExitFailure;
+    context.exit_code = StatusExitCode(status);
   });
 }
 

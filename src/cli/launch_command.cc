@@ -21,7 +21,7 @@ int RunLaunch(dist::LaunchOptions options) {
   auto code = dist::LaunchLocal(options);
   if (!code.ok()) {
     std::cerr << "loom launch: " << code.status().message() << "\n";
-    return code.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+    return StatusExitCode(code.status());
   }
   return *code;
 }

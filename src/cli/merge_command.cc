@@ -23,8 +23,7 @@ void SetupMerge(CLI::App& app, Context& context) {
     absl::Status status = model::MergeModels(*options);
     if (!status.ok()) {
       std::cerr << "merge: " << status.message() << "\n";
-      context.exit_code =
-          status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+      context.exit_code = StatusExitCode(status);
       return;
     }
     std::cout << "merged " << options->inputs.size() << " models into " << options->output << "\n";

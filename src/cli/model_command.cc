@@ -21,10 +21,6 @@
 namespace loom::cli {
 namespace {
 
-int UsageOrFailure(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
-}
-
 void SetupInitModel(CLI::App& app, Context& context) {
   auto options = std::make_shared<model::InitModelOptions>();
   CLI::App* cmd =
@@ -46,7 +42,7 @@ void SetupInitModel(CLI::App& app, Context& context) {
     absl::Status status = model::InitModelDir(*options);
     if (!status.ok()) {
       std::cerr << "init-model: " << status.message() << "\n";
-      context.exit_code = UsageOrFailure(status);
+      context.exit_code = StatusExitCode(status);
       return;
     }
     std::cout << "wrote " << options->arch << " model to " << options->out_dir << "\n";
@@ -128,7 +124,7 @@ void SetupLogprobs(CLI::App& app, Context& context) {
   cmd->callback([options, &context] {
     absl::Status status = RunLogprobs(*options);
     if (!status.ok()) std::cerr << "logprobs: " << status.message() << "\n";
-    context.exit_code = status.ok() ? kExitOk : UsageOrFailure(status);
+    context.exit_code = StatusExitCode(status);
   });
 }
 
@@ -233,7 +229,7 @@ void SetupKl(CLI::App& app, Context& context) {
   cmd->callback([options, &context] {
     absl::Status status = RunKl(*options);
     if (!status.ok()) std::cerr << "kl: " << status.message() << "\n";
-    context.exit_code = status.ok() ? kExitOk : UsageOrFailure(status);
+    context.exit_code = StatusExitCode(status);
   });
 }
 

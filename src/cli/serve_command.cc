@@ -168,9 +168,7 @@ void SetupServe(CLI::App& app, Context& context) {
   cmd->callback([o, &context] {
     absl::Status status = RunServe(*o);
     if (!status.ok()) std::cerr << "serve: " << status.message() << "\n";
-    context.exit_code = status.ok()                                           ? kExitOk
-                        : status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage
-                                                                              : kExitFailure;
+    context.exit_code = StatusExitCode(status);
   });
 }
 
