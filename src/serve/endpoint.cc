@@ -212,9 +212,10 @@ TurnOutcome Endpoint::Follow(const Started& started, const TurnRequest& request,
   outcome.completion_tokens = static_cast<int64_t>(tokens.size());
   outcome.held = progress.held && !view.stopped();
   outcome.ended_with_eos = !tokens.empty() && tokens.back() == special_.eos;
-  const bool clean = !view.stopped() &&
-                     (progress.finish == rollout::FinishReason::kEos ||
-                      (progress.finish == rollout::FinishReason::kToolCall && EndsCleanly(tokens)));
+  // EOS and a tool-call block both park the sample (its stop rules): the
+  // turn ended as a message ends unless max_tokens cut it there.
+  const bool clean =
+      !view.stopped() && progress.finish == rollout::FinishReason::kToolCall && EndsCleanly(tokens);
   CompletionEnd end = view.Finish(text, clean);
   if (!Empty(end.delta) && !on_delta(end.delta)) return cancel();
   outcome.reasoning = view.reasoning();

@@ -126,10 +126,8 @@ bool TurnRunner::AdmitAndCancel() {
   bool stopping;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    work_.wait(lock, [&] {
-      return stopping_ || !incoming_.empty() || !releases_.empty() ||
-             engine_->num_samples() > static_cast<int64_t>(held_.size());
-    });
+    work_.wait(lock,
+               [&] { return stopping_ || !incoming_.empty() || !releases_.empty() || Runnable(); });
     stopping = stopping_;
     incoming.swap(incoming_);
     releases.swap(releases_);
@@ -193,9 +191,13 @@ void TurnRunner::StepAndPublish() {
   }
 }
 
+bool TurnRunner::Runnable() const {
+  return engine_->num_samples() > static_cast<int64_t>(held_.size());
+}
+
 void TurnRunner::Loop() {
   while (AdmitAndCancel()) {
-    if (engine_->num_samples() > static_cast<int64_t>(held_.size())) StepAndPublish();
+    if (Runnable()) StepAndPublish();
   }
 }
 

@@ -75,6 +75,8 @@ class TurnRunner {
   explicit TurnRunner(std::unique_ptr<rollout::RolloutEngine> engine);
   std::shared_ptr<Turn> Queue(std::shared_ptr<Turn> turn);  // for the engine thread to admit
   void Loop();
+  // Engine thread: some sample needs a step (the held ones only wait).
+  bool Runnable() const;
   // Engine thread: takes queued turns into the engine, drops cancelled turns
   // and released samples; false when the runner stops.
   bool AdmitAndCancel();
