@@ -1,25 +1,12 @@
 #include "loom/serve/chat_completions.h"
 
 #include "absl/strings/str_cat.h"
+#include "loom/serve/json_body.h"
 
 namespace loom::serve {
 namespace {
 
 using chat::OrderedJson;
-
-absl::Status Invalid(const std::string& field, const std::string& problem) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", problem));
-}
-
-absl::StatusOr<OrderedJson> ParseBody(std::string_view body) {
-  try {
-    OrderedJson doc = OrderedJson::parse(body);
-    if (!doc.is_object()) return absl::InvalidArgumentError("the body is not a JSON object");
-    return doc;
-  } catch (const OrderedJson::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("the body is not JSON: ", e.what()));
-  }
-}
 
 // Content as a string or a list of text parts, as one string.
 absl::StatusOr<OrderedJson> FlattenContent(const OrderedJson& content, const std::string& field) {
@@ -29,12 +16,12 @@ absl::StatusOr<OrderedJson> FlattenContent(const OrderedJson& content, const std
     const std::string part = absl::StrCat(field, "[", j, "]");
     const OrderedJson& p = content[j];
     if (!p.is_object() || !p.contains("type") || !p["type"].is_string()) {
-      return Invalid(part + ".type", "must be a string");
+      return FieldError(part + ".type", "must be a string");
     }
     const std::string type = p["type"];
-    if (type != "text") return Invalid(part + ".type", "\"" + type + "\" is not supported");
+    if (type != "text") return FieldError(part + ".type", "\"" + type + "\" is not supported");
     if (!p.contains("text") || !p["text"].is_string()) {
-      return Invalid(part + ".text", "must be a string");
+      return FieldError(part + ".text", "must be a string");
     }
     if (!text.empty()) text += "\n";
     text += p["text"].get<std::string>();
@@ -44,7 +31,7 @@ absl::StatusOr<OrderedJson> FlattenContent(const OrderedJson& content, const std
 
 absl::StatusOr<OrderedJson> NormalizedMessages(const OrderedJson& doc) {
   if (!doc.contains("messages") || !doc["messages"].is_array() || doc["messages"].empty()) {
-    return Invalid("messages", "must be a non-empty array");
+    return FieldError("messages", "must be a non-empty array");
   }
   OrderedJson messages = doc["messages"];
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -56,16 +43,16 @@ absl::StatusOr<OrderedJson> NormalizedMessages(const OrderedJson& doc) {
   }
   if (doc.contains("tools") && !doc["tools"].is_null()) {
     const OrderedJson& tools = doc["tools"];
-    if (!tools.is_array()) return Invalid("tools", "must be an array");
+    if (!tools.is_array()) return FieldError("tools", "must be an array");
     for (size_t k = 0; k < tools.size(); ++k) {
       const std::string field = absl::StrCat("tools[", k, "]");
       if (!tools[k].is_object() || tools[k].value("type", "") != "function") {
-        return Invalid(field + ".type", "must be \"function\"");
+        return FieldError(field + ".type", "must be \"function\"");
       }
       const OrderedJson* fn = tools[k].contains("function") ? &tools[k]["function"] : nullptr;
       if (fn == nullptr || !fn->is_object() || !fn->contains("name") ||
           !(*fn)["name"].is_string()) {
-        return Invalid(field + ".function.name", "must be a string");
+        return FieldError(field + ".function.name", "must be a string");
       }
     }
     if (!tools.empty() && messages[0].is_object()) messages[0]["tools"] = tools;
@@ -78,28 +65,17 @@ absl::StatusOr<OrderedJson> NormalizedMessages(const OrderedJson& doc) {
     } else if (type == "json_object" && messages[0].is_object()) {
       messages[0]["response_format"] = OrderedJson{{"type", "object"}};
     } else if (type != "text") {
-      return Invalid("response_format.type", "\"" + type + "\" is not supported");
+      return FieldError("response_format.type", "\"" + type + "\" is not supported");
     }
   }
   return messages;
-}
-
-// A number field in [lo, hi]; absent or null keeps `*out`.
-absl::Status ReadNumber(const OrderedJson& doc, const char* key, double lo, double hi,
-                        double* out) {
-  if (!doc.contains(key) || doc[key].is_null()) return absl::OkStatus();
-  if (!doc[key].is_number()) return Invalid(key, "must be a number");
-  const double v = doc[key].get<double>();
-  if (v < lo || v > hi) return Invalid(key, absl::StrCat("must be in [", lo, ", ", hi, "]"));
-  *out = v;
-  return absl::OkStatus();
 }
 
 absl::Status ReadMaxTokens(const OrderedJson& doc, int64_t* out) {
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     if (!doc.contains(key) || doc[key].is_null()) continue;
     if (!doc[key].is_number_integer() || doc[key].get<int64_t>() < 1) {
-      return Invalid(key, "must be a positive integer");
+      return FieldError(key, "must be a positive integer");
     }
     *out = doc[key].get<int64_t>();  // max_completion_tokens, read last, wins
   }
@@ -114,11 +90,11 @@ absl::Status ReadStop(const OrderedJson& doc, std::vector<std::string>* out) {
     return absl::OkStatus();
   }
   if (!stop.is_array() || stop.size() > 4) {
-    return Invalid("stop", "must be a string or an array of at most 4 strings");
+    return FieldError("stop", "must be a string or an array of at most 4 strings");
   }
   for (size_t k = 0; k < stop.size(); ++k) {
     if (!stop[k].is_string() || stop[k].get<std::string>().empty()) {
-      return Invalid(absl::StrCat("stop[", k, "]"), "must be a non-empty string");
+      return FieldError(absl::StrCat("stop[", k, "]"), "must be a non-empty string");
     }
     out->push_back(stop[k]);
   }
@@ -128,34 +104,33 @@ absl::Status ReadStop(const OrderedJson& doc, std::vector<std::string>* out) {
 // Fields loom does not implement and that would change what is generated.
 absl::Status RefuseUnsupported(const OrderedJson& doc) {
   if (doc.contains("n") && !doc["n"].is_null() && doc["n"] != 1) {
-    return Invalid("n", "only 1 is supported");
+    return FieldError("n", "only 1 is supported");
   }
   if (doc.contains("tool_choice") && !doc["tool_choice"].is_null() &&
       doc["tool_choice"] != "auto") {
-    return Invalid("tool_choice", "only \"auto\" is supported");
+    return FieldError("tool_choice", "only \"auto\" is supported");
   }
   for (const char* key : {"presence_penalty", "frequency_penalty"}) {
     if (!doc.contains(key) || doc[key].is_null()) continue;
-    if (!doc[key].is_number()) return Invalid(key, "must be a number");
-    if (doc[key].get<double>() != 0) return Invalid(key, "only 0 is supported");
+    if (!doc[key].is_number()) return FieldError(key, "must be a number");
+    if (doc[key].get<double>() != 0) return FieldError(key, "only 0 is supported");
   }
   if (doc.contains("logit_bias") && !doc["logit_bias"].is_null() &&
       !(doc["logit_bias"].is_object() && doc["logit_bias"].empty())) {
-    return Invalid("logit_bias", "is not supported");
+    return FieldError("logit_bias", "is not supported");
   }
   return absl::OkStatus();
 }
 
 absl::Status ReadStreamFields(const OrderedJson& doc, ChatCompletionsRequest* out) {
-  if (doc.contains("stream") && !doc["stream"].is_null()) {
-    if (!doc["stream"].is_boolean()) return Invalid("stream", "must be a boolean");
-    out->turn.stream = doc["stream"];
+  if (absl::Status status = ReadBool(doc, "stream", &out->turn.stream); !status.ok()) {
+    return status;
   }
   if (doc.contains("stream_options") && !doc["stream_options"].is_null()) {
     const OrderedJson& options = doc["stream_options"];
-    if (!options.is_object()) return Invalid("stream_options", "must be an object");
+    if (!options.is_object()) return FieldError("stream_options", "must be an object");
     if (options.contains("include_usage") && !options["include_usage"].is_boolean()) {
-      return Invalid("stream_options.include_usage", "must be a boolean");
+      return FieldError("stream_options.include_usage", "must be a boolean");
     }
     out->include_usage = options.value("include_usage", false);
   }
@@ -165,26 +140,18 @@ absl::Status ReadStreamFields(const OrderedJson& doc, ChatCompletionsRequest* ou
 }  // namespace
 
 absl::StatusOr<ChatCompletionsRequest> ParseChatCompletionsRequest(std::string_view body) {
-  auto doc = ParseBody(body);
+  auto doc = ParseJsonBody(body);
   if (!doc.ok()) return doc.status();
   ChatCompletionsRequest out;
-  if (doc->contains("model") && !(*doc)["model"].is_null()) {
-    if (!(*doc)["model"].is_string()) return Invalid("model", "must be a string");
-    out.model = (*doc)["model"];
-  }
-  if (doc->contains("reasoning_effort") && !(*doc)["reasoning_effort"].is_null()) {
-    if (!(*doc)["reasoning_effort"].is_string()) {
-      return Invalid("reasoning_effort", "must be a string");
-    }
-    out.turn.effort = (*doc)["reasoning_effort"];
-    out.turn.effort_field = "reasoning_effort";
-  }
-  absl::Status status = RefuseUnsupported(*doc);
+  out.turn.effort_field = "reasoning_effort";
+  absl::Status status = ReadString(*doc, "model", &out.model);
+  if (status.ok()) status = ReadString(*doc, "reasoning_effort", &out.turn.effort);
+  if (status.ok()) status = RefuseUnsupported(*doc);
   if (status.ok()) status = ReadMaxTokens(*doc, &out.turn.max_tokens);
   if (status.ok()) status = ReadStop(*doc, &out.turn.stop);
   if (status.ok()) status = ReadNumber(*doc, "temperature", 0, 2, &out.turn.temperature);
   if (status.ok()) status = ReadNumber(*doc, "top_p", 0, 1, &out.turn.top_p);
-  if (status.ok() && out.turn.top_p <= 0) status = Invalid("top_p", "must be above 0");
+  if (status.ok() && out.turn.top_p <= 0) status = FieldError("top_p", "must be above 0");
   if (status.ok()) status = ReadStreamFields(*doc, &out);
   if (!status.ok()) return status;
   auto messages = NormalizedMessages(*doc);
@@ -192,6 +159,7 @@ absl::StatusOr<ChatCompletionsRequest> ParseChatCompletionsRequest(std::string_v
   auto parsed = chat::MessagesFromJson(*messages);
   if (!parsed.ok()) return parsed.status();
   out.turn.messages = *std::move(parsed);
+  PlaceLateSystemMessages(&out.turn.messages);
   return out;
 }
 
@@ -206,7 +174,7 @@ std::string ChatCompletionsError(const ApiError& error) {
   if (colon != std::string::npos && error.message.find(' ') > colon) {
     e["param"] = error.message.substr(0, colon);  // the message starts with the field
   }
-  return OrderedJson{{"error", e}}.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+  return DumpJson({{"error", e}});
 }
 
 namespace {
@@ -231,8 +199,7 @@ OrderedJson UsageJson(const TurnUsage& usage) {
 }
 
 std::string Event(const OrderedJson& data) {
-  return absl::StrCat("data: ", data.dump(-1, ' ', false, OrderedJson::error_handler_t::replace),
-                      "\n\n");
+  return absl::StrCat("data: ", DumpJson(data), "\n\n");
 }
 
 }  // namespace

@@ -71,6 +71,7 @@ size_t CompletionView::ContentEnd(std::string_view rest, bool final) {
     if (at != std::string_view::npos && at <= end) {
       end = at;
       stopped_ = true;
+      stop_sequence_ = stop;
     } else if (!final) {
       end = std::min(end, rest.size() - HeldBack(rest, {stop}));
     }

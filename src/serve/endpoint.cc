@@ -5,8 +5,12 @@
 #include <algorithm>
 #include <ctime>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "loom/serve/anthropic_messages.h"
 #include "loom/serve/chat_completions.h"
+#include "loom/serve/json_body.h"
+#include "loom/serve/openai_responses.h"
 
 namespace loom::serve {
 namespace {
@@ -93,21 +97,31 @@ bool Endpoint::Authorized(const HttpRequest& request) const {
 }
 
 void Endpoint::Handle(const HttpRequest& request, HttpResponder& out) {
+  const bool anthropic = absl::StartsWith(request.path, "/v1/messages");
   auto refuse = [&](int status, const std::string& message) {
-    out.Send(status, kJson, ChatCompletionsError({status, message, ""}));
+    const ApiError error{status, message, ""};
+    out.Send(status, kJson, anthropic ? MessagesError(error) : ChatCompletionsError(error));
   };
   if (!Authorized(request)) return refuse(401, "a missing or wrong API key");
   if (request.path == "/v1/models") {
     if (request.method != "GET") return refuse(405, "GET /v1/models");
     OrderedJson model = {
-        {"id", options_.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "loom"}};
-    out.Send(200, kJson,
-             OrderedJson{{"object", "list"}, {"data", OrderedJson::array({model})}}.dump());
+        {"id", options_.model_name},           {"object", "model"}, {"type", "model"},
+        {"display_name", options_.model_name}, {"created", 0},      {"owned_by", "loom"}};
+    out.Send(200, kJson, DumpJson({{"object", "list"}, {"data", OrderedJson::array({model})}}));
     return;
   }
-  if (request.path == "/v1/chat/completions") {
-    if (request.method != "POST") return refuse(405, "POST /v1/chat/completions");
-    return ChatCompletions(request, out);
+  using Route = void (Endpoint::*)(const HttpRequest&, HttpResponder&);
+  static const std::pair<const char*, Route> kRoutes[] = {
+      {"/v1/chat/completions", &Endpoint::ChatCompletions},
+      {"/v1/responses", &Endpoint::Responses},
+      {"/v1/messages", &Endpoint::Messages},
+      {"/v1/messages/count_tokens", &Endpoint::CountTokens},
+  };
+  for (const auto& [path, route] : kRoutes) {
+    if (request.path != path) continue;
+    if (request.method != "POST") return refuse(405, absl::StrCat("POST ", path));
+    return (this->*route)(request, out);
   }
   refuse(404, absl::StrCat("no route ", request.method, " ", request.path));
 }
@@ -132,22 +146,31 @@ std::optional<Endpoint::Started> Endpoint::Continue(const TurnRequest& turn,
   return started;
 }
 
-absl::StatusOr<Endpoint::Started> Endpoint::Begin(const TurnRequest& turn, ApiError* error) {
+absl::StatusOr<chat::EncodeOptions> Endpoint::EncodeFor(const TurnRequest& turn) const {
   chat::EncodeOptions encode;
   encode.drop_thinking = false;  // a conversation's tokens only grow (see the header)
+  encode.thinking_mode = turn.thinking;
   const std::string& effort_name = turn.effort.empty() ? options_.default_effort : turn.effort;
   if (!effort_name.empty()) {
     auto effort = options_.effort_names.Lookup(effort_name);
-    if (!effort.ok()) {
-      *error = {400, absl::StrCat(turn.effort_field, ": ", effort.status().message()), ""};
-      return effort.status();
-    }
+    if (!effort.ok()) return FieldError(turn.effort_field, std::string(effort.status().message()));
     encode.reasoning_effort = *effort;
   }
+  return encode;
+}
+
+absl::StatusOr<Endpoint::Started> Endpoint::Begin(const TurnRequest& turn, ApiError* error) {
+  auto encode = EncodeFor(turn);
+  if (!encode.ok()) {
+    *error = ErrorFromStatus(encode.status());
+    return encode.status();
+  }
+  const std::string& effort_name = turn.effort.empty() ? options_.default_effort : turn.effort;
   ++turns_;
-  const TurnSettings settings{effort_name, turn.temperature, turn.top_p, turn.max_tokens};
-  if (std::optional<Started> continued = Continue(turn, settings, encode)) return *continued;
-  auto ids = chat::EncodeIds(turn.messages, encode, tokenizer_);
+  const TurnSettings settings{effort_name, turn.temperature, turn.top_p, turn.max_tokens,
+                              turn.thinking};
+  if (std::optional<Started> continued = Continue(turn, settings, *encode)) return *continued;
+  auto ids = chat::EncodeIds(turn.messages, *encode, tokenizer_);
   if (!ids.ok()) {
     *error = ErrorFromStatus(ids.status());
     return ids.status();
@@ -181,10 +204,10 @@ bool Endpoint::EndsCleanly(const std::vector<int64_t>& tokens) const {
 }
 
 TurnOutcome Endpoint::Follow(const Started& started, const TurnRequest& request, HttpResponder& out,
-                             const std::function<bool(const CompletionDelta&)>& on_delta) {
+                             const std::function<bool(const CompletionDelta&, int64_t)>& on_delta) {
   TurnRunner::Turn& turn = *started.turn;
   TurnOutcome outcome;
-  CompletionView view(chat::ThinkingMode::kThinking, request.stop);
+  CompletionView view(request.thinking, request.stop);
   TurnProgress progress;
   std::vector<int64_t> tokens;
   std::string text;  // the decoded tokens: byte-level decoding appends piece by piece
@@ -203,7 +226,7 @@ TurnOutcome Endpoint::Follow(const Started& started, const TurnRequest& request,
       auto decoded = tokenizer_.Decode({progress.tokens.begin(), progress.tokens.end()});
       if (decoded.ok()) text += *decoded;
       CompletionDelta delta = view.Update(text);
-      if (!Empty(delta) && !on_delta(delta)) return cancel();
+      if (!Empty(delta) && !on_delta(delta, outcome.prompt_tokens)) return cancel();
     }
     if (!progress.done && out.ClientGone()) return cancel();
   }
@@ -217,10 +240,11 @@ TurnOutcome Endpoint::Follow(const Started& started, const TurnRequest& request,
   const bool clean =
       !view.stopped() && progress.finish == rollout::FinishReason::kToolCall && EndsCleanly(tokens);
   CompletionEnd end = view.Finish(text, clean);
-  if (!Empty(end.delta) && !on_delta(end.delta)) return cancel();
+  if (!Empty(end.delta) && !on_delta(end.delta, outcome.prompt_tokens)) return cancel();
   outcome.reasoning = view.reasoning();
   outcome.content = view.content();
   outcome.format_error = end.format_error;
+  if (view.stopped()) outcome.stop_sequence = view.stop_sequence();
   if (end.format_error) ++format_errors_;
   for (size_t i = 0; i < end.tool_calls.size(); ++i) {
     end.tool_calls[i].id = absl::StrCat("call_", turn.id(), "_", i);
@@ -253,64 +277,223 @@ void Endpoint::Keep(const TurnRequest& request, const Started& started,
   for (uint64_t evicted : store_.Put(std::move(held))) runner_.Release(evicted);
 }
 
+// How one dialect writes its answer to a turn: whole, or as a stream of
+// events. One per request.
+class Endpoint::Reply {
+ public:
+  virtual ~Reply() = default;
+  virtual std::string Error(const ApiError& error) const = 0;  // a whole error body
+  virtual void Name(uint64_t turn) = 0;                        // before any answer
+  virtual std::string Whole(const TurnOutcome& outcome) const = 0;
+  virtual std::string Opening() = 0;  // the stream's first events
+  virtual std::string Delta(const CompletionDelta& delta, int64_t prompt_tokens) = 0;
+  virtual std::string Closing(const TurnOutcome& outcome) = 0;  // the stream's last events
+  virtual std::string StreamError(const ApiError& error) = 0;
+};
+
+class Endpoint::ChatCompletionsReply final : public Reply {
+ public:
+  ChatCompletionsReply(std::string model, bool include_usage)
+      : id_{"", static_cast<int64_t>(std::time(nullptr)), std::move(model)},
+        include_usage_(include_usage) {}
+  std::string Error(const ApiError& error) const override { return ChatCompletionsError(error); }
+  void Name(uint64_t turn) override { id_.id = absl::StrCat("chatcmpl-", turn); }
+  std::string Whole(const TurnOutcome& outcome) const override {
+    return DumpJson(ChatCompletionJson(id_, outcome.reasoning, outcome.content, outcome.tool_calls,
+                                       FinishReason(outcome.finish),
+                                       {outcome.prompt_tokens, outcome.completion_tokens}));
+  }
+  std::string Opening() override {
+    return ChatChunkEvent(id_, {{"role", "assistant"}, {"content", ""}}, nullptr);
+  }
+  std::string Delta(const CompletionDelta& delta, int64_t) override {
+    return ChatChunkEvent(id_, ChatDelta(delta), nullptr);
+  }
+  std::string Closing(const TurnOutcome& outcome) override {
+    std::string events;
+    if (!outcome.tool_calls.empty()) {
+      events += ChatChunkEvent(id_, ChatToolCallsDelta(outcome.tool_calls), nullptr);
+    }
+    events += ChatChunkEvent(id_, OrderedJson::object(), FinishReason(outcome.finish));
+    if (include_usage_) {
+      events += ChatUsageEvent(id_, {outcome.prompt_tokens, outcome.completion_tokens});
+    }
+    return events + std::string(kChatDoneEvent);
+  }
+  std::string StreamError(const ApiError& error) override {
+    return absl::StrCat("data: ", ChatCompletionsError(error), "\n\n", std::string(kChatDoneEvent));
+  }
+
+ private:
+  ChatCompletionsId id_;
+  bool include_usage_;
+};
+
+class Endpoint::MessagesReply final : public Reply {
+ public:
+  MessagesReply(std::string model, bool omit_thinking)
+      : model_(std::move(model)), omit_thinking_(omit_thinking) {}
+  std::string Error(const ApiError& error) const override { return MessagesError(error); }
+  void Name(uint64_t turn) override {
+    id_ = absl::StrCat("msg_loom_", turn);
+    stream_.emplace(id_, model_, omit_thinking_);
+  }
+  std::string Whole(const TurnOutcome& outcome) const override {
+    return DumpJson(MessageJson(Turn(outcome)));
+  }
+  std::string Opening() override { return ""; }  // message_start waits for the prompt's length
+  std::string Delta(const CompletionDelta& delta, int64_t prompt_tokens) override {
+    return stream_->Delta(delta, prompt_tokens);
+  }
+  std::string Closing(const TurnOutcome& outcome) override {
+    return stream_->Finish(Turn(outcome));
+  }
+  std::string StreamError(const ApiError& error) override { return MessagesStream::Error(error); }
+
+ private:
+  MessagesTurn Turn(const TurnOutcome& outcome) const {
+    MessagesTurn turn{id_, model_};
+    if (!omit_thinking_) turn.reasoning = outcome.reasoning;
+    turn.content = outcome.content;
+    turn.tool_calls = outcome.tool_calls;
+    turn.stop_reason = outcome.finish == TurnOutcome::Finish::kToolCalls ? "tool_use"
+                       : outcome.finish == TurnOutcome::Finish::kLength  ? "max_tokens"
+                       : !outcome.stop_sequence.empty()                  ? "stop_sequence"
+                                                                         : "end_turn";
+    turn.stop_sequence = outcome.stop_sequence;
+    turn.input_tokens = outcome.prompt_tokens;
+    turn.output_tokens = outcome.completion_tokens;
+    return turn;
+  }
+
+  std::string model_;
+  bool omit_thinking_;
+  std::string id_;
+  std::optional<MessagesStream> stream_;
+};
+
+class Endpoint::ResponsesReply final : public Reply {
+ public:
+  explicit ResponsesReply(std::string model) {
+    header_.model = std::move(model);
+    header_.created_at = static_cast<int64_t>(std::time(nullptr));
+  }
+  std::string Error(const ApiError& error) const override { return ChatCompletionsError(error); }
+  void Name(uint64_t turn) override {
+    header_.id = absl::StrCat("resp_", turn);
+    stream_.emplace(header_);
+  }
+  std::string Whole(const TurnOutcome& outcome) const override {
+    return DumpJson(ResponseJson(Turn(outcome)));
+  }
+  std::string Opening() override { return stream_->Start(); }
+  std::string Delta(const CompletionDelta& delta, int64_t) override {
+    return stream_->Delta(delta);
+  }
+  std::string Closing(const TurnOutcome& outcome) override {
+    return stream_->Finish(Turn(outcome));
+  }
+  std::string StreamError(const ApiError& error) override { return stream_->Failed(error.message); }
+
+ private:
+  ResponsesTurn Turn(const TurnOutcome& outcome) const {
+    ResponsesTurn turn = header_;
+    turn.reasoning = outcome.reasoning;
+    turn.content = outcome.content;
+    turn.tool_calls = outcome.tool_calls;
+    turn.incomplete = outcome.finish == TurnOutcome::Finish::kLength;
+    turn.input_tokens = outcome.prompt_tokens;
+    turn.output_tokens = outcome.completion_tokens;
+    return turn;
+  }
+
+  ResponsesTurn header_;
+  std::optional<ResponsesStream> stream_;
+};
+
+void Endpoint::Serve(const TurnRequest& turn, Reply& reply, HttpResponder& out) {
+  ApiError error;
+  auto started = Begin(turn, &error);
+  if (!started.ok()) {
+    out.Send(error.status, kJson, reply.Error(error));
+    return;
+  }
+  reply.Name(started->turn->id());
+  if (!turn.stream) {
+    TurnOutcome outcome =
+        Follow(*started, turn, out, [](const CompletionDelta&, int64_t) { return true; });
+    Keep(turn, *started, outcome);  // before the client can send its next request
+    if (outcome.finish == TurnOutcome::Finish::kCancelled) {
+      out.Send(499, kJson, "");
+    } else if (!outcome.status.ok()) {
+      const ApiError failure = ErrorFromStatus(outcome.status);
+      out.Send(failure.status, kJson, reply.Error(failure));
+    } else {
+      out.Send(200, kJson, reply.Whole(outcome));
+    }
+    return;
+  }
+  const std::string opening = reply.Opening();
+  if (!out.BeginEvents() || (!opening.empty() && !out.Event(opening))) {
+    runner_.Cancel(*started->turn);
+    return;
+  }
+  TurnOutcome outcome =
+      Follow(*started, turn, out, [&](const CompletionDelta& delta, int64_t prompt_tokens) {
+        return out.Event(reply.Delta(delta, prompt_tokens));
+      });
+  Keep(turn, *started, outcome);
+  if (outcome.finish == TurnOutcome::Finish::kCancelled) return;
+  out.Event(outcome.status.ok() ? reply.Closing(outcome)
+                                : reply.StreamError(ErrorFromStatus(outcome.status)));
+  out.EndEvents();
+}
+
 void Endpoint::ChatCompletions(const HttpRequest& request, HttpResponder& out) {
   auto parsed = ParseChatCompletionsRequest(request.body);
   if (!parsed.ok()) {
     out.Send(400, kJson, ChatCompletionsError(ErrorFromStatus(parsed.status())));
     return;
   }
-  ApiError error;
-  auto started = Begin(parsed->turn, &error);
-  if (!started.ok()) {
-    out.Send(error.status, kJson, ChatCompletionsError(error));
+  ChatCompletionsReply reply(options_.model_name, parsed->include_usage);
+  Serve(parsed->turn, reply, out);
+}
+
+void Endpoint::Responses(const HttpRequest& request, HttpResponder& out) {
+  auto parsed = ParseResponsesRequest(request.body);
+  if (!parsed.ok()) {
+    out.Send(400, kJson, ChatCompletionsError(ErrorFromStatus(parsed.status())));
     return;
   }
-  const ChatCompletionsId id{absl::StrCat("chatcmpl-", started->turn->id()),
-                             static_cast<int64_t>(std::time(nullptr)), options_.model_name};
-  if (!parsed->turn.stream) {
-    TurnOutcome outcome =
-        Follow(*started, parsed->turn, out, [](const CompletionDelta&) { return true; });
-    Keep(parsed->turn, *started, outcome);  // before the client can send its next request
-    if (outcome.finish == TurnOutcome::Finish::kCancelled) {
-      out.Send(499, kJson, "");
-      return;
-    }
-    if (!outcome.status.ok()) {
-      const ApiError failure = ErrorFromStatus(outcome.status);
-      out.Send(failure.status, kJson, ChatCompletionsError(failure));
-      return;
-    }
-    out.Send(200, kJson,
-             ChatCompletionJson(id, outcome.reasoning, outcome.content, outcome.tool_calls,
-                                FinishReason(outcome.finish),
-                                {outcome.prompt_tokens, outcome.completion_tokens})
-                 .dump(-1, ' ', false, OrderedJson::error_handler_t::replace));
+  ResponsesReply reply(parsed->model.empty() ? options_.model_name : parsed->model);
+  Serve(parsed->turn, reply, out);
+}
+
+void Endpoint::Messages(const HttpRequest& request, HttpResponder& out) {
+  auto parsed = ParseMessagesRequest(request.body);
+  if (!parsed.ok()) {
+    out.Send(400, kJson, MessagesError(ErrorFromStatus(parsed.status())));
     return;
   }
-  if (!out.BeginEvents() ||
-      !out.Event(ChatChunkEvent(id, {{"role", "assistant"}, {"content", ""}}, nullptr))) {
-    runner_.Cancel(*started->turn);
+  MessagesReply reply(parsed->model.empty() ? options_.model_name : parsed->model,
+                      parsed->omit_thinking);
+  Serve(parsed->turn, reply, out);
+}
+
+void Endpoint::CountTokens(const HttpRequest& request, HttpResponder& out) {
+  auto parsed = ParseMessagesRequest(request.body, /*count_tokens=*/true);
+  absl::StatusOr<std::vector<int32_t>> ids = parsed.status();
+  if (parsed.ok()) {
+    auto encode = EncodeFor(parsed->turn);
+    ids =
+        encode.ok() ? chat::EncodeIds(parsed->turn.messages, *encode, tokenizer_) : encode.status();
+  }
+  if (!ids.ok()) {
+    const ApiError error = ErrorFromStatus(ids.status());
+    out.Send(error.status, kJson, MessagesError(error));
     return;
   }
-  TurnOutcome outcome = Follow(*started, parsed->turn, out, [&](const CompletionDelta& delta) {
-    return out.Event(ChatChunkEvent(id, ChatDelta(delta), nullptr));
-  });
-  Keep(parsed->turn, *started, outcome);
-  if (outcome.finish == TurnOutcome::Finish::kCancelled) return;
-  if (!outcome.status.ok()) {
-    out.Event(
-        absl::StrCat("data: ", ChatCompletionsError(ErrorFromStatus(outcome.status)), "\n\n"));
-  } else {
-    if (!outcome.tool_calls.empty()) {
-      out.Event(ChatChunkEvent(id, ChatToolCallsDelta(outcome.tool_calls), nullptr));
-    }
-    out.Event(ChatChunkEvent(id, OrderedJson::object(), FinishReason(outcome.finish)));
-    if (parsed->include_usage) {
-      out.Event(ChatUsageEvent(id, {outcome.prompt_tokens, outcome.completion_tokens}));
-    }
-  }
-  out.Event(kChatDoneEvent);
-  out.EndEvents();
+  out.Send(200, kJson, DumpJson({{"input_tokens", ids->size()}}));
 }
 
 }  // namespace loom::serve

@@ -24,6 +24,17 @@ ApiError ErrorFromStatus(const absl::Status& status) {
   }
 }
 
+void PlaceLateSystemMessages(std::vector<chat::Message>* messages) {
+  bool started = false;
+  for (chat::Message& m : *messages) {
+    if (m.role != chat::Role::kSystem) {
+      started = true;
+    } else if (started) {
+      m.role = chat::Role::kDeveloper;
+    }
+  }
+}
+
 EffortNames::EffortNames()
     : names_{{"none", chat::ReasoningEffort{}},
              {"minimal", Numeric(25)},

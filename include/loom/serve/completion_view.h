@@ -50,6 +50,8 @@ class CompletionView {
   // The content reached a stop string: the turn is over (Finish with
   // complete = false shows the content before it).
   bool stopped() const { return stopped_; }
+  // The stop string that ended the content, when stopped().
+  const std::string& stop_sequence() const { return stop_sequence_; }
   const std::string& reasoning() const { return reasoning_; }
   const std::string& content() const { return content_; }
 
@@ -63,6 +65,7 @@ class CompletionView {
   chat::ThinkingMode mode_;
   std::vector<std::string> stops_;
   bool stopped_ = false;
+  std::string stop_sequence_;
   std::string reasoning_;  // shown so far
   std::string content_;    // shown so far
 };

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/chat/encoder.h"
 #include "loom/chat/message.h"
 
 namespace loom::serve {
@@ -32,10 +33,11 @@ struct TurnSettings {
   double temperature = 1.0;
   double top_p = 1.0;
   int64_t max_tokens = 0;
+  chat::ThinkingMode thinking = chat::ThinkingMode::kThinking;
 
   bool operator==(const TurnSettings& o) const {
     return effort == o.effort && temperature == o.temperature && top_p == o.top_p &&
-           max_tokens == o.max_tokens;
+           max_tokens == o.max_tokens && thinking == o.thinking;
   }
 };
 

@@ -2,8 +2,11 @@
 // Endpoint: the HTTP side of loom's model endpoint. It checks the API key,
 // routes a request to its dialect, renders the conversation in the model's
 // chat format, generates the turn on a TurnRunner (streamed or whole) and
-// answers in the dialect's shape. Routes: GET /v1/models and POST
-// /v1/chat/completions.
+// answers in the dialect's shape. Routes: GET /v1/models, POST
+// /v1/chat/completions (OpenAI Chat Completions), POST /v1/responses (OpenAI
+// Responses), POST /v1/messages and
+// /v1/messages/count_tokens (Anthropic Messages; query parameters such as
+// ?beta=true are ignored).
 //
 // Token-in/token-out: a turn that ends at the end of a message leaves its
 // conversation held (ConversationStore): its sample keeps the tokens as
@@ -60,7 +63,8 @@ struct TurnOutcome {
   int64_t completion_tokens = 0;
   bool held = false;  // its sample waits in the engine for the conversation's next turn
   bool ended_with_eos = false;
-  absl::Status status;  // a turn the engine refused or a model failure
+  std::string stop_sequence;  // the request's stop string that ended the content, if one did
+  absl::Status status;        // a turn the engine refused or a model failure
 };
 
 class Endpoint {
@@ -81,8 +85,21 @@ class Endpoint {
   Endpoint(const tokenizer::Tokenizer& tokenizer, TurnRunner& runner, EndpointOptions options,
            chat::SpecialTokenIds special, std::vector<int64_t> tool_calls_end);
 
+  class Reply;
+  class ChatCompletionsReply;
+  class MessagesReply;
+  class ResponsesReply;
+
   bool Authorized(const HttpRequest& request) const;
   void ChatCompletions(const HttpRequest& request, HttpResponder& out);
+  void Responses(const HttpRequest& request, HttpResponder& out);
+  void Messages(const HttpRequest& request, HttpResponder& out);
+  void CountTokens(const HttpRequest& request, HttpResponder& out);
+  // Generates `turn` and answers it in `reply`'s dialect, whole or streamed.
+  void Serve(const TurnRequest& turn, Reply& reply, HttpResponder& out);
+  // The prompt's encoding: its effort line (the request's name, or the
+  // default) and thinking mode. INVALID_ARGUMENT naming the effort field.
+  absl::StatusOr<chat::EncodeOptions> EncodeFor(const TurnRequest& turn) const;
   // A turn being generated, and how it began.
   struct Started {
     std::shared_ptr<TurnRunner::Turn> turn;
@@ -99,10 +116,11 @@ class Endpoint {
   void Keep(const TurnRequest& request, const Started& started, const TurnOutcome& outcome);
   // The turn ended as the format ends a message (EOS or a tool-call block).
   bool EndsCleanly(const std::vector<int64_t>& tokens) const;
-  // Follows the turn to its end, passing each new piece of text to `on_delta`
-  // (false: the client is gone, and the turn is cancelled).
+  // Follows the turn to its end, passing each new piece of text and the
+  // prompt's length so far to `on_delta` (false: the client is gone, and the
+  // turn is cancelled).
   TurnOutcome Follow(const Started& started, const TurnRequest& request, HttpResponder& out,
-                     const std::function<bool(const CompletionDelta&)>& on_delta);
+                     const std::function<bool(const CompletionDelta&, int64_t)>& on_delta);
 
   const tokenizer::Tokenizer& tokenizer_;
   TurnRunner& runner_;

@@ -34,8 +34,17 @@ struct TurnRequest {
   std::vector<std::string> stop;        // content ends before the first of these
   double temperature = 1.0;             // 0 = greedy
   double top_p = 1.0;
+  chat::ThinkingMode thinking = chat::ThinkingMode::kThinking;
   bool stream = false;
 };
+
+// The chat format renders system text only at the start of a conversation:
+// after a user turn, a system message would leave the prompt without the
+// assistant's opening. A system message after the first non-system one (as
+// Claude Code sends its environment, or a Chat Completions client its late
+// instructions) becomes a developer message, which the format renders as a
+// user-side turn.
+void PlaceLateSystemMessages(std::vector<chat::Message>* messages);
 
 // Effort names and the effort each one renders. The defaults keep the source
 // report's tiers (low / high / max = 50 / 75 / 100) and give OpenAI's and
