@@ -17,6 +17,14 @@ inline double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The value at fraction `q` of the sorted values (0 when there are none).
+inline double Percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const size_t index = std::min(values.size() - 1, static_cast<size_t>(q * values.size()));
+  return values[index];
+}
+
 // A scratch directory ($TMPDIR/loom-bench-<what>-XXXXXX) removed on
 // destruction; path() is empty when it could not be made.
 class ScratchDir {

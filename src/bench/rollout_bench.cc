@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "bench/bench_util.h"
 #include "loom/model/transformer.h"
 #include "loom/rollout/engine.h"
 
@@ -28,13 +29,6 @@ using nlohmann::json;
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
-}
-
-double Percentile(std::vector<double> values, double q) {
-  if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
-  const size_t index = std::min(values.size() - 1, static_cast<size_t>(q * values.size()));
-  return values[index];
 }
 
 absl::StatusOr<std::unique_ptr<model::Transformer>> BenchModel(const RolloutBenchOptions& o) {

@@ -2,6 +2,7 @@
 // (teacher-forced log-probs of token sequences) and `loom kl` (the per-token
 // reverse KL of on-policy distillation between a student and a teacher).
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -34,11 +35,16 @@ void SetupInitModel(CLI::App& app, Context& context) {
   cmd->add_option("--dtype", options->dtype, "float32 | bfloat16");
   auto tokenizer = std::make_shared<std::string>("bytes");
   cmd->add_option("--tokenizer", *tokenizer,
-                  "bytes | bytes+effort: also a token for each fixed part of the effort line")
-      ->check(CLI::IsMember(std::vector<std::string>(std::begin(tokenizer::kTinyTokenizerNames),
-                                                     std::end(tokenizer::kTinyTokenizerNames))));
+                  "bytes | bytes+effort (also a token for each fixed part of the effort line) | "
+                  "a tokenizer.json path (a real vocabulary; the chat format's special tokens "
+                  "it lacks are added)");
   cmd->callback([options, tokenizer, &context] {
-    options->tokenizer = tokenizer::TinyTokenizerNamed(*tokenizer);
+    const auto& names = tokenizer::kTinyTokenizerNames;
+    if (std::find(std::begin(names), std::end(names), *tokenizer) != std::end(names)) {
+      options->tokenizer = tokenizer::TinyTokenizerNamed(*tokenizer);
+    } else {
+      options->tokenizer_file = *tokenizer;
+    }
     absl::Status status = model::InitModelDir(*options);
     if (!status.ok()) {
       std::cerr << "init-model: " << status.message() << "\n";

@@ -481,18 +481,16 @@ void Endpoint::Messages(const HttpRequest& request, HttpResponder& out) {
 }
 
 void Endpoint::CountTokens(const HttpRequest& request, HttpResponder& out) {
-  auto parsed = ParseMessagesRequest(request.body, /*count_tokens=*/true);
-  absl::StatusOr<std::vector<int32_t>> ids = parsed.status();
-  if (parsed.ok()) {
-    auto encode = EncodeFor(parsed->turn);
-    ids =
-        encode.ok() ? chat::EncodeIds(parsed->turn.messages, *encode, tokenizer_) : encode.status();
-  }
-  if (!ids.ok()) {
-    const ApiError error = ErrorFromStatus(ids.status());
+  auto refuse = [&](const absl::Status& status) {
+    const ApiError error = ErrorFromStatus(status);
     out.Send(error.status, kJson, MessagesError(error));
-    return;
-  }
+  };
+  auto parsed = ParseMessagesRequest(request.body, /*count_tokens=*/true);
+  if (!parsed.ok()) return refuse(parsed.status());
+  auto encode = EncodeFor(parsed->turn);
+  if (!encode.ok()) return refuse(encode.status());
+  auto ids = chat::EncodeIds(parsed->turn.messages, *encode, tokenizer_);
+  if (!ids.ok()) return refuse(ids.status());
   out.Send(200, kJson, DumpJson({{"input_tokens", ids->size()}}));
 }
 

@@ -1,7 +1,9 @@
 #include "loom/tokenizer/tiny.h"
 
+#include <algorithm>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "loom/tokenizer/dsv4_tokens.h"
 #include "tokenizer/byte_level.h"
@@ -73,6 +75,49 @@ int TinyTokenizerVocabSize(const TinyTokenizerOptions& options) {
 
 TinyTokenizerOptions TinyTokenizerNamed(std::string_view name) {
   return {name == kTinyTokenizerNames[1]};
+}
+
+absl::StatusOr<std::string> WithChatSpecials(std::string_view tokenizer_json, int64_t* vocab_size) {
+  OrderedJson doc;
+  try {
+    doc = OrderedJson::parse(tokenizer_json);
+  } catch (const OrderedJson::exception& e) {
+    return absl::InvalidArgumentError(std::string("tokenizer.json is not JSON: ") + e.what());
+  }
+  if (!doc.is_object() || !doc.contains("model") || !doc["model"].is_object() ||
+      !doc["model"].contains("vocab") || !doc["model"]["vocab"].is_object()) {
+    return absl::InvalidArgumentError("tokenizer.json: model.vocab must be an object");
+  }
+  if (!doc.contains("added_tokens") || doc["added_tokens"].is_null()) {
+    doc["added_tokens"] = OrderedJson::array();
+  }
+  if (!doc["added_tokens"].is_array()) {
+    return absl::InvalidArgumentError("tokenizer.json: added_tokens must be an array");
+  }
+  int64_t next = 0;
+  for (const auto& [token, id] : doc["model"]["vocab"].items()) {
+    if (!id.is_number_integer()) {
+      return absl::InvalidArgumentError("tokenizer.json: model.vocab[\"" + token +
+                                        "\"] must be an integer id");
+    }
+    next = std::max(next, id.get<int64_t>() + 1);
+  }
+  std::set<std::string> present;
+  for (const OrderedJson& added : doc["added_tokens"]) {
+    if (!added.is_object() || !added.contains("id") || !added["id"].is_number_integer() ||
+        !added.contains("content") || !added["content"].is_string()) {
+      return absl::InvalidArgumentError(
+          "tokenizer.json: every added_tokens entry needs an integer id and a string content");
+    }
+    next = std::max(next, added["id"].get<int64_t>() + 1);
+    present.insert(added["content"].get<std::string>());
+  }
+  for (std::string_view special : dsv4::kAllSpecial) {
+    if (present.count(std::string(special)) != 0) continue;
+    doc["added_tokens"].push_back(AddedTokenJson(static_cast<int>(next++), special, true));
+  }
+  *vocab_size = next;
+  return doc.dump();
 }
 
 }  // namespace loom::tokenizer

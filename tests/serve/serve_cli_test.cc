@@ -150,6 +150,118 @@ TEST(ServeCliTest, AConversationContinuesOnItsStoredTokens) {
   EXPECT_FALSE(server.AwaitLog("turn 5: failed .*continued").empty()) << server.Log();
 }
 
+// The events of an Anthropic or Responses stream: (event name, data).
+std::vector<std::pair<std::string, json>> NamedEvents(const HttpReply& reply) {
+  std::vector<std::pair<std::string, json>> events;
+  std::string body = reply.body;
+  for (size_t at; (at = body.find("\n\n")) != std::string::npos; body.erase(0, at + 2)) {
+    const std::string event = body.substr(0, at);
+    const size_t data = event.find("\ndata: ");
+    EXPECT_EQ(event.rfind("event: ", 0), 0u) << event;
+    EXPECT_NE(data, std::string::npos) << event;
+    events.emplace_back(event.substr(7, data - 7), json::parse(event.substr(data + 7)));
+  }
+  return events;
+}
+
+// The same conversation through the three dialects: one prompt, one answer,
+// whole and streamed; count_tokens counts what the turn's usage reports; an
+// Anthropic conversation continues on its stored tokens; errors come in each
+// dialect's shape.
+TEST(ServeCliTest, MessagesAndResponsesAnswerLikeChatCompletions) {
+  TempDir dir;
+  Server server(dir, AnswerXModel(dir), "");
+  ASSERT_GT(server.port(), 0) << server.Log();
+  HttpReply chat = server.Post(Ask("Say x.", 16, false));
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  const int64_t prompt = json::parse(chat.body)["usage"]["prompt_tokens"];
+
+  const json user = {{"role", "user"}, {"content", "Say x."}};
+  json messages = {{"model", "claude-x"},
+                   {"max_tokens", 16},
+                   {"temperature", 0},
+                   {"messages", json::array({user})}};
+  HttpReply whole = server.PostTo("/v1/messages?beta=true", messages);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  json message = json::parse(whole.body);
+  EXPECT_EQ(message["type"], "message");
+  EXPECT_EQ(message["model"], "claude-x");
+  EXPECT_EQ(message["content"], json::parse(R"([{"type": "text", "text": "x"}])"));
+  EXPECT_EQ(message["stop_reason"], "end_turn");
+  EXPECT_EQ(message["usage"]["input_tokens"], prompt);
+  EXPECT_EQ(message["usage"]["output_tokens"], 3);
+  HttpReply counted = server.PostTo("/v1/messages/count_tokens", {{"messages", {user}}});
+  ASSERT_EQ(counted.status, 200) << counted.body;
+  EXPECT_EQ(json::parse(counted.body)["input_tokens"], prompt);
+
+  messages["stream"] = true;
+  HttpReply stream = server.PostTo("/v1/messages", messages);
+  ASSERT_EQ(stream.status, 200) << stream.body;
+  std::string text;
+  std::vector<std::string> names;
+  for (const auto& [name, data] : NamedEvents(stream)) {
+    names.push_back(name);
+    if (name == "content_block_delta") text += data["delta"].value("text", "");
+    if (name == "message_delta") {
+      EXPECT_EQ(data["delta"]["stop_reason"], "end_turn");
+    }
+  }
+  EXPECT_EQ(text, "x");
+  ASSERT_FALSE(names.empty());
+  EXPECT_EQ(names.front(), "message_start");
+  EXPECT_EQ(names.back(), "message_stop");
+
+  // Claude Code sends the answer back as blocks, with the next user turn.
+  const int turns = 3;  // chat, whole, streamed
+  messages["stream"] = false;
+  messages["messages"] = {user,
+                          {{"role", "assistant"}, {"content", {{{"type", "text"}, {"text", "x"}}}}},
+                          {{"role", "user"}, {"content", "Again."}}};
+  HttpReply again = server.PostTo("/v1/messages", messages);
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_FALSE(server
+                   .AwaitLog("turn " + std::to_string(turns) +
+                             ": stop after 3 tokens, prompt [0-9]+ \\(continued")
+                   .empty())
+      << server.Log();
+
+  const json responses = {{"model", "tiny"}, {"input", "Say x."}, {"temperature", 0}};
+  HttpReply response = server.PostTo("/v1/responses", responses);
+  ASSERT_EQ(response.status, 200) << response.body;
+  const json body = json::parse(response.body);
+  EXPECT_EQ(body["status"], "completed");
+  ASSERT_EQ(body["output"].size(), 1u) << body;
+  EXPECT_EQ(body["output"][0]["content"][0]["text"], "x");
+  EXPECT_EQ(body["usage"]["input_tokens"], prompt);
+  json streaming = responses;
+  streaming["stream"] = true;
+  text.clear();
+  json completed;
+  for (const auto& [name, data] : NamedEvents(server.PostTo("/v1/responses", streaming))) {
+    if (name == "response.output_text.delta") text += data["delta"].get<std::string>();
+    if (name == "response.completed") completed = data["response"];
+  }
+  EXPECT_EQ(text, "x");
+  ASSERT_EQ(completed["output"].size(), 1u) << completed;
+  EXPECT_EQ(completed["output"][0]["content"], body["output"][0]["content"]);
+
+  // Errors in each dialect's shape.
+  HttpReply unauthenticated = server.PostTo("/v1/messages", messages, {});
+  EXPECT_EQ(unauthenticated.status, 401);
+  EXPECT_EQ(json::parse(unauthenticated.body)["error"]["type"], "authentication_error");
+  EXPECT_EQ(json::parse(unauthenticated.body)["type"], "error");
+  messages.erase("max_tokens");
+  HttpReply malformed = server.PostTo("/v1/messages", messages);
+  EXPECT_EQ(malformed.status, 400);
+  EXPECT_EQ(json::parse(malformed.body)["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(json::parse(malformed.body)["error"]["message"], "max_tokens: is required");
+  HttpReply stored =
+      server.PostTo("/v1/responses", {{"input", "x"}, {"previous_response_id", "r"}});
+  EXPECT_EQ(stored.status, 400);
+  EXPECT_EQ(json::parse(stored.body)["error"]["param"], "previous_response_id");
+  EXPECT_EQ(server.PostTo("/v1/messages/batches", messages).status, 404);
+}
+
 TEST(ServeCliTest, StreamedAndWholeAgreeOnAnUntrainedModel) {
   TempDir dir;
   Server server(dir, InitModel(dir, "model"), "--effort low");

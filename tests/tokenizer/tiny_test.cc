@@ -63,6 +63,50 @@ TEST(TinyTokenizerTest, EffortPhrasesAreOneTokenEachAndChangeNothingElse) {
   }
 }
 
+// A real vocabulary with the chat format's special strings added after it:
+// every text encodes as before, the specials DeepSeek-V3 has keep their ids,
+// the ones it lacks get new ids after its highest.
+TEST(TinyTokenizerTest, ARealVocabularyGetsTheChatSpecialsItLacks) {
+  if (!testing::Exists(testing::DeepSeekV3Json())) GTEST_SKIP() << "run scripts/setup.sh";
+  const std::string original = loom::testing::ReadAll(testing::DeepSeekV3Json());
+  int64_t vocab = 0;
+  auto augmented = WithChatSpecials(original, &vocab);
+  ASSERT_TRUE(augmented.ok()) << augmented.status();
+  auto before = Tokenizer::FromJson(original, "deepseek_v3");
+  auto after = Tokenizer::FromJson(*augmented, "deepseek_v3+chat");
+  ASSERT_TRUE(before.ok() && after.ok()) << after.status();
+  EXPECT_EQ((*after)->VocabSize(), vocab);
+  const int64_t highest = (*before)->VocabSize() - 1;
+  int added = 0;
+  for (std::string_view special : dsv4::kAllSpecial) {
+    auto id = (*after)->TokenToId(special);
+    ASSERT_TRUE(id.has_value()) << special;
+    if (auto old = (*before)->TokenToId(special)) {
+      EXPECT_EQ(*id, *old) << special;  // BOS, EOS and the roles are DeepSeek-V3's own
+    } else {
+      EXPECT_GT(*id, highest) << special;
+      ++added;
+    }
+  }
+  EXPECT_EQ(vocab, highest + 1 + added);
+  EXPECT_GE(added, 8);  // <think>, </think>, DSML, the reminder and the tasks
+  for (std::string text :
+       {std::string("def f(x):\n    return x + 1  # héllo"), std::string("Hello, world! 123")}) {
+    EXPECT_EQ(*(*after)->Encode(text), *(*before)->Encode(text)) << text;
+  }
+  auto twice = WithChatSpecials(*augmented, &vocab);
+  ASSERT_TRUE(twice.ok());
+  EXPECT_EQ(vocab, highest + 1 + added);  // nothing left to add
+  for (std::string bad :
+       {std::string("{"), std::string("[]"), std::string(R"({"model": {}})"),
+        std::string(R"({"model": {"vocab": {"a": "x"}}})"),
+        std::string(R"({"model": {"vocab": {}}, "added_tokens": [{"id": 1}]})")}) {
+    auto refused = WithChatSpecials(bad, &vocab);
+    EXPECT_FALSE(refused.ok()) << bad;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 class TinyTokenizerHfTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(TinyTokenizerHfTest, HuggingFaceLoadsItAndAgrees) {

@@ -19,6 +19,9 @@ struct InitModelOptions {
   uint64_t seed = 0;
   std::string dtype = "float32";              // parameter dtype written
   tokenizer::TinyTokenizerOptions tokenizer;  // which tiny tokenizer tokenizer.json holds
+  // Instead, a Hugging Face tokenizer.json to use, with the chat format's
+  // special tokens it lacks added (tokenizer::WithChatSpecials).
+  std::string tokenizer_file;
 };
 
 // INVALID_ARGUMENT for a bad arch or override (naming it); the directory is

@@ -8,8 +8,11 @@
 // positions shorter; every other text encodes as without them. Hugging Face
 // tokenizers loads either and gives the same ids as loom.
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "absl/status/statusor.h"
 
 namespace loom::tokenizer {
 
@@ -28,5 +31,12 @@ std::string TinyTokenizerJson(const TinyTokenizerOptions& options = {});
 // Number of ids of the tiny tokenizer (256 bytes + the special strings [+ the
 // effort phrases]); tiny models use it as vocab_size.
 int TinyTokenizerVocabSize(const TinyTokenizerOptions& options = {});
+
+// A real vocabulary for a tiny model: a Hugging Face tokenizer.json (for
+// example DeepSeek-V3's) with every DeepSeek-V4 special string it lacks added
+// as a special token after its highest id, so a prompt takes as many tokens
+// as on a real model of that vocabulary. `vocab_size`: the ids it then has.
+// INVALID_ARGUMENT naming the problem when the text is not a tokenizer.json.
+absl::StatusOr<std::string> WithChatSpecials(std::string_view tokenizer_json, int64_t* vocab_size);
 
 }  // namespace loom::tokenizer
