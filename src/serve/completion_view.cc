@@ -119,18 +119,21 @@ CompletionDelta CompletionView::Update(std::string_view text) {
   return Advance(reasoning, content);
 }
 
-CompletionEnd CompletionView::Finish(std::string_view text, bool complete) {
+CompletionEnd CompletionView::Finish(std::string_view text, bool complete,
+                                     const ToolCallCheck& check) {
   CompletionEnd end;
   std::string reasoning, content;
   if (complete) {
     auto parsed = chat::ParseCompletion(text, mode_);
-    if (parsed.ok()) {
+    absl::Status status = parsed.status();
+    if (parsed.ok() && check) status = check(parsed->tool_calls);
+    if (status.ok()) {
       end.delta = Advance(parsed->reasoning_content, parsed->content);
       end.tool_calls = std::move(parsed->tool_calls);
       return end;
     }
     end.format_error = true;
-    end.parse_error = std::string(parsed.status().message());
+    end.parse_error = std::string(status.message());
   }
   Visible(text, /*final=*/true, &reasoning, &content);
   end.delta = Advance(reasoning, content);

@@ -11,6 +11,7 @@
 #include "loom/serve/chat_completions.h"
 #include "loom/serve/json_body.h"
 #include "loom/serve/openai_responses.h"
+#include "loom/serve/tool_schema.h"
 
 namespace loom::serve {
 namespace {
@@ -239,7 +240,16 @@ TurnOutcome Endpoint::Follow(const Started& started, const TurnRequest& request,
   // turn ended as a message ends unless max_tokens cut it there.
   const bool clean =
       !view.stopped() && progress.finish == rollout::FinishReason::kToolCall && EndsCleanly(tokens);
-  CompletionEnd end = view.Finish(text, clean);
+  const std::optional<OrderedJson>* tools = nullptr;  // the tools the request offers
+  for (const chat::Message& m : request.messages) {
+    if (m.tools) {
+      tools = &m.tools;
+      break;
+    }
+  }
+  CompletionEnd end = view.Finish(text, clean, [&](const std::vector<chat::ToolCall>& calls) {
+    return CheckToolCalls(calls, tools != nullptr ? *tools : std::nullopt);
+  });
   if (!Empty(end.delta) && !on_delta(end.delta, outcome.prompt_tokens)) return cancel();
   outcome.reasoning = view.reasoning();
   outcome.content = view.content();

@@ -29,7 +29,8 @@ struct Shown {
 
 // Feeds `text` cut every `step` bytes, then finishes.
 Shown Stream(const std::string& text, size_t step, bool complete,
-             std::vector<std::string> stops = {}) {
+             std::vector<std::string> stops = {},
+             const CompletionView::ToolCallCheck& check = nullptr) {
   CompletionView view(chat::ThinkingMode::kThinking, std::move(stops));
   Shown shown;
   for (size_t n = step; n < text.size() + step && !view.stopped(); n += step) {
@@ -37,7 +38,7 @@ Shown Stream(const std::string& text, size_t step, bool complete,
     shown.reasoning += d.reasoning;
     shown.content += d.content;
   }
-  shown.end = view.Finish(text, complete && !view.stopped());
+  shown.end = view.Finish(text, complete && !view.stopped(), check);
   shown.reasoning += shown.end.delta.reasoning;
   shown.content += shown.end.delta.content;
   EXPECT_EQ(shown.reasoning, view.reasoning());
@@ -95,6 +96,31 @@ TEST(CompletionViewTest, AMalformedCallReachesTheClientAsPlainText) {
     EXPECT_EQ(shown.content,
               broken.substr(2 + kClose.size(), broken.size() - 2 - kClose.size() - kEos.size()));
   }
+}
+
+// A call that parses but that the check refuses (a tool not offered,
+// arguments against the schema) is shown as plain text too.
+TEST(CompletionViewTest, ACallTheCheckRefusesReachesTheClientAsPlainText) {
+  const std::string text = "hm" + kClose + "Calling." + ToolCallText() + kEos;
+  int checked = 0;
+  auto refuse = [&](const std::vector<chat::ToolCall>& calls) {
+    ++checked;
+    EXPECT_EQ(calls.size(), 1u);
+    return absl::InvalidArgumentError("read: arguments.path: must be an integer");
+  };
+  for (size_t step : {1, 7, 1000}) {
+    Shown shown = Stream(text, step, /*complete=*/true, {}, refuse);
+    EXPECT_TRUE(shown.end.format_error);
+    EXPECT_EQ(shown.end.parse_error, "read: arguments.path: must be an integer");
+    EXPECT_TRUE(shown.end.tool_calls.empty());
+    EXPECT_EQ(shown.reasoning, "hm");
+    EXPECT_EQ(shown.content, "Calling." + ToolCallText());
+  }
+  EXPECT_EQ(checked, 3);
+  Shown accepted = Stream(text, 3, true, {}, [](const auto&) { return absl::OkStatus(); });
+  EXPECT_FALSE(accepted.end.format_error);
+  ASSERT_EQ(accepted.end.tool_calls.size(), 1u);
+  EXPECT_EQ(accepted.content, "Calling.");
 }
 
 TEST(CompletionViewTest, ACutCompletionIsShownAsItIs) {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "serve/serve_process.h"
@@ -388,6 +389,26 @@ TEST(ServeCliTest, BadFlagsAreUsageErrors) {
   auto missing = RunLoom("serve --model " + dir / "nothing" + " --listen 127.0.0.1:0");
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.err.find("nothing"), std::string::npos) << missing.err;
+}
+
+// A tiny model on a real vocabulary, for trying a harness by hand: its
+// vocab_size covers the tokenizer's ids and the added chat specials; a
+// tokenizer file that is missing or not one is an error naming it.
+TEST(ServeCliTest, InitModelTakesARealVocabulary) {
+  TempDir dir;
+  const std::string model = testing::RealVocabModel(dir, "real", 4096);
+  const json config = json::parse(testing::ReadAll(model + "/config.json"));
+  auto tok = tokenizer::Tokenizer::FromFile(model + "/tokenizer.json");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ(config["vocab_size"], (*tok)->VocabSize());
+  EXPECT_GT(config["vocab_size"].get<int64_t>(), 128000);
+  EXPECT_TRUE((*tok)->TokenToId(tokenizer::dsv4::kDsml).has_value());
+  for (const std::string& bad : {dir / "missing.json", model + "/config.json"}) {
+    auto made = RunLoom("init-model --arch llama --out " + dir / "bad" + " --tokenizer " + bad);
+    EXPECT_NE(made.exit_code, 0) << bad;
+    EXPECT_NE(made.err.find(bad), std::string::npos) << made.err;
+    EXPECT_FALSE(std::filesystem::exists(dir / "bad/config.json")) << bad;
+  }
 }
 
 }  // namespace

@@ -13,11 +13,13 @@
 // reasoning as plain content and `format_error` set; a cut one (max tokens)
 // ends with whatever it had, unparsed. Not thread-safe.
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "loom/chat/encoder.h"
 #include "loom/chat/message.h"
 
@@ -44,8 +46,11 @@ class CompletionView {
   CompletionDelta Update(std::string_view text);
   // `text`: the whole completion. `complete`: it ended as the format ends a
   // turn (EOS or the end of a tool-call block), so it is parsed; otherwise it
-  // was cut short and is shown as it is.
-  CompletionEnd Finish(std::string_view text, bool complete);
+  // was cut short and is shown as it is. `check`, when given, judges the
+  // parsed tool calls (tool_schema.h): a call it refuses makes the completion
+  // a format error, shown as plain text like one that does not parse.
+  using ToolCallCheck = std::function<absl::Status(const std::vector<chat::ToolCall>&)>;
+  CompletionEnd Finish(std::string_view text, bool complete, const ToolCallCheck& check = nullptr);
 
   // The content reached a stop string: the turn is over (Finish with
   // complete = false shows the content before it).

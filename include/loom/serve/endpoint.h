@@ -58,7 +58,7 @@ struct TurnOutcome {
   std::string content;
   std::vector<chat::ToolCall> tool_calls;  // ids "call_<turn>_<i>"
   enum class Finish { kStop, kLength, kToolCalls, kCancelled } finish = Finish::kStop;
-  bool format_error = false;  // the completion did not parse; its text is the content
+  bool format_error = false;  // it did not parse or called a tool wrongly; its text is the content
   int64_t prompt_tokens = 0;  // the whole context the turn generated after
   int64_t completion_tokens = 0;
   bool held = false;  // its sample waits in the engine for the conversation's next turn
