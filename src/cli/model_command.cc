@@ -37,7 +37,10 @@ void SetupInitModel(CLI::App& app, Context& context) {
   cmd->add_option("--tokenizer", *tokenizer,
                   "bytes | bytes+effort (also a token for each fixed part of the effort line) | "
                   "a tokenizer.json path (a real vocabulary; the chat format's special tokens "
-                  "it lacks are added)");
+                  "it lacks are added)")
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(tokenizer::kTinyTokenizerNames),
+                                                     std::end(tokenizer::kTinyTokenizerNames))) |
+              CLI::ExistingFile);
   cmd->callback([options, tokenizer, &context] {
     const auto& names = tokenizer::kTinyTokenizerNames;
     if (std::find(std::begin(names), std::end(names), *tokenizer) != std::end(names)) {
