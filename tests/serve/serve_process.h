@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <regex>
 #include <sstream>
@@ -164,15 +165,31 @@ inline std::string RealVocabModel(const TempDir& dir, const std::string& name, i
 }
 
 // Greedy decoding after `<think>` writes "</think>x" and the end of sentence.
-// `real_vocab`: on DeepSeek-V3's vocabulary (RealVocabModel), not bytes.
-inline std::string AnswerXModel(const TempDir& dir, int positions = 2048, bool real_vocab = false) {
-  const std::string model = real_vocab ? RealVocabModel(dir, "answer_x", positions)
-                                       : InitModel(dir, "answer_x", positions);
+inline void MakeAnswerX(const std::string& model) {
   const int64_t think = Id(model, tokenizer::dsv4::kThinkOpen);
   const int64_t think_end = Id(model, tokenizer::dsv4::kThinkClose);
   const int64_t x = Id(model, "x");
   MakeBigramModel(model,
                   {{think, think_end}, {think_end, x}, {x, Id(model, tokenizer::dsv4::kEos)}});
+}
+
+// AnswerX on the byte tokenizer, or with `real_vocab` on DeepSeek-V3's
+// vocabulary (RealVocabModel; made once per test process and copied, since
+// a 129k-token vocabulary takes seconds to write and load).
+inline std::string AnswerXModel(const TempDir& dir, int positions = 2048, bool real_vocab = false) {
+  const std::string model = dir / "answer_x";
+  if (!real_vocab) {
+    InitModel(dir, "answer_x", positions);
+    MakeAnswerX(model);
+    return model;
+  }
+  static TempDir cache;
+  const std::string made = cache / ("answer_x_" + std::to_string(positions));
+  if (!std::filesystem::exists(made + "/tokenizer.json")) {
+    RealVocabModel(cache, "answer_x_" + std::to_string(positions), positions);
+    MakeAnswerX(made);
+  }
+  std::filesystem::copy(made, model, std::filesystem::copy_options::recursive);
   return model;
 }
 
