@@ -20,22 +20,9 @@ void JoinLine(std::string* text, const std::string& part) {
 // client's billing-header block (system prompts only).
 absl::StatusOr<std::string> BlocksText(const OrderedJson& value, const std::string& field,
                                        bool drop_billing = false) {
-  if (value.is_string()) return value.get<std::string>();
-  if (!value.is_array()) return FieldError(field, "must be a string or an array of blocks");
-  std::string text;
-  for (size_t j = 0; j < value.size(); ++j) {
-    const std::string block = Indexed(field, j);
-    auto type = TypeOf(value[j], block);
-    if (!type.ok()) return type.status();
-    if (*type != "text") {
-      return FieldError(block + ".type", absl::StrCat("\"", *type, "\" is not supported here"));
-    }
-    auto part = RequiredString(value[j], "text", block);
-    if (!part.ok()) return part.status();
-    if (drop_billing && absl::StartsWith(*part, kBillingHeader)) continue;
-    JoinLine(&text, *part);
-  }
-  return text;
+  if (!drop_billing) return TextParts(value, field, {"text"});
+  return TextParts(value, field, {"text"},
+                   [](const std::string& text) { return !absl::StartsWith(text, kBillingHeader); });
 }
 
 absl::Status ConvertUserTurn(const OrderedJson& content, const std::string& field,
@@ -255,17 +242,6 @@ absl::Status RefuseUnsupportedMessages(const OrderedJson& doc) {
   return absl::OkStatus();
 }
 
-absl::Status ReadMessagesMaxTokens(const OrderedJson& doc, bool required, int64_t* out) {
-  if (!doc.contains("max_tokens") || doc["max_tokens"].is_null()) {
-    return required ? FieldError("max_tokens", "is required") : absl::OkStatus();
-  }
-  if (!doc["max_tokens"].is_number_integer() || doc["max_tokens"].get<int64_t>() < 1) {
-    return FieldError("max_tokens", "must be a positive integer");
-  }
-  *out = doc["max_tokens"].get<int64_t>();
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<MessagesRequest> ParseMessagesRequest(std::string_view body, bool count_tokens) {
@@ -275,7 +251,10 @@ absl::StatusOr<MessagesRequest> ParseMessagesRequest(std::string_view body, bool
   out.turn.effort_field = "output_config.effort";
   absl::Status status = ReadString(*doc, "model", &out.model);
   if (status.ok()) status = RefuseUnsupportedMessages(*doc);
-  if (status.ok()) status = ReadMessagesMaxTokens(*doc, !count_tokens, &out.turn.max_tokens);
+  if (status.ok()) status = ReadPositiveInt(*doc, "max_tokens", &out.turn.max_tokens);
+  if (status.ok() && !count_tokens && out.turn.max_tokens == 0) {
+    status = FieldError("max_tokens", "is required");
+  }
   if (status.ok()) status = ReadStopSequences(*doc, &out.turn.stop);
   if (status.ok()) status = ReadNumber(*doc, "temperature", 0, 1, &out.turn.temperature);
   if (status.ok()) status = ReadNumber(*doc, "top_p", 0, 1, &out.turn.top_p);

@@ -8,27 +8,6 @@ namespace {
 
 using chat::OrderedJson;
 
-// Content as a string or a list of text parts, as one string.
-absl::StatusOr<OrderedJson> FlattenContent(const OrderedJson& content, const std::string& field) {
-  if (!content.is_array()) return content;  // a string, null or a wrong type MessagesFromJson names
-  std::string text;
-  for (size_t j = 0; j < content.size(); ++j) {
-    const std::string part = absl::StrCat(field, "[", j, "]");
-    const OrderedJson& p = content[j];
-    if (!p.is_object() || !p.contains("type") || !p["type"].is_string()) {
-      return FieldError(part + ".type", "must be a string");
-    }
-    const std::string type = p["type"];
-    if (type != "text") return FieldError(part + ".type", "\"" + type + "\" is not supported");
-    if (!p.contains("text") || !p["text"].is_string()) {
-      return FieldError(part + ".text", "must be a string");
-    }
-    if (!text.empty()) text += "\n";
-    text += p["text"].get<std::string>();
-  }
-  return OrderedJson(text);
-}
-
 absl::StatusOr<OrderedJson> NormalizedMessages(const OrderedJson& doc) {
   if (!doc.contains("messages") || !doc["messages"].is_array() || doc["messages"].empty()) {
     return FieldError("messages", "must be a non-empty array");
@@ -37,7 +16,9 @@ absl::StatusOr<OrderedJson> NormalizedMessages(const OrderedJson& doc) {
   for (size_t i = 0; i < messages.size(); ++i) {
     OrderedJson& m = messages[i];
     if (!m.is_object() || !m.contains("content")) continue;  // MessagesFromJson names it
-    auto content = FlattenContent(m["content"], absl::StrCat("messages[", i, "].content"));
+    if (!m["content"].is_array())
+      continue;  // a string, null or a wrong type MessagesFromJson names
+    auto content = TextParts(m["content"], absl::StrCat("messages[", i, "].content"), {"text"});
     if (!content.ok()) return content.status();
     m["content"] = *std::move(content);
   }
@@ -72,14 +53,10 @@ absl::StatusOr<OrderedJson> NormalizedMessages(const OrderedJson& doc) {
 }
 
 absl::Status ReadMaxTokens(const OrderedJson& doc, int64_t* out) {
-  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
-    if (!doc.contains(key) || doc[key].is_null()) continue;
-    if (!doc[key].is_number_integer() || doc[key].get<int64_t>() < 1) {
-      return FieldError(key, "must be a positive integer");
-    }
-    *out = doc[key].get<int64_t>();  // max_completion_tokens, read last, wins
-  }
-  return absl::OkStatus();
+  absl::Status status = ReadPositiveInt(doc, "max_tokens", out);
+  // max_completion_tokens, read last, wins.
+  if (status.ok()) status = ReadPositiveInt(doc, "max_completion_tokens", out);
+  return status;
 }
 
 absl::Status ReadStop(const OrderedJson& doc, std::vector<std::string>* out) {

@@ -362,7 +362,9 @@ class Endpoint::MessagesReply final : public Reply {
 
  private:
   MessagesTurn Turn(const TurnOutcome& outcome) const {
-    MessagesTurn turn{id_, model_};
+    MessagesTurn turn;
+    turn.id = id_;
+    turn.model = model_;
     if (!omit_thinking_) turn.reasoning = outcome.reasoning;
     turn.content = outcome.content;
     turn.tool_calls = outcome.tool_calls;

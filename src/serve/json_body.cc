@@ -1,5 +1,7 @@
 #include "loom/serve/json_body.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -46,6 +48,37 @@ absl::Status ReadString(const OrderedJson& doc, const char* key, std::string* ou
   if (!doc[key].is_string()) return FieldError(key, "must be a string");
   *out = doc[key].get<std::string>();
   return absl::OkStatus();
+}
+
+absl::Status ReadPositiveInt(const OrderedJson& doc, const char* key, int64_t* out) {
+  if (!doc.contains(key) || doc[key].is_null()) return absl::OkStatus();
+  if (!doc[key].is_number_integer() || doc[key].get<int64_t>() < 1) {
+    return FieldError(key, "must be a positive integer");
+  }
+  *out = doc[key].get<int64_t>();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> TextParts(const OrderedJson& value, const std::string& field,
+                                      std::initializer_list<std::string_view> types,
+                                      const std::function<bool(const std::string&)>& keep) {
+  if (value.is_string()) return value.get<std::string>();
+  if (!value.is_array()) return FieldError(field, "must be a string or an array of parts");
+  std::string text;
+  for (size_t j = 0; j < value.size(); ++j) {
+    const std::string part = Indexed(field, j);
+    auto type = TypeOf(value[j], part);
+    if (!type.ok()) return type.status();
+    if (std::find(types.begin(), types.end(), *type) == types.end()) {
+      return FieldError(part + ".type", absl::StrCat("\"", *type, "\" is not supported"));
+    }
+    auto piece = RequiredString(value[j], "text", part);
+    if (!piece.ok()) return piece.status();
+    if (keep && !keep(*piece)) continue;
+    if (!text.empty()) text += "\n";
+    text += *piece;
+  }
+  return text;
 }
 
 std::string Indexed(std::string_view field, size_t index) {

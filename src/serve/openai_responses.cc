@@ -10,26 +10,10 @@ namespace {
 
 using chat::OrderedJson;
 
-// A string, or text parts (input_text, output_text, reasoning_text,
-// summary_text) joined by newlines.
+// A string, or text parts joined by newlines.
 absl::StatusOr<std::string> PartsText(const OrderedJson& value, const std::string& field) {
-  if (value.is_string()) return value.get<std::string>();
-  if (!value.is_array()) return FieldError(field, "must be a string or an array of parts");
-  std::string text;
-  for (size_t j = 0; j < value.size(); ++j) {
-    const std::string part = Indexed(field, j);
-    auto type = TypeOf(value[j], part);
-    if (!type.ok()) return type.status();
-    if (*type != "input_text" && *type != "output_text" && *type != "text" &&
-        *type != "reasoning_text" && *type != "summary_text") {
-      return FieldError(part + ".type", absl::StrCat("\"", *type, "\" is not supported"));
-    }
-    auto piece = RequiredString(value[j], "text", part);
-    if (!piece.ok()) return piece.status();
-    if (!text.empty()) text += "\n";
-    text += *piece;
-  }
-  return text;
+  return TextParts(value, field,
+                   {"input_text", "output_text", "text", "reasoning_text", "summary_text"});
 }
 
 // Input items in order. The items of one assistant turn (reasoning, its
@@ -221,18 +205,6 @@ absl::Status RefuseUnsupportedResponses(const OrderedJson& doc) {
   return absl::OkStatus();
 }
 
-absl::Status ReadMaxOutputTokens(const OrderedJson& doc, int64_t* out) {
-  if (!doc.contains("max_output_tokens") || doc["max_output_tokens"].is_null()) {
-    return absl::OkStatus();
-  }
-  if (!doc["max_output_tokens"].is_number_integer() ||
-      doc["max_output_tokens"].get<int64_t>() < 1) {
-    return FieldError("max_output_tokens", "must be a positive integer");
-  }
-  *out = doc["max_output_tokens"].get<int64_t>();
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
@@ -242,7 +214,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   out.turn.effort_field = "reasoning.effort";
   absl::Status status = ReadString(*doc, "model", &out.model);
   if (status.ok()) status = RefuseUnsupportedResponses(*doc);
-  if (status.ok()) status = ReadMaxOutputTokens(*doc, &out.turn.max_tokens);
+  if (status.ok()) status = ReadPositiveInt(*doc, "max_output_tokens", &out.turn.max_tokens);
   if (status.ok()) status = ReadNumber(*doc, "temperature", 0, 2, &out.turn.temperature);
   if (status.ok()) status = ReadNumber(*doc, "top_p", 0, 1, &out.turn.top_p);
   if (status.ok() && out.turn.top_p <= 0) status = FieldError("top_p", "must be above 0");

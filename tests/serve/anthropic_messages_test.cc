@@ -241,6 +241,13 @@ TEST(AnthropicMessagesTest, ErrorsHaveTheirDialectsShape) {
   EXPECT_EQ(OrderedJson::parse(MessagesError({500, "model", ""}))["error"]["type"], "api_error");
 }
 
+MessagesTurn Named(const std::string& id) {
+  MessagesTurn turn;
+  turn.id = id;
+  turn.model = "tiny";
+  return turn;
+}
+
 // Folds a stream's events back into a message, as the Anthropic SDK does.
 OrderedJson Accumulate(const std::string& stream, std::vector<std::string>* names) {
   OrderedJson message;
@@ -287,7 +294,7 @@ OrderedJson Accumulate(const std::string& stream, std::vector<std::string>* name
 }
 
 TEST(AnthropicMessagesTest, AStreamRebuildsTheWholeMessage) {
-  MessagesTurn turn{"msg_1", "tiny"};
+  MessagesTurn turn = Named("msg_1");
   turn.reasoning = "think hard";
   turn.content = "Reading it.";
   turn.tool_calls = {{"call_1_0", "Read", "{\"path\":\"a.txt\"}"},
@@ -311,7 +318,7 @@ TEST(AnthropicMessagesTest, AStreamRebuildsTheWholeMessage) {
 }
 
 TEST(AnthropicMessagesTest, OmittedThinkingAndAStopSequence) {
-  MessagesTurn turn{"msg_2", "tiny"};
+  MessagesTurn turn = Named("msg_2");
   turn.content = "ok";
   turn.stop_reason = "stop_sequence";
   turn.stop_sequence = "END";
@@ -327,7 +334,7 @@ TEST(AnthropicMessagesTest, OmittedThinkingAndAStopSequence) {
   EXPECT_EQ(rebuilt["stop_sequence"], "END");
   // A turn with nothing to show still has a well-formed stream.
   MessagesStream empty("msg_3", "tiny", false);
-  MessagesTurn nothing{"msg_3", "tiny"};
+  MessagesTurn nothing = Named("msg_3");
   nothing.stop_reason = "max_tokens";
   names.clear();
   EXPECT_EQ(Accumulate(empty.Finish(nothing), &names), MessageJson(nothing));

@@ -64,7 +64,8 @@ TEST(SameTurnTest, OtherMessagesMustBeExactToolsAsJsonValues) {
 
 TEST(ConversationStoreTest, ALongerHistoryTakesTheLongestHeldPrefixOnce) {
   ConversationStore store(8);
-  const TurnSettings settings{"high", 1.0, 1.0, 0};
+  TurnSettings settings;
+  settings.effort = "high";
   const std::vector<chat::Message> held = Held();
   const std::vector<chat::Message> short_one(held.begin(), held.begin() + 2);
   EXPECT_TRUE(store.Put({short_one, 1, false, settings}).empty());

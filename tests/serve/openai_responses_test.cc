@@ -184,6 +184,14 @@ TEST(OpenAiResponsesTest, EveryMalformedFormIsRefusedNamingItsField) {
   }
 }
 
+ResponsesTurn Named(const std::string& id, int64_t created_at) {
+  ResponsesTurn turn;
+  turn.id = id;
+  turn.created_at = created_at;
+  turn.model = "tiny";
+  return turn;
+}
+
 // Folds a stream's events into the output items, as the OpenAI SDK does,
 // checking names, sequence numbers and indices on the way.
 OrderedJson Accumulate(const std::string& stream, OrderedJson* final_response) {
@@ -208,9 +216,9 @@ OrderedJson Accumulate(const std::string& stream, OrderedJson* final_response) {
       const OrderedJson& done = data["item"];
       // What streamed is what the finished item holds.
       const std::string streamed = item.value("streamed", "");
-      if (done["type"] == "message") EXPECT_EQ(streamed, done["content"][0]["text"]);
-      if (done["type"] == "reasoning") EXPECT_EQ(streamed, done["content"][0]["text"]);
-      if (done["type"] == "function_call") EXPECT_EQ(streamed, done["arguments"]);
+      const OrderedJson& whole =
+          done["type"] == "function_call" ? done["arguments"] : done["content"][0]["text"];
+      EXPECT_EQ(streamed, whole) << done;
       item = done;
     } else if (name == "response.completed" || name == "response.incomplete") {
       *final_response = data["response"];
@@ -220,7 +228,7 @@ OrderedJson Accumulate(const std::string& stream, OrderedJson* final_response) {
 }
 
 TEST(OpenAiResponsesTest, AStreamRebuildsTheWholeResponse) {
-  ResponsesTurn turn{"resp_4", 1700000000, "tiny"};
+  ResponsesTurn turn = Named("resp_4", 1700000000);
   turn.reasoning = "think hard";
   turn.content = "Listing.";
   turn.tool_calls = {{"call_4_0", "exec_command", "{\"cmd\":\"ls\"}"}};
@@ -243,7 +251,7 @@ TEST(OpenAiResponsesTest, AStreamRebuildsTheWholeResponse) {
 }
 
 TEST(OpenAiResponsesTest, ACutTurnIsIncomplete) {
-  ResponsesTurn turn{"resp_5", 0, "tiny"};
+  ResponsesTurn turn = Named("resp_5", 0);
   turn.content = "par";
   turn.incomplete = true;
   ResponsesStream stream(turn);

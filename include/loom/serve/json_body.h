@@ -5,6 +5,9 @@
 // names the request's own fields in errors, and a response written with
 // invalid UTF-8 replaced rather than thrown on. Thread-safe.
 
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +29,16 @@ absl::Status ReadNumber(const chat::OrderedJson& doc, const char* key, double lo
                         double* out);
 absl::Status ReadBool(const chat::OrderedJson& doc, const char* key, bool* out);
 absl::Status ReadString(const chat::OrderedJson& doc, const char* key, std::string* out);
+// An integer >= 1.
+absl::Status ReadPositiveInt(const chat::OrderedJson& doc, const char* key, int64_t* out);
+
+// `value` as text: a string as it is, or an array of parts joined by
+// newlines, each an object whose "type" is one of `types` and whose "text"
+// is a string. `keep`, when given, drops the parts it returns false for.
+absl::StatusOr<std::string> TextParts(
+    const chat::OrderedJson& value, const std::string& field,
+    std::initializer_list<std::string_view> types,
+    const std::function<bool(const std::string&)>& keep = nullptr);
 
 // "field[index]".
 std::string Indexed(std::string_view field, size_t index);
