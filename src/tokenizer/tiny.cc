@@ -78,10 +78,12 @@ TinyTokenizerOptions TinyTokenizerNamed(std::string_view name) {
 }
 
 absl::StatusOr<std::string> WithChatSpecials(std::string_view tokenizer_json, int64_t* vocab_size) {
-  OrderedJson doc;
+  // A std::map-backed document: the ordered one looks keys up linearly, and
+  // a real vocabulary has 128k of them. Key order does not matter here.
+  nlohmann::json doc;
   try {
-    doc = OrderedJson::parse(tokenizer_json);
-  } catch (const OrderedJson::exception& e) {
+    doc = nlohmann::json::parse(tokenizer_json);
+  } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(std::string("tokenizer.json is not JSON: ") + e.what());
   }
   if (!doc.is_object() || !doc.contains("model") || !doc["model"].is_object() ||
@@ -89,7 +91,7 @@ absl::StatusOr<std::string> WithChatSpecials(std::string_view tokenizer_json, in
     return absl::InvalidArgumentError("tokenizer.json: model.vocab must be an object");
   }
   if (!doc.contains("added_tokens") || doc["added_tokens"].is_null()) {
-    doc["added_tokens"] = OrderedJson::array();
+    doc["added_tokens"] = nlohmann::json::array();
   }
   if (!doc["added_tokens"].is_array()) {
     return absl::InvalidArgumentError("tokenizer.json: added_tokens must be an array");
@@ -103,7 +105,7 @@ absl::StatusOr<std::string> WithChatSpecials(std::string_view tokenizer_json, in
     next = std::max(next, id.get<int64_t>() + 1);
   }
   std::set<std::string> present;
-  for (const OrderedJson& added : doc["added_tokens"]) {
+  for (const nlohmann::json& added : doc["added_tokens"]) {
     if (!added.is_object() || !added.contains("id") || !added["id"].is_number_integer() ||
         !added.contains("content") || !added["content"].is_string()) {
       return absl::InvalidArgumentError(
@@ -114,7 +116,8 @@ absl::StatusOr<std::string> WithChatSpecials(std::string_view tokenizer_json, in
   }
   for (std::string_view special : dsv4::kAllSpecial) {
     if (present.count(std::string(special)) != 0) continue;
-    doc["added_tokens"].push_back(AddedTokenJson(static_cast<int>(next++), special, true));
+    doc["added_tokens"].push_back(
+        nlohmann::json::parse(AddedTokenJson(static_cast<int>(next++), special, true).dump()));
   }
   *vocab_size = next;
   return doc.dump();
