@@ -256,9 +256,9 @@ absl::StatusOr<MessagesRequest> ParseMessagesRequest(std::string_view body, bool
     status = FieldError("max_tokens", "is required");
   }
   if (status.ok()) status = ReadStopSequences(*doc, &out.turn.stop);
-  if (status.ok()) status = ReadNumber(*doc, "temperature", 0, 1, &out.turn.temperature);
-  if (status.ok()) status = ReadNumber(*doc, "top_p", 0, 1, &out.turn.top_p);
-  if (status.ok() && out.turn.top_p <= 0) status = FieldError("top_p", "must be above 0");
+  if (status.ok()) {
+    status = ReadSampling(*doc, 1, &out.turn.temperature, &out.turn.top_p);
+  }
   if (status.ok()) status = ReadBool(*doc, "stream", &out.turn.stream);
   if (status.ok()) status = ReadThinking(*doc, &out);
   if (!status.ok()) return status;

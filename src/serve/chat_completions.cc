@@ -126,9 +126,9 @@ absl::StatusOr<ChatCompletionsRequest> ParseChatCompletionsRequest(std::string_v
   if (status.ok()) status = RefuseUnsupported(*doc);
   if (status.ok()) status = ReadMaxTokens(*doc, &out.turn.max_tokens);
   if (status.ok()) status = ReadStop(*doc, &out.turn.stop);
-  if (status.ok()) status = ReadNumber(*doc, "temperature", 0, 2, &out.turn.temperature);
-  if (status.ok()) status = ReadNumber(*doc, "top_p", 0, 1, &out.turn.top_p);
-  if (status.ok() && out.turn.top_p <= 0) status = FieldError("top_p", "must be above 0");
+  if (status.ok()) {
+    status = ReadSampling(*doc, 2, &out.turn.temperature, &out.turn.top_p);
+  }
   if (status.ok()) status = ReadStreamFields(*doc, &out);
   if (!status.ok()) return status;
   auto messages = NormalizedMessages(*doc);

@@ -147,11 +147,15 @@ std::optional<Endpoint::Started> Endpoint::Continue(const TurnRequest& turn,
   return started;
 }
 
+const std::string& Endpoint::EffortName(const TurnRequest& turn) const {
+  return turn.effort.empty() ? options_.default_effort : turn.effort;
+}
+
 absl::StatusOr<chat::EncodeOptions> Endpoint::EncodeFor(const TurnRequest& turn) const {
   chat::EncodeOptions encode;
   encode.drop_thinking = false;  // a conversation's tokens only grow (see the header)
   encode.thinking_mode = turn.thinking;
-  const std::string& effort_name = turn.effort.empty() ? options_.default_effort : turn.effort;
+  const std::string& effort_name = EffortName(turn);
   if (!effort_name.empty()) {
     auto effort = options_.effort_names.Lookup(effort_name);
     if (!effort.ok()) return FieldError(turn.effort_field, std::string(effort.status().message()));
@@ -166,9 +170,8 @@ absl::StatusOr<Endpoint::Started> Endpoint::Begin(const TurnRequest& turn, ApiEr
     *error = ErrorFromStatus(encode.status());
     return encode.status();
   }
-  const std::string& effort_name = turn.effort.empty() ? options_.default_effort : turn.effort;
   ++turns_;
-  const TurnSettings settings{effort_name, turn.temperature, turn.top_p, turn.max_tokens,
+  const TurnSettings settings{EffortName(turn), turn.temperature, turn.top_p, turn.max_tokens,
                               turn.thinking};
   if (std::optional<Started> continued = Continue(turn, settings, *encode)) return *continued;
   auto ids = chat::EncodeIds(turn.messages, *encode, tokenizer_);

@@ -50,6 +50,14 @@ absl::Status ReadString(const OrderedJson& doc, const char* key, std::string* ou
   return absl::OkStatus();
 }
 
+absl::Status ReadSampling(const OrderedJson& doc, double max_temperature, double* temperature,
+                          double* top_p) {
+  absl::Status status = ReadNumber(doc, "temperature", 0, max_temperature, temperature);
+  if (status.ok()) status = ReadNumber(doc, "top_p", 0, 1, top_p);
+  if (status.ok() && *top_p <= 0) status = FieldError("top_p", "must be above 0");
+  return status;
+}
+
 absl::Status ReadPositiveInt(const OrderedJson& doc, const char* key, int64_t* out) {
   if (!doc.contains(key) || doc[key].is_null()) return absl::OkStatus();
   if (!doc[key].is_number_integer() || doc[key].get<int64_t>() < 1) {

@@ -215,9 +215,9 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   absl::Status status = ReadString(*doc, "model", &out.model);
   if (status.ok()) status = RefuseUnsupportedResponses(*doc);
   if (status.ok()) status = ReadPositiveInt(*doc, "max_output_tokens", &out.turn.max_tokens);
-  if (status.ok()) status = ReadNumber(*doc, "temperature", 0, 2, &out.turn.temperature);
-  if (status.ok()) status = ReadNumber(*doc, "top_p", 0, 1, &out.turn.top_p);
-  if (status.ok() && out.turn.top_p <= 0) status = FieldError("top_p", "must be above 0");
+  if (status.ok()) {
+    status = ReadSampling(*doc, 2, &out.turn.temperature, &out.turn.top_p);
+  }
   if (status.ok()) status = ReadBool(*doc, "stream", &out.turn.stream);
   if (!status.ok()) return status;
   auto converted = ResponsesConversation(*doc);

@@ -100,6 +100,8 @@ class Endpoint {
   // The prompt's encoding: its effort line (the request's name, or the
   // default) and thinking mode. INVALID_ARGUMENT naming the effort field.
   absl::StatusOr<chat::EncodeOptions> EncodeFor(const TurnRequest& turn) const;
+  // The request's effort name, or the server's default.
+  const std::string& EffortName(const TurnRequest& turn) const;
   // A turn being generated, and how it began.
   struct Started {
     std::shared_ptr<TurnRunner::Turn> turn;

@@ -29,6 +29,10 @@ absl::Status ReadNumber(const chat::OrderedJson& doc, const char* key, double lo
                         double* out);
 absl::Status ReadBool(const chat::OrderedJson& doc, const char* key, bool* out);
 absl::Status ReadString(const chat::OrderedJson& doc, const char* key, std::string* out);
+// "temperature" in [0, max_temperature] and "top_p" in (0, 1], as every
+// dialect samples (each has its own temperature range).
+absl::Status ReadSampling(const chat::OrderedJson& doc, double max_temperature, double* temperature,
+                          double* top_p);
 // An integer >= 1.
 absl::Status ReadPositiveInt(const chat::OrderedJson& doc, const char* key, int64_t* out);
 
