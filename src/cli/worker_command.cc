@@ -113,6 +113,10 @@ void SetupWorker(CLI::App& app, Context& context) {
   cmd->add_option("--port-file", flags->port_file, "Write the bound port here once listening");
   cmd->add_option("--task-root", o.sandbox.task_root,
                   "Directory whose subdirectories tasks may name as their environment `dir`");
+  cmd->add_option("--harness-dir", o.sandbox.harness_dir,
+                  "Agent harnesses (a node_modules parent), read-only at /opt/loom/harness in "
+                  "every sandbox")
+      ->check(CLI::ExistingDirectory);
   cmd->add_option("--sandbox-root", o.sandbox_root,
                   "Directory for sandbox work dirs (default $TMPDIR/loom-sandboxes-UID)");
   cmd->add_option("--memory-mb", flags->memory_mb, "Address-space limit per command (MiB)")

@@ -2,8 +2,13 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <mutex>
+#include <set>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "loom/rpc/channel.h"
+#include "loom/serve/relay.h"
 
 namespace loom::rpc {
 
@@ -125,6 +130,61 @@ absl::StatusOr<v1::Trajectory> WorkerSession::Continue(const Policy& policy) {
     answer.mutable_generated()->set_turn(reply.generate().turn());
     if (absl::Status s = Write(answer); !s.ok()) return s;
   }
+}
+
+absl::StatusOr<v1::HarnessDone> WorkerSession::RunHarness(const v1::RunHarness& run,
+                                                          const serve::HttpHandler& handler) {
+  v1::ClientMessage message;
+  *message.mutable_run_harness() = run;
+  if (absl::Status s = Write(message); !s.ok()) return s;
+  std::mutex mu;  // one writer at a time; guards hung_up and broken
+  std::set<int64_t> hung_up;
+  bool broken = false;  // the run ended
+  std::vector<std::thread> calls;
+  auto serve_call = [&](const v1::HttpCall& call) {
+    serve::AnswerResponder out(
+        call.id(),
+        [&](const v1::HttpAnswer& answer) {
+          v1::ClientMessage part;
+          *part.mutable_http_answer() = answer;
+          std::lock_guard<std::mutex> lock(mu);
+          return stream_->Write(part);
+        },
+        [&, id = call.id()] {
+          std::lock_guard<std::mutex> lock(mu);
+          return broken || hung_up.count(id) > 0;
+        });
+    handler(serve::RequestOf(call), out);
+    if (!out.answered()) out.Send(500, "text/plain", "the endpoint wrote no answer\n");
+  };
+  absl::StatusOr<v1::HarnessDone> done = absl::UnknownError("not read");
+  while (true) {
+    v1::WorkerMessage reply;
+    if (absl::Status s = Read(&reply); !s.ok()) {
+      done = s;
+      break;
+    }
+    if (reply.has_harness_done()) {
+      done = std::move(*reply.mutable_harness_done());
+      break;
+    }
+    if (reply.has_http_hangup()) {
+      std::lock_guard<std::mutex> lock(mu);
+      hung_up.insert(reply.http_hangup().id());
+    } else if (reply.has_http_call()) {
+      calls.emplace_back(serve_call, std::move(*reply.mutable_http_call()));
+    } else {
+      done = absl::InternalError("unexpected message during a harness run");
+      context_.TryCancel();
+      break;
+    }
+  }
+  {  // the harness has ended, or the stream has: nobody reads answers any more
+    std::lock_guard<std::mutex> lock(mu);
+    broken = true;
+  }
+  for (std::thread& call : calls) call.join();
+  return done;
 }
 
 absl::StatusOr<v1::EpisodeSnapshot> WorkerSession::Snapshot(int64_t max_bytes) {

@@ -26,6 +26,7 @@ using Clock = std::chrono::steady_clock;
 // After the main child exits, or after a kill, how long leftover holders of
 // the output pipes get before we stop reading.
 constexpr auto kDrainGrace = std::chrono::milliseconds(500);
+constexpr int kMaxPassedFds = 8;
 
 std::vector<char*> CStrings(const std::vector<std::string>& strings) {
   std::vector<char*> out;
@@ -60,15 +61,16 @@ void SetLimit(int resource, int64_t value) {
   dup2(in_fd, 0);
   dup2(out_fd, 1);
   dup2(err_fd, 2);
-  unsigned first_closed = 3;
-  if (spec.fd3 >= 0) {
-    // dup2 onto itself would keep close-on-exec.
-    if (spec.fd3 == 3)
-      fcntl(3, F_SETFD, 0);
-    else
-      dup2(spec.fd3, 3);
-    first_closed = 4;
+  // Each passed descriptor goes above the numbers it is to take first, so
+  // that no dup2 overwrites one still to be moved.
+  const int passed = static_cast<int>(spec.pass_fds.size());
+  int high[kMaxPassedFds];
+  for (int i = 0; i < passed; ++i) {
+    high[i] = fcntl(spec.pass_fds[i], F_DUPFD, 3 + passed);
+    if (high[i] < 0) _exit(126);
   }
+  for (int i = 0; i < passed; ++i) dup2(high[i], 3 + i);
+  const unsigned first_closed = 3 + static_cast<unsigned>(passed);
   syscall(SYS_close_range, first_closed, ~0u, 0u);
   rlimit no_core{0, 0};
   setrlimit(RLIMIT_CORE, &no_core);
@@ -285,6 +287,9 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec) {
   static std::once_flag ignore_sigpipe;
   std::call_once(ignore_sigpipe, [] { signal(SIGPIPE, SIG_IGN); });
   if (spec.argv.empty()) return absl::InvalidArgumentError("RunProcess: empty argv");
+  if (spec.pass_fds.size() > kMaxPassedFds) {
+    return absl::InvalidArgumentError("RunProcess: more than 8 descriptors to pass");
+  }
   Pipes pipes;
   if (pipe2(pipes.in, O_CLOEXEC) != 0 || pipe2(pipes.out, O_CLOEXEC) != 0 ||
       pipe2(pipes.err, O_CLOEXEC) != 0) {

@@ -1,5 +1,6 @@
 #include "loom/sandbox/sandbox.h"
 
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <system_error>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -29,12 +31,16 @@
 #include "loom/sandbox/tree.h"
 #include "loom/sandbox/usage.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/netns_endpoint.h"
 #include "sandbox/test_runner.h"
 #include "sandbox/unique_fd.h"
 
 namespace loom::sandbox {
 namespace fs = std::filesystem;
 namespace {
+
+// Open files a harness command may hold (at least).
+constexpr int64_t kHarnessOpenFiles = 4096;
 
 // System directories shown read-only; host symlinks (merged /usr) are mirrored.
 constexpr const char* kSystemDirs[] = {"/usr", "/bin", "/lib", "/lib64", "/sbin"};
@@ -84,6 +90,9 @@ std::vector<std::string> BwrapArgs(const SandboxConfig& config, const std::strin
     }
   }
   args.insert(args.end(), {"--ro-bind", config.root + "/etc", "/etc"});
+  if (!config.harness_dir.empty()) {
+    args.insert(args.end(), {"--ro-bind", config.harness_dir, "/opt/loom/harness"});
+  }
   for (const char* entry : kEtcEntries) {
     const std::string path = absl::StrCat("/etc/", entry);
     if (fs::is_directory(fs::symlink_status(path, ec))) {
@@ -395,19 +404,41 @@ absl::Status Sandbox::RestoreWorkspace(const std::string& archive, double timeou
   return absl::OkStatus();
 }
 
+absl::StatusOr<ProcessResult> Sandbox::Serve(const std::string& command, double timeout_s,
+                                             const SandboxEndpoint& endpoint) const {
+  return Run(command, timeout_s, {}, "", config_.output_cap, &endpoint);
+}
+
 absl::StatusOr<ProcessResult> Sandbox::Run(const std::string& command, double timeout_s,
                                            const std::vector<std::string>& args,
-                                           const std::string& stdin_text, size_t output_cap) const {
+                                           const std::string& stdin_text, size_t output_cap,
+                                           const SandboxEndpoint* endpoint) const {
   UniqueFd seccomp;
   if (absl::Status s = SeccompFd(&seccomp); !s.ok()) return s;
   ProcessSpec spec;
   spec.argv = bwrap_args_;
+  spec.pass_fds = {seccomp.get()};
+  // With an endpoint, bubblewrap reports the sandbox's pid on fd 4 and holds
+  // the command back until a byte arrives on fd 5 (netns_endpoint.h).
+  int info[2] = {-1, -1};
+  int block[2] = {-1, -1};
+  if (endpoint != nullptr && (pipe2(info, O_CLOEXEC) != 0 || pipe2(block, O_CLOEXEC) != 0)) {
+    return absl::ResourceExhaustedError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
+  UniqueFd info_read(info[0]), info_write(info[1]), block_read(block[0]), block_write(block[1]);
+  if (endpoint != nullptr) {
+    spec.argv.insert(spec.argv.end(), {"--info-fd", "4", "--block-fd", "5"});
+    spec.pass_fds.insert(spec.pass_fds.end(), {info_write.get(), block_read.get()});
+  }
   spec.argv.insert(spec.argv.end(), {"--", "/bin/bash", "-c", command, "sandbox"});
   spec.argv.insert(spec.argv.end(), args.begin(), args.end());
   spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "TMPDIR=/tmp", "LANG=C.UTF-8",
               "PYTHONDONTWRITEBYTECODE=1", "BASH_ENV=/etc/loom.rc"};
   if (verifier_) {
     spec.env.insert(spec.env.end(), {"HOME=/tmp", "PYTHONNOUSERSITE=1"});
+  } else if (endpoint != nullptr) {
+    spec.env.push_back("HOME=/tmp");
+    spec.env.insert(spec.env.end(), endpoint->env.begin(), endpoint->env.end());
   } else {
     spec.env.push_back("HOME=/workspace");
   }
@@ -416,12 +447,36 @@ absl::StatusOr<ProcessResult> Sandbox::Run(const std::string& command, double ti
   // Set inside instead (loom.rc): on bwrap it would also count every other
   // sandbox and the worker's own threads under the same uid.
   spec.limits.processes = 0;
-  spec.fd3 = seccomp.get();
+  if (endpoint != nullptr) {
+    // node opens a file per module it loads, and reserves far more address
+    // space than it uses (the cgroup's memory cap holds, where there is one).
+    spec.limits.open_files = std::max<int64_t>(spec.limits.open_files, kHarnessOpenFiles);
+    if (cgroup_ != nullptr) spec.limits.address_space = 0;
+  }
   UsageWatch watch(config_.caps, dir_, /*memory=*/cgroup_ == nullptr,
                    /*disk=*/!own_filesystem_);
   const int64_t oom_kills = cgroup_ != nullptr ? cgroup_->oom_kills() : 0;
+  std::atomic<bool> ended{false};
+  std::mutex endpoint_mu;
+  std::string endpoint_error;  // guarded by endpoint_mu
+  std::thread opener;
+  if (endpoint != nullptr) {
+    opener = std::thread([&] {
+      absl::Status opened = OpenNetnsEndpoint(info_read.get(), block_write.get(), endpoint->port,
+                                              endpoint->serve, ended);
+      std::lock_guard<std::mutex> lock(endpoint_mu);
+      if (!opened.ok()) {
+        endpoint_error = absl::StrCat("the endpoint could not be opened: ", opened.message());
+      }
+    });
+  }
   spec.watch = [&](int pid) {
     std::string breach = OomBreach(oom_kills);
+    if (breach.empty() && endpoint != nullptr) {
+      std::lock_guard<std::mutex> lock(endpoint_mu);
+      breach = endpoint_error;
+    }
+    if (breach.empty() && endpoint != nullptr && endpoint->stop) breach = endpoint->stop();
     return breach.empty() ? watch.Check(pid) : breach;
   };
   if (cgroup_ != nullptr) spec.join_fds = cgroup_->join_fds();
@@ -430,6 +485,13 @@ absl::StatusOr<ProcessResult> Sandbox::Run(const std::string& command, double ti
   spec.timeout_s = timeout_s;
   spec.output_cap = output_cap;
   absl::StatusOr<ProcessResult> result = RunProcess(spec);
+  if (opener.joinable()) {
+    ended = true;
+    opener.join();
+    if (result.ok() && result->limit.empty() && !endpoint_error.empty()) {
+      result->limit = endpoint_error;
+    }
+  }
   // An OOM kill in the command's last moments, after the watch looked.
   if (result.ok() && result->limit.empty()) {
     result->limit = OomBreach(oom_kills);

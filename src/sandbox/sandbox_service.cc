@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "loom/sandbox/tools.h"
 #include "loom/sandbox/verify.h"
 #include "loom/tasks/conversation.h"
+#include "sandbox/harness_run.h"
 
 namespace loom::sandbox {
 namespace {
@@ -253,7 +255,15 @@ grpc::Status SandboxService::Serve(const ClientLink& link, const Sandbox& sandbo
   Stream* stream = link.stream;
   Watchdog::Watch& watch = *link.watch;
   v1::ClientMessage message;
-  for (watch.Waiting(); stream->Read(&message); watch.Waiting()) {
+  std::optional<v1::ClientMessage> next;  // read already, by a harness run's reader
+  while (true) {
+    if (next) {
+      message = *std::move(next);
+      next.reset();
+    } else {
+      watch.Waiting();
+      if (!stream->Read(&message)) break;
+    }
     watch.Working();
     switch (message.kind_case()) {
       case v1::ClientMessage::kToolCall: {
@@ -270,6 +280,15 @@ grpc::Status SandboxService::Serve(const ClientLink& link, const Sandbox& sandbo
         if (!status.ok() || lease_s > 0) return status;
         break;
       }
+      case v1::ClientMessage::kRunHarness: {
+        HarnessRunResult run =
+            RunHarness(link, sandbox, message.run_harness(), limits_.max_session_s, id);
+        if (!run.status.ok()) return run.status;
+        next = std::move(run.next);
+        break;
+      }
+      case v1::ClientMessage::kHttpAnswer:
+        return Invalid("`http_answer` sent while no harness is running");
       case v1::ClientMessage::kOpen:
       case v1::ClientMessage::kAttach:
         return Invalid("`open` and `attach` may only be the first message of a session");

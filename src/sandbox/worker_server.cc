@@ -78,6 +78,9 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   }
   std::unique_ptr<WorkerServer> server(new WorkerServer());
   server->options_ = options;
+  if (!options.sandbox.harness_dir.empty()) {  // bubblewrap binds absolute paths
+    server->options_.sandbox.harness_dir = fs::absolute(options.sandbox.harness_dir).string();
+  }
   const std::string base =
       options.sandbox_root.empty() ? DefaultSandboxRoot() : options.sandbox_root;
   const std::string host = HostOf(options.listen);
@@ -98,7 +101,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(const WorkerOp
   fs::create_directories(fs::path(base).parent_path(), ec);
   if (absl::Status s = PrepareRoot(base); !s.ok()) return s;
   CleanLeftovers(base);
-  SandboxConfig config = options.sandbox;
+  SandboxConfig config = server->options_.sandbox;
   config.root = absl::StrCat(base, "/w", getpid());
   server->sandbox_dir_ = config.root;
   RemoveWorkerDirectory(config.root).IgnoreError();  // a dead worker's, with the same pid

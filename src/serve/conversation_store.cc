@@ -83,6 +83,14 @@ std::vector<uint64_t> ConversationStore::Put(HeldConversation conversation) {
   return evicted;
 }
 
+std::vector<uint64_t> ConversationStore::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint64_t> samples;
+  for (const HeldConversation& entry : entries_) samples.push_back(entry.sample);
+  entries_.clear();
+  return samples;
+}
+
 size_t ConversationStore::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return entries_.size();

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <ctime>
+#include <map>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -56,7 +58,40 @@ bool Empty(const CompletionDelta& delta) {
   return delta.reasoning.empty() && delta.content.empty();
 }
 
+const char* CallFinish(const TurnOutcome& outcome) {
+  if (outcome.finish == TurnOutcome::Finish::kCancelled) return "cancelled";
+  return outcome.status.ok() ? FinishReason(outcome.finish) : "failed";
+}
+
+// The API key a request bears: x-api-key (Anthropic) or a bearer token.
+std::optional<std::string_view> KeyOf(const HttpRequest& request) {
+  if (const std::string* key = request.Header("x-api-key")) return std::string_view(*key);
+  const std::string* auth = request.Header("authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (auth == nullptr || auth->compare(0, kBearer.size(), kBearer) != 0) return std::nullopt;
+  return std::string_view(*auth).substr(kBearer.size());
+}
+
 }  // namespace
+
+struct Endpoint::Session {
+  Session(SessionOptions options, size_t max_held, bool record)
+      : options(std::move(options)), record(record), store(max_held) {}
+
+  const SessionOptions options;
+  const bool record;  // keeps its segments and calls for CloseSession
+  ConversationStore store;
+  const std::chrono::steady_clock::time_point opened = std::chrono::steady_clock::now();
+  std::mutex mu;
+  bool closed = false;                                  // guarded by mu
+  std::vector<uint64_t> samples;                        // begun, in order; guarded by mu
+  std::vector<std::pair<uint64_t, CallRecord>> calls;   // with their samples; guarded by mu
+  std::set<std::shared_ptr<TurnRunner::Turn>> running;  // guarded by mu
+
+  double Since(std::chrono::steady_clock::time_point t) const {
+    return std::chrono::duration<double>(t - opened).count();
+  }
+};
 
 absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::Create(const tokenizer::Tokenizer& tokenizer,
                                                            TurnRunner& runner,
@@ -84,26 +119,110 @@ Endpoint::Endpoint(const tokenizer::Tokenizer& tokenizer, TurnRunner& runner,
       options_(std::move(options)),
       special_(special),
       tool_calls_end_(std::move(tool_calls_end)),
-      store_(options_.max_held) {}
+      own_(std::make_shared<Session>(SessionOptions{options_.api_key, "", std::nullopt},
+                                     options_.max_held,
+                                     /*record=*/false)) {}
 
-bool Endpoint::Authorized(const HttpRequest& request) const {
-  if (options_.api_key.empty()) return true;
-  if (const std::string* key = request.Header("x-api-key")) {
-    return SameSecret(*key, options_.api_key);
+Endpoint::~Endpoint() = default;
+
+std::shared_ptr<Endpoint::Session> Endpoint::SessionOf(const HttpRequest& request) const {
+  const std::optional<std::string_view> key = KeyOf(request);
+  if (key) {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    for (const auto& session : sessions_) {
+      if (SameSecret(*key, session->options.key)) return session;
+    }
   }
-  const std::string* auth = request.Header("authorization");
-  constexpr std::string_view kBearer = "Bearer ";
-  return auth != nullptr && auth->compare(0, kBearer.size(), kBearer) == 0 &&
-         SameSecret(std::string_view(*auth).substr(kBearer.size()), options_.api_key);
+  if (options_.api_key.empty() || (key && SameSecret(*key, options_.api_key))) return own_;
+  return nullptr;
 }
 
 void Endpoint::Handle(const HttpRequest& request, HttpResponder& out) {
+  std::shared_ptr<Session> session = SessionOf(request);
+  Route(request, session.get(), out);
+}
+
+void Endpoint::HandleSession(const std::string& key, const HttpRequest& request,
+                             HttpResponder& out) {
+  std::shared_ptr<Session> session = SessionOf(request);
+  Route(request, session != nullptr && session->options.key == key ? session.get() : nullptr, out);
+}
+
+absl::Status Endpoint::OpenSession(SessionOptions options) {
+  if (options.key.size() < 16) {
+    return absl::InvalidArgumentError("a session's API key needs at least 16 characters");
+  }
+  if (options.temperature && !(*options.temperature >= 0)) {
+    return absl::InvalidArgumentError("a session's temperature must be at least 0");
+  }
+  if (!options.effort.empty()) {
+    auto effort = options_.effort_names.Lookup(options.effort);
+    if (!effort.ok()) return effort.status();
+  }
+  std::lock_guard<std::mutex> lock(sessions_mu_);
+  for (const auto& session : sessions_) {
+    if (session->options.key == options.key) {
+      return absl::AlreadyExistsError("a session with this API key is open");
+    }
+  }
+  if (options.key == options_.api_key) {
+    return absl::AlreadyExistsError("the session's API key is the server's own");
+  }
+  sessions_.push_back(std::make_shared<Session>(std::move(options), options_.max_held,
+                                                /*record=*/true));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SessionRecord> Endpoint::CloseSession(const std::string& key,
+                                                     std::chrono::milliseconds wait) {
+  std::shared_ptr<Session> session;
+  {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    auto it = std::find_if(sessions_.begin(), sessions_.end(),
+                           [&](const auto& s) { return s->options.key == key; });
+    if (it == sessions_.end()) return absl::NotFoundError("no open session has this API key");
+    session = *it;
+    sessions_.erase(it);
+  }
+  std::vector<uint64_t> samples;
+  {
+    std::lock_guard<std::mutex> lock(session->mu);
+    session->closed = true;
+    for (const auto& turn : session->running) runner_.Cancel(*turn);
+    samples = session->samples;
+  }
+  for (uint64_t sample : session->store.Clear()) runner_.Release(sample);
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  SessionRecord record;
+  std::map<uint64_t, int64_t> segment_of;
+  for (uint64_t sample : samples) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    std::unique_ptr<rollout::SampleState> state =
+        runner_.TakeEnded(sample, std::max(left, std::chrono::milliseconds(0)));
+    if (state == nullptr) {
+      ++record.lost_segments;
+      continue;
+    }
+    segment_of[sample] = static_cast<int64_t>(record.segments.size());
+    record.segments.push_back(std::move(*state));
+  }
+  std::lock_guard<std::mutex> lock(session->mu);  // calls that ended while the segments came
+  for (auto& [sample, call] : session->calls) {
+    auto it = segment_of.find(sample);
+    call.segment = it == segment_of.end() ? -1 : it->second;
+    record.calls.push_back(std::move(call));
+  }
+  return record;
+}
+
+void Endpoint::Route(const HttpRequest& request, Session* session, HttpResponder& out) {
   const bool anthropic = absl::StartsWith(request.path, "/v1/messages");
   auto refuse = [&](int status, const std::string& message) {
     const ApiError error{status, message, ""};
     out.Send(status, kJson, anthropic ? MessagesError(error) : ChatCompletionsError(error));
   };
-  if (!Authorized(request)) return refuse(401, "a missing or wrong API key");
+  if (session == nullptr) return refuse(401, "a missing or wrong API key");
   if (request.path == "/v1/models") {
     if (request.method != "GET") return refuse(405, "GET /v1/models");
     OrderedJson model = {
@@ -112,8 +231,8 @@ void Endpoint::Handle(const HttpRequest& request, HttpResponder& out) {
     out.Send(200, kJson, DumpJson({{"object", "list"}, {"data", OrderedJson::array({model})}}));
     return;
   }
-  using Route = void (Endpoint::*)(const HttpRequest&, HttpResponder&);
-  static const std::pair<const char*, Route> kRoutes[] = {
+  using Handler = void (Endpoint::*)(const HttpRequest&, Session&, HttpResponder&);
+  static const std::pair<const char*, Handler> kRoutes[] = {
       {"/v1/chat/completions", &Endpoint::ChatCompletions},
       {"/v1/responses", &Endpoint::Responses},
       {"/v1/messages", &Endpoint::Messages},
@@ -122,15 +241,15 @@ void Endpoint::Handle(const HttpRequest& request, HttpResponder& out) {
   for (const auto& [path, route] : kRoutes) {
     if (request.path != path) continue;
     if (request.method != "POST") return refuse(405, absl::StrCat("POST ", path));
-    return (this->*route)(request, out);
+    return (this->*route)(request, *session, out);
   }
   refuse(404, absl::StrCat("no route ", request.method, " ", request.path));
 }
 
-std::optional<Endpoint::Started> Endpoint::Continue(const TurnRequest& turn,
+std::optional<Endpoint::Started> Endpoint::Continue(const TurnRequest& turn, Session& session,
                                                     const TurnSettings& settings,
                                                     const chat::EncodeOptions& encode) {
-  std::optional<HeldConversation> held = store_.Take(turn.messages, settings);
+  std::optional<HeldConversation> held = session.store.Take(turn.messages, settings);
   if (!held) return std::nullopt;
   const std::vector<chat::Message> added(turn.messages.begin() + held->messages.size(),
                                          turn.messages.end());
@@ -147,15 +266,17 @@ std::optional<Endpoint::Started> Endpoint::Continue(const TurnRequest& turn,
   return started;
 }
 
-const std::string& Endpoint::EffortName(const TurnRequest& turn) const {
+const std::string& Endpoint::EffortName(const TurnRequest& turn, const Session& session) const {
+  if (!session.options.effort.empty()) return session.options.effort;
   return turn.effort.empty() ? options_.default_effort : turn.effort;
 }
 
-absl::StatusOr<chat::EncodeOptions> Endpoint::EncodeFor(const TurnRequest& turn) const {
+absl::StatusOr<chat::EncodeOptions> Endpoint::EncodeFor(const TurnRequest& turn,
+                                                        const Session& session) const {
   chat::EncodeOptions encode;
   encode.drop_thinking = false;  // a conversation's tokens only grow (see the header)
   encode.thinking_mode = turn.thinking;
-  const std::string& effort_name = EffortName(turn);
+  const std::string& effort_name = EffortName(turn, session);
   if (!effort_name.empty()) {
     auto effort = options_.effort_names.Lookup(effort_name);
     if (!effort.ok()) return FieldError(turn.effort_field, std::string(effort.status().message()));
@@ -164,16 +285,20 @@ absl::StatusOr<chat::EncodeOptions> Endpoint::EncodeFor(const TurnRequest& turn)
   return encode;
 }
 
-absl::StatusOr<Endpoint::Started> Endpoint::Begin(const TurnRequest& turn, ApiError* error) {
-  auto encode = EncodeFor(turn);
+absl::StatusOr<Endpoint::Started> Endpoint::Begin(const TurnRequest& turn, Session& session,
+                                                  ApiError* error) {
+  auto encode = EncodeFor(turn, session);
   if (!encode.ok()) {
     *error = ErrorFromStatus(encode.status());
     return encode.status();
   }
   ++turns_;
-  const TurnSettings settings{EffortName(turn), turn.temperature, turn.top_p, turn.max_tokens,
+  const double temperature = session.options.temperature.value_or(turn.temperature);
+  const TurnSettings settings{EffortName(turn, session), temperature, turn.top_p, turn.max_tokens,
                               turn.thinking};
-  if (std::optional<Started> continued = Continue(turn, settings, *encode)) return *continued;
+  if (std::optional<Started> continued = Continue(turn, session, settings, *encode)) {
+    return *continued;
+  }
   auto ids = chat::EncodeIds(turn.messages, *encode, tokenizer_);
   if (!ids.ok()) {
     *error = ErrorFromStatus(ids.status());
@@ -189,7 +314,7 @@ absl::StatusOr<Endpoint::Started> Endpoint::Begin(const TurnRequest& turn, ApiEr
   }
   rollout::SampleRequest request;
   request.prompt.assign(ids->begin(), ids->end());
-  request.sampling.temperature = turn.temperature;
+  request.sampling.temperature = temperature;
   request.sampling.top_p = turn.top_p;
   // Every turn of the conversation is generated on this sample: a message's
   // end (EOS or a tool-call block) parks it for the next request, the
@@ -198,7 +323,14 @@ absl::StatusOr<Endpoint::Started> Endpoint::Begin(const TurnRequest& turn, ApiEr
   request.stop.max_context = options_.context_window;
   request.stop.tool_call_end = {tool_calls_end_, {special_.eos}};
   request.stop.max_turn_tokens = turn.max_tokens;
-  return Started{runner_.Begin(std::move(request)), settings, -1};
+  std::lock_guard<std::mutex> lock(session.mu);
+  if (session.closed) {
+    *error = {401, "the session has closed", ""};
+    return absl::FailedPreconditionError(error->message);
+  }
+  Started started{runner_.Begin(std::move(request), session.record), settings, -1};
+  if (session.record) session.samples.push_back(started.turn->sample());
+  return started;
 }
 
 bool Endpoint::EndsCleanly(const std::vector<int64_t>& tokens) const {
@@ -272,10 +404,28 @@ TurnOutcome Endpoint::Follow(const Started& started, const TurnRequest& request,
   return outcome;
 }
 
-void Endpoint::Keep(const TurnRequest& request, const Started& started,
-                    const TurnOutcome& outcome) {
+void Endpoint::Keep(const TurnRequest& request, Session& session, const Started& started,
+                    const TurnOutcome& outcome, std::chrono::steady_clock::time_point start) {
   const uint64_t sample = started.turn->sample();
-  if (!outcome.held || outcome.finish == TurnOutcome::Finish::kCancelled || !outcome.status.ok()) {
+  bool closed;
+  {
+    std::lock_guard<std::mutex> lock(session.mu);
+    session.running.erase(started.turn);
+    closed = session.closed;
+    if (session.record) {
+      CallRecord call;
+      call.continued = started.appended >= 0;
+      call.context = outcome.prompt_tokens;
+      call.completion_tokens = outcome.completion_tokens;
+      call.start_s = session.Since(start);
+      call.end_s = session.Since(std::chrono::steady_clock::now());
+      call.finish = CallFinish(outcome);
+      call.format_error = outcome.format_error;
+      session.calls.emplace_back(sample, std::move(call));
+    }
+  }
+  if (closed || !outcome.held || outcome.finish == TurnOutcome::Finish::kCancelled ||
+      !outcome.status.ok()) {
     runner_.Release(sample);  // nothing if the sample already ended
     return;
   }
@@ -287,7 +437,7 @@ void Endpoint::Keep(const TurnRequest& request, const Started& started,
   assistant.tool_calls = outcome.tool_calls;
   held.messages.push_back(std::move(assistant));
   held.needs_eos = !outcome.ended_with_eos;
-  for (uint64_t evicted : store_.Put(std::move(held))) runner_.Release(evicted);
+  for (uint64_t evicted : session.store.Put(std::move(held))) runner_.Release(evicted);
 }
 
 // How one dialect writes its answer to a turn: whole, or as a stream of
@@ -426,18 +576,24 @@ class Endpoint::ResponsesReply final : public Reply {
   std::optional<ResponsesStream> stream_;
 };
 
-void Endpoint::Serve(const TurnRequest& turn, Reply& reply, HttpResponder& out) {
+void Endpoint::Serve(const TurnRequest& turn, Session& session, Reply& reply, HttpResponder& out) {
+  const auto start = std::chrono::steady_clock::now();
   ApiError error;
-  auto started = Begin(turn, &error);
+  auto started = Begin(turn, session, &error);
   if (!started.ok()) {
     out.Send(error.status, kJson, reply.Error(error));
     return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(session.mu);
+    if (session.closed) runner_.Cancel(*started->turn);  // closed while it began
+    session.running.insert(started->turn);
   }
   reply.Name(started->turn->id());
   if (!turn.stream) {
     TurnOutcome outcome =
         Follow(*started, turn, out, [](const CompletionDelta&, int64_t) { return true; });
-    Keep(turn, *started, outcome);  // before the client can send its next request
+    Keep(turn, session, *started, outcome, start);  // before the client's next request
     if (outcome.finish == TurnOutcome::Finish::kCancelled) {
       out.Send(499, kJson, "");
     } else if (!outcome.status.ok()) {
@@ -451,40 +607,43 @@ void Endpoint::Serve(const TurnRequest& turn, Reply& reply, HttpResponder& out) 
   const std::string opening = reply.Opening();
   if (!out.BeginEvents() || (!opening.empty() && !out.Event(opening))) {
     runner_.Cancel(*started->turn);
+    TurnOutcome gone;
+    gone.finish = TurnOutcome::Finish::kCancelled;
+    Keep(turn, session, *started, gone, start);
     return;
   }
   TurnOutcome outcome =
       Follow(*started, turn, out, [&](const CompletionDelta& delta, int64_t prompt_tokens) {
         return out.Event(reply.Delta(delta, prompt_tokens));
       });
-  Keep(turn, *started, outcome);
+  Keep(turn, session, *started, outcome, start);
   if (outcome.finish == TurnOutcome::Finish::kCancelled) return;
   out.Event(outcome.status.ok() ? reply.Closing(outcome)
                                 : reply.StreamError(ErrorFromStatus(outcome.status)));
   out.EndEvents();
 }
 
-void Endpoint::ChatCompletions(const HttpRequest& request, HttpResponder& out) {
+void Endpoint::ChatCompletions(const HttpRequest& request, Session& session, HttpResponder& out) {
   auto parsed = ParseChatCompletionsRequest(request.body);
   if (!parsed.ok()) {
     out.Send(400, kJson, ChatCompletionsError(ErrorFromStatus(parsed.status())));
     return;
   }
   ChatCompletionsReply reply(options_.model_name, parsed->include_usage);
-  Serve(parsed->turn, reply, out);
+  Serve(parsed->turn, session, reply, out);
 }
 
-void Endpoint::Responses(const HttpRequest& request, HttpResponder& out) {
+void Endpoint::Responses(const HttpRequest& request, Session& session, HttpResponder& out) {
   auto parsed = ParseResponsesRequest(request.body);
   if (!parsed.ok()) {
     out.Send(400, kJson, ChatCompletionsError(ErrorFromStatus(parsed.status())));
     return;
   }
   ResponsesReply reply(parsed->model.empty() ? options_.model_name : parsed->model);
-  Serve(parsed->turn, reply, out);
+  Serve(parsed->turn, session, reply, out);
 }
 
-void Endpoint::Messages(const HttpRequest& request, HttpResponder& out) {
+void Endpoint::Messages(const HttpRequest& request, Session& session, HttpResponder& out) {
   auto parsed = ParseMessagesRequest(request.body);
   if (!parsed.ok()) {
     out.Send(400, kJson, MessagesError(ErrorFromStatus(parsed.status())));
@@ -492,17 +651,17 @@ void Endpoint::Messages(const HttpRequest& request, HttpResponder& out) {
   }
   MessagesReply reply(parsed->model.empty() ? options_.model_name : parsed->model,
                       parsed->omit_thinking);
-  Serve(parsed->turn, reply, out);
+  Serve(parsed->turn, session, reply, out);
 }
 
-void Endpoint::CountTokens(const HttpRequest& request, HttpResponder& out) {
+void Endpoint::CountTokens(const HttpRequest& request, Session& session, HttpResponder& out) {
   auto refuse = [&](const absl::Status& status) {
     const ApiError error = ErrorFromStatus(status);
     out.Send(error.status, kJson, MessagesError(error));
   };
   auto parsed = ParseMessagesRequest(request.body, /*count_tokens=*/true);
   if (!parsed.ok()) return refuse(parsed.status());
-  auto encode = EncodeFor(parsed->turn);
+  auto encode = EncodeFor(parsed->turn, session);
   if (!encode.ok()) return refuse(encode.status());
   auto ids = chat::EncodeIds(parsed->turn.messages, *encode, tokenizer_);
   if (!ids.ok()) return refuse(ids.status());

@@ -225,7 +225,7 @@ absl::StatusOr<std::string> DecodeChunkedBody(std::string_view data, size_t max_
   return body;
 }
 
-bool HttpResponder::Write(std::string_view bytes) {
+bool SocketResponder::Write(std::string_view bytes) {
   while (!gone_ && !bytes.empty()) {
     const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
@@ -238,8 +238,8 @@ bool HttpResponder::Write(std::string_view bytes) {
   return !gone_;
 }
 
-bool HttpResponder::Send(int status, std::string_view content_type, std::string_view body,
-                         const std::vector<std::pair<std::string, std::string>>& headers) {
+bool SocketResponder::SendWith(int status, std::string_view content_type, std::string_view body,
+                               const std::vector<std::pair<std::string, std::string>>& headers) {
   responded_ = true;
   std::string head = absl::StrCat("HTTP/1.1 ", status, " ", Reason(status), "\r\n",
                                   "Content-Type: ", std::string(content_type), "\r\n",
@@ -249,32 +249,30 @@ bool HttpResponder::Send(int status, std::string_view content_type, std::string_
   return Write(head) && Write(body);
 }
 
-bool HttpResponder::BeginEvents() {
+bool SocketResponder::BeginEvents() {
   responded_ = true;
   return Write(
       "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
       "Transfer-Encoding: chunked\r\n\r\n");
 }
 
-bool HttpResponder::Event(std::string_view text) {
+bool SocketResponder::Event(std::string_view text) {
   if (text.empty()) return !gone_;  // an empty chunk would end the stream
   char size[32];
   std::snprintf(size, sizeof(size), "%zx\r\n", text.size());
   return Write(size) && Write(text) && Write(kCrlf);
 }
 
-bool HttpResponder::EndEvents() { return Write("0\r\n\r\n"); }
+bool SocketResponder::EndEvents() { return Write("0\r\n\r\n"); }
 
-bool HttpResponder::ClientGone() {
+bool SocketResponder::ClientGone() {
   if (gone_) return true;
   pollfd p{fd_, POLLRDHUP, 0};
   if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) gone_ = true;
   return gone_;
 }
 
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Listen(const std::string& host, int port,
-                                                               const HttpLimits& limits,
-                                                               HttpHandler handler) {
+absl::StatusOr<int> ListenSocket(const std::string& host, int port) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -291,10 +289,24 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Listen(const std::string
     ::close(fd);
     return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", port, ": ", why));
   }
+  return fd;
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Listen(const std::string& host, int port,
+                                                               const HttpLimits& limits,
+                                                               HttpHandler handler) {
+  absl::StatusOr<int> fd = ListenSocket(host, port);
+  if (!fd.ok()) return fd.status();
+  return Adopt(*fd, limits, std::move(handler));
+}
+
+std::unique_ptr<HttpServer> HttpServer::Adopt(int listen_fd, const HttpLimits& limits,
+                                              HttpHandler handler) {
+  sockaddr_in addr{};
   socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
   return std::unique_ptr<HttpServer>(
-      new HttpServer(fd, ntohs(addr.sin_port), limits, std::move(handler)));
+      new HttpServer(listen_fd, ntohs(addr.sin_port), limits, std::move(handler)));
 }
 
 HttpServer::HttpServer(int listen_fd, int port, const HttpLimits& limits, HttpHandler handler)
@@ -321,8 +333,8 @@ void HttpServer::Run() {
     if (fd < 0) continue;
     std::lock_guard<std::mutex> lock(mu_);
     if (static_cast<int>(open_.size()) >= limits_.max_connections || stopping_) {
-      HttpResponder(fd).Send(503, "text/plain", "too many connections\n",
-                             {{"Connection", "close"}});
+      SocketResponder(fd).SendWith(503, "text/plain", "too many connections\n",
+                                   {{"Connection", "close"}});
       ::close(fd);
       continue;
     }
@@ -349,8 +361,8 @@ bool ReadMore(int fd, std::string& buffer, int timeout_ms) {
   return true;
 }
 
-void SendError(HttpResponder& out, int status, absl::string_view message) {
-  out.Send(status, "text/plain", absl::StrCat(message, "\n"), {{"Connection", "close"}});
+void SendError(SocketResponder& out, int status, absl::string_view message) {
+  out.SendWith(status, "text/plain", absl::StrCat(message, "\n"), {{"Connection", "close"}});
 }
 
 int StatusFor(const absl::Status& status) {
@@ -367,7 +379,7 @@ int StatusFor(const absl::Status& status) {
 // Reads one request from `buffer` and the socket; nullopt when the
 // connection should close (after answering an error, if there was one).
 std::optional<HttpRequest> ReadRequest(int fd, std::string& buffer, const HttpLimits& limits) {
-  HttpResponder out(fd);
+  SocketResponder out(fd);
   size_t head_end;
   while ((head_end = buffer.find("\r\n\r\n")) == std::string::npos) {
     if (buffer.size() > limits.max_head_bytes) {
@@ -426,7 +438,7 @@ void HttpServer::Serve(int fd) {
   while (!stopping_) {
     std::optional<HttpRequest> request = ReadRequest(fd, buffer, limits_);
     if (!request) break;
-    HttpResponder out(fd);
+    SocketResponder out(fd);
     handler_(*request, out);
     if (!out.responded()) SendError(out, 500, "the handler wrote no response");
     const std::string* connection = request->Header("connection");

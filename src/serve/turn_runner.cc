@@ -37,8 +37,12 @@ TurnRunner::~TurnRunner() {
   thread_.join();
 }
 
-std::shared_ptr<TurnRunner::Turn> TurnRunner::Begin(rollout::SampleRequest request) {
+std::shared_ptr<TurnRunner::Turn> TurnRunner::Begin(rollout::SampleRequest request, bool keep) {
   request.id = next_sample_++;
+  if (keep) {
+    std::lock_guard<std::mutex> lock(mu_);
+    kept_.insert(request.id);
+  }
   std::shared_ptr<Turn> turn(new Turn(next_turn_++, request.id));
   turn->request_ = std::move(request);
   return Queue(std::move(turn));
@@ -91,6 +95,26 @@ void TurnRunner::Cancel(Turn& turn) {
   work_.notify_all();
 }
 
+std::unique_ptr<rollout::SampleState> TurnRunner::TakeEnded(uint64_t sample,
+                                                            std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  ended_changed_.wait_for(lock, timeout, [&] { return ended_.count(sample) > 0; });
+  auto it = ended_.find(sample);
+  if (it == ended_.end()) return nullptr;
+  std::unique_ptr<rollout::SampleState> state = std::move(it->second);
+  ended_.erase(it);
+  return state;
+}
+
+void TurnRunner::Ended(uint64_t sample, const rollout::SampleState* state) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (kept_.erase(sample) == 0) return;
+    ended_[sample] = state != nullptr ? std::make_unique<rollout::SampleState>(*state) : nullptr;
+  }
+  ended_changed_.notify_all();
+}
+
 void TurnRunner::End(Turn& turn, const rollout::SampleState* state, rollout::FinishReason finish,
                      absl::Status status, bool held) {
   {
@@ -110,7 +134,10 @@ void TurnRunner::End(Turn& turn, const rollout::SampleState* state, rollout::Fin
 void TurnRunner::Admit(Turn& turn) {
   absl::Status admitted =
       turn.continues_ ? engine_->Append(turn.sample(), turn.append_) : engine_->Add(turn.request_);
-  if (!admitted.ok()) return End(turn, nullptr, rollout::FinishReason::kNone, admitted);
+  if (!admitted.ok()) {
+    if (!turn.continues_) Ended(turn.sample(), nullptr);
+    return End(turn, nullptr, rollout::FinishReason::kNone, admitted);
+  }
   if (turn.continues_) held_.erase(turn.sample());
   turn.start_ = engine_->Find(turn.sample())->length();  // the prompt, or all before this turn
   {
@@ -135,13 +162,16 @@ bool TurnRunner::AdmitAndCancel() {
     for (const auto& [sample, turn] : open_) open.push_back(turn);
   }
   for (uint64_t sample : releases) {
-    if (held_.erase(sample) > 0) engine_->Drop(sample).IgnoreError();
+    if (held_.erase(sample) == 0) continue;
+    auto dropped = engine_->Drop(sample);
+    Ended(sample, dropped.ok() ? &*dropped : nullptr);
   }
   for (const auto& turn : incoming) Admit(*turn);
   for (const auto& turn : open) {
     if (!stopping && !turn->cancel_) continue;
     if (engine_->Find(turn->sample()) == nullptr) continue;  // refused above
     auto dropped = engine_->Drop(turn->sample());
+    Ended(turn->sample(), dropped.ok() ? &*dropped : nullptr);
     End(*turn, dropped.ok() ? &*dropped : nullptr, rollout::FinishReason::kDropped,
         absl::OkStatus());
   }
@@ -164,12 +194,14 @@ void TurnRunner::StepAndPublish() {
   if (!step.ok()) {  // every sample is as it was: end the open turns with the failure
     for (const auto& turn : open) {
       auto dropped = engine_->Drop(turn->sample());
+      Ended(turn->sample(), dropped.ok() ? &*dropped : nullptr);
       End(*turn, dropped.ok() ? &*dropped : nullptr, rollout::FinishReason::kDropped,
           step.status());
     }
     return;
   }
   for (const rollout::SampleState& state : engine_->TakeFinished()) {
+    Ended(state.id, &state);
     if (Turn* turn = find(state.id)) End(*turn, &state, state.finish, absl::OkStatus());
   }
   for (uint64_t sample : step->tool_wait) {  // the turn is over; the sample stays, held

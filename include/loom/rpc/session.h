@@ -18,6 +18,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "loom/serve/http.h"
 #include "loom/v1/sandbox.grpc.pb.h"
 
 namespace loom::rpc {
@@ -44,6 +45,12 @@ class WorkerSession {
   void set_target(std::string target) { target_ = std::move(target); }
   absl::StatusOr<v1::ToolResult> Call(const v1::ToolCall& call);
   absl::StatusOr<v1::Trajectory> RunEpisode(const v1::RunEpisode& episode, const Policy& policy);
+  // Runs an agent harness in the sandbox (see v1::RunHarness) and serves its
+  // model endpoint with `handler` (e.g. serve::Endpoint::HandleSession), each
+  // request on a thread of its own, until the harness's process ends. A
+  // request whose harness hangs up sees its responder's ClientGone().
+  absl::StatusOr<v1::HarnessDone> RunHarness(const v1::RunHarness& run,
+                                             const serve::HttpHandler& handler);
   // After Attach: answers the episode's requests (first whatever the worker
   // sends again) until its trajectory comes.
   absl::StatusOr<v1::Trajectory> Continue(const Policy& policy);

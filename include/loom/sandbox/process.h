@@ -36,7 +36,7 @@ struct ProcessSpec {
   int gid = -1;
   double timeout_s = 30;          // wall clock; the process group is killed after it
   size_t output_cap = 64 * 1024;  // bytes kept per stream
-  int fd3 = -1;                   // passed to the child as its file descriptor 3 (-1: none)
+  std::vector<int> pass_fds;      // passed to the child as its descriptors 3, 4, ... (at most 8)
   // cgroup.procs files (open for writing) the child joins before exec.
   std::vector<int> join_fds;
   // Called about every `watch_interval_ms` while the child runs, with its

@@ -24,6 +24,7 @@
 // When the worker runs as root, each sandbox slot runs under its own uid
 // (uid_base + slot), never as root. A Sandbox is used by one thread at a time.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,9 @@ struct SandboxConfig {
   // The kernel enforces the caps where it can (a cgroup per sandbox, a sized
   // tmpfs per session: KernelLimits()); false: the UsageWatch always does.
   bool kernel_limits = true;
+  // Agent harnesses (their node_modules), shown read-only at
+  // /opt/loom/harness in every sandbox; "" = none.
+  std::string harness_dir;
   // Episodes are probed for an environment the agent broke (health.h);
   // false: never (no repercussion signal, one command less per episode).
   bool health_probe = true;
@@ -63,6 +67,17 @@ struct SandboxConfig {
 std::string KernelLimits(const SandboxConfig& config);
 
 class Cgroup;
+
+// A model endpoint inside a command's own network namespace (Sandbox::Serve).
+struct SandboxEndpoint {
+  int port = 8000;               // 127.0.0.1:port inside the sandbox
+  std::vector<std::string> env;  // "K=V", added to the command's environment
+  // Gets the listening socket, and owns it, before the command starts.
+  std::function<void(int listen_fd)> serve;
+  // Polled while the command runs: a non-empty answer kills the command and
+  // becomes its ProcessResult::limit.
+  std::function<std::string()> stop;
+};
 
 class Sandbox {
  public:
@@ -82,6 +97,17 @@ class Sandbox {
   absl::StatusOr<ProcessResult> Bash(const std::string& command, double timeout_s,
                                      const std::vector<std::string>& args = {},
                                      const std::string& stdin_text = "") const;
+
+  // Runs `command` as Bash does, as an agent harness: HOME=/tmp, `endpoint`'s
+  // environment added, and a socket listening at 127.0.0.1:endpoint.port in
+  // the command's own network namespace handed to endpoint.serve before the
+  // command starts (it never runs without it; nothing else is reachable).
+  // At least 4096 open files, and where a cgroup caps the sandbox's memory,
+  // no address-space rlimit (node reserves far more than it uses). A status only when the
+  // command could not be started; an endpoint that could not be opened
+  // kills the command before it runs, with the reason as its limit.
+  absl::StatusOr<ProcessResult> Serve(const std::string& command, double timeout_s,
+                                      const SandboxEndpoint& endpoint) const;
 
   // The workspace as a gzip-compressed tar archive, made inside the sandbox
   // (so a link the agent planted is archived as a link, never followed out).
@@ -126,7 +152,8 @@ class Sandbox {
   std::string OomBreach(int64_t oom_kills) const;
   absl::StatusOr<ProcessResult> Run(const std::string& command, double timeout_s,
                                     const std::vector<std::string>& args,
-                                    const std::string& stdin_text, size_t output_cap) const;
+                                    const std::string& stdin_text, size_t output_cap,
+                                    const SandboxEndpoint* endpoint = nullptr) const;
 
   const SandboxConfig& config_;
   int slot_;

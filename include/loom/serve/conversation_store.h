@@ -65,6 +65,8 @@ class ConversationStore {
                                        const TurnSettings& settings);
   // Holds `conversation`; returns the samples of the entries it evicted.
   std::vector<uint64_t> Put(HeldConversation conversation);
+  // Removes every entry; returns their samples.
+  std::vector<uint64_t> Clear();
   size_t size() const;
 
  private:

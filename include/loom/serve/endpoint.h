@@ -17,6 +17,16 @@
 // grow; a harness that leaves the reasoning out of the history it re-sends
 // still matches.
 //
+// Sessions: a harness session (OpenSession) has its own API key, its own
+// held conversations and, when it closes, its record: every engine sample it
+// generated on (a segment: one training sequence with its loss mask, the
+// behaviour log-prob and policy version of each generated token) and every
+// call with its segment and times. Each generated token is in exactly one
+// segment: a request that continues a held conversation appends to its
+// segment, any other opens a new one whose earlier turns are prompt (loss
+// mask 0). Requests with no session key go to the server's own session
+// (options.api_key), which keeps no record.
+//
 // Every request is answered: a malformed one with a 4xx in its dialect's
 // error shape naming the field, an unauthenticated one with 401. A client
 // that hangs up cancels its turn, so no engine slot outlives its request.
@@ -25,9 +35,11 @@
 // threads. The tokenizer and runner are borrowed and must outlive it.
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +62,35 @@ struct EndpointOptions {
   EffortNames effort_names;
   int64_t context_window = 0;  // tokens of prompt plus completion (the model's positions)
   size_t max_held = 64;        // conversations held between requests (least recently used go)
+};
+
+// A harness session of the endpoint.
+struct SessionOptions {
+  std::string key;     // its API key, required of its requests: at least 16 characters
+  std::string effort;  // an effort name every turn renders, whatever the harness asks
+                       // (training: the sample's own effort wins); "" = the harness's
+  // The sampling temperature of every turn, whatever the harness asks (the
+  // trainer's rollout temperature); none = the harness's.
+  std::optional<double> temperature;
+};
+
+// One call of a session, for its trajectory.
+struct CallRecord {
+  int64_t segment = -1;           // the SessionRecord::segments entry it generated on; -1: none
+  bool continued = false;         // it appended to its segment (else it began it)
+  int64_t context = 0;            // the segment's tokens before the call generated
+  int64_t completion_tokens = 0;  // tokens it generated
+  double start_s = 0;             // since the session opened
+  double end_s = 0;
+  std::string finish;  // stop, length, tool_calls, cancelled or failed
+  bool format_error = false;
+};
+
+// What a closed session leaves for training.
+struct SessionRecord {
+  std::vector<rollout::SampleState> segments;  // in the order begun
+  std::vector<CallRecord> calls;               // in the order they ended
+  int64_t lost_segments = 0;  // begun, and not ended by the close's wait (or refused)
 };
 
 // How a turn ended, as every dialect reports it.
@@ -75,7 +116,24 @@ class Endpoint {
                                                           TurnRunner& runner,
                                                           EndpointOptions options);
 
+  // Serves a request of any session whose key it bears, or else of the
+  // server's own session.
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
   void Handle(const HttpRequest& request, HttpResponder& out);
+  // Serves a request only as session `key`'s: any other key gets 401.
+  void HandleSession(const std::string& key, const HttpRequest& request, HttpResponder& out);
+
+  // INVALID_ARGUMENT for a short key or an unknown effort name,
+  // ALREADY_EXISTS for a key in use.
+  absl::Status OpenSession(SessionOptions options);
+  // Ends session `key`: later requests with its key get 401, its turns
+  // still running are cancelled, its held conversations released; waits up
+  // to `wait` for its segments. NOT_FOUND for an unknown key.
+  absl::StatusOr<SessionRecord> CloseSession(const std::string& key,
+                                             std::chrono::milliseconds wait);
 
   // Totals since start, for tests and metrics.
   int64_t turns() const { return turns_.load(); }
@@ -85,23 +143,28 @@ class Endpoint {
   Endpoint(const tokenizer::Tokenizer& tokenizer, TurnRunner& runner, EndpointOptions options,
            chat::SpecialTokenIds special, std::vector<int64_t> tool_calls_end);
 
+  struct Session;
   class Reply;
   class ChatCompletionsReply;
   class MessagesReply;
   class ResponsesReply;
 
-  bool Authorized(const HttpRequest& request) const;
-  void ChatCompletions(const HttpRequest& request, HttpResponder& out);
-  void Responses(const HttpRequest& request, HttpResponder& out);
-  void Messages(const HttpRequest& request, HttpResponder& out);
-  void CountTokens(const HttpRequest& request, HttpResponder& out);
+  // The session whose key `request` bears (the server's own when it
+  // requires no key and the request names no session); null: none.
+  std::shared_ptr<Session> SessionOf(const HttpRequest& request) const;
+  void Route(const HttpRequest& request, Session* session, HttpResponder& out);
+  void ChatCompletions(const HttpRequest& request, Session& session, HttpResponder& out);
+  void Responses(const HttpRequest& request, Session& session, HttpResponder& out);
+  void Messages(const HttpRequest& request, Session& session, HttpResponder& out);
+  void CountTokens(const HttpRequest& request, Session& session, HttpResponder& out);
   // Generates `turn` and answers it in `reply`'s dialect, whole or streamed.
-  void Serve(const TurnRequest& turn, Reply& reply, HttpResponder& out);
-  // The prompt's encoding: its effort line (the request's name, or the
-  // default) and thinking mode. INVALID_ARGUMENT naming the effort field.
-  absl::StatusOr<chat::EncodeOptions> EncodeFor(const TurnRequest& turn) const;
-  // The request's effort name, or the server's default.
-  const std::string& EffortName(const TurnRequest& turn) const;
+  void Serve(const TurnRequest& turn, Session& session, Reply& reply, HttpResponder& out);
+  // The prompt's encoding: its effort line and thinking mode.
+  // INVALID_ARGUMENT naming the effort field.
+  absl::StatusOr<chat::EncodeOptions> EncodeFor(const TurnRequest& turn,
+                                                const Session& session) const;
+  // The session's effort name, else the request's, else the server's default.
+  const std::string& EffortName(const TurnRequest& turn, const Session& session) const;
   // A turn being generated, and how it began.
   struct Started {
     std::shared_ptr<TurnRunner::Turn> turn;
@@ -110,12 +173,13 @@ class Endpoint {
   };
   // Renders `turn` and starts generating it: on a held conversation it
   // extends, or on a new sample.
-  absl::StatusOr<Started> Begin(const TurnRequest& turn, ApiError* error);
-  std::optional<Started> Continue(const TurnRequest& turn, const TurnSettings& settings,
-                                  const chat::EncodeOptions& encode);
-  // After the turn: holds its conversation for the next request, or lets
-  // its sample go.
-  void Keep(const TurnRequest& request, const Started& started, const TurnOutcome& outcome);
+  absl::StatusOr<Started> Begin(const TurnRequest& turn, Session& session, ApiError* error);
+  std::optional<Started> Continue(const TurnRequest& turn, Session& session,
+                                  const TurnSettings& settings, const chat::EncodeOptions& encode);
+  // After the turn: records it, and holds its conversation for the next
+  // request or lets its sample go.
+  void Keep(const TurnRequest& request, Session& session, const Started& started,
+            const TurnOutcome& outcome, std::chrono::steady_clock::time_point start);
   // The turn ended as the format ends a message (EOS or a tool-call block).
   bool EndsCleanly(const std::vector<int64_t>& tokens) const;
   // Follows the turn to its end, passing each new piece of text and the
@@ -129,7 +193,9 @@ class Endpoint {
   EndpointOptions options_;
   chat::SpecialTokenIds special_;
   std::vector<int64_t> tool_calls_end_;
-  ConversationStore store_;
+  std::shared_ptr<Session> own_;  // the server's session (options.api_key)
+  mutable std::mutex sessions_mu_;
+  std::vector<std::shared_ptr<Session>> sessions_;  // harness sessions; guarded by sessions_mu_
   std::atomic<int64_t> turns_{0};
   std::atomic<int64_t> format_errors_{0};
 };

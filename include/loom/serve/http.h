@@ -1,10 +1,9 @@
 #pragma once
-// A small HTTP/1.1 server for loom's model endpoint (`loom serve`; later the
-// endpoint inside each sandbox). It reads requests with a Content-Length or
-// chunked body under fixed limits, hands each to one handler, and writes a
-// whole response or a server-sent event stream (chunked). Keep-alive is
-// supported; HTTP/1.0, pipelining and upgrades are not needed by any client
-// loom serves and are refused or ignored.
+// A small HTTP/1.1 server for loom's model endpoint (`loom serve`, and the
+// endpoint a worker opens inside each harness's sandbox). It reads requests with a Content-Length
+// or chunked body under fixed limits, hands each to one handler, and writes a whole response or a
+// server-sent event stream (chunked). Keep-alive is supported; HTTP/1.0, pipelining and upgrades
+// are not needed by any client loom serves and are refused or ignored.
 //
 // Malformed input never reaches the handler: the server answers 400 (bad
 // request line, header or chunk), 413 (body over the limit), 431 (head over
@@ -68,20 +67,35 @@ absl::StatusOr<std::string> DecodeChunkedBody(std::string_view data, size_t max_
 // The handler's side of one response. A response is either Send() once, or
 // BeginEvents(), any number of Event() and then EndEvents(). Every call
 // returns false once the client has gone; the handler should then stop.
+// SocketResponder writes to the client's socket; a relay (harness_relay.h)
+// carries the same calls over a worker's session stream.
 class HttpResponder {
  public:
-  explicit HttpResponder(int fd) : fd_(fd) {}
-
-  bool Send(int status, std::string_view content_type, std::string_view body,
-            const std::vector<std::pair<std::string, std::string>>& headers = {});
-  bool BeginEvents();
+  virtual ~HttpResponder() = default;
+  virtual bool Send(int status, std::string_view content_type, std::string_view body) = 0;
+  virtual bool BeginEvents() = 0;
   // One server-sent event; `text` is written as is (e.g. "data: {...}\n\n").
-  bool Event(std::string_view text);
-  bool EndEvents();
-
+  virtual bool Event(std::string_view text) = 0;
+  virtual bool EndEvents() = 0;
   // True when the client has closed its side or the connection failed: a
   // handler generating for a while checks it to cancel work nobody reads.
-  bool ClientGone();
+  virtual bool ClientGone() = 0;
+};
+
+class SocketResponder final : public HttpResponder {
+ public:
+  explicit SocketResponder(int fd) : fd_(fd) {}
+
+  bool Send(int status, std::string_view content_type, std::string_view body) override {
+    return SendWith(status, content_type, body, {});
+  }
+  // Send() with more header fields (e.g. Connection: close).
+  bool SendWith(int status, std::string_view content_type, std::string_view body,
+                const std::vector<std::pair<std::string, std::string>>& headers);
+  bool BeginEvents() override;
+  bool Event(std::string_view text) override;
+  bool EndEvents() override;
+  bool ClientGone() override;
   bool responded() const { return responded_; }
 
  private:
@@ -92,15 +106,23 @@ class HttpResponder {
   bool gone_ = false;
 };
 
+// A socket listening on `host:port` (port 0 picks a free one), in the
+// calling thread's network namespace. INVALID_ARGUMENT for a host that is
+// not an IPv4 address; UNAVAILABLE when the address cannot be bound.
+absl::StatusOr<int> ListenSocket(const std::string& host, int port);
+
 using HttpHandler = std::function<void(const HttpRequest&, HttpResponder&)>;
 
 class HttpServer {
  public:
-  // Binds `host:port` (port 0 picks a free one). INVALID_ARGUMENT for a host
-  // that is not an IPv4 address; UNAVAILABLE when the address cannot be bound.
+  // Binds `host:port` (ListenSocket).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Listen(const std::string& host, int port,
                                                             const HttpLimits& limits,
                                                             HttpHandler handler);
+  // Serves on `listen_fd`, a listening socket made elsewhere (e.g. inside a
+  // sandbox's network namespace); the server owns and closes it.
+  static std::unique_ptr<HttpServer> Adopt(int listen_fd, const HttpLimits& limits,
+                                           HttpHandler handler);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -13,7 +13,11 @@
 // Release() drops it. Other ends free the sample's KV at once. Every
 // generated token keeps its behaviour log-prob.
 //
-// Threads: Begin, Continue, Release, Wait and Cancel are thread-safe. The
+// A sample begun with `keep` leaves its final state (tokens, loss mask,
+// log-probs, policy versions: a training sequence) for TakeEnded() when it
+// ends, however it ends.
+//
+// Threads: Begin, Continue, Release, Wait, Cancel and TakeEnded are thread-safe. The
 // model is borrowed and must outlive the runner; the destructor ends every
 // open turn (cancelled) and joins the engine thread.
 
@@ -58,7 +62,8 @@ class TurnRunner {
 
   // Queues a turn on a new sample (its id is assigned here). A request the
   // engine refuses (RolloutEngine::Add) ends the turn at once with that status.
-  std::shared_ptr<Turn> Begin(rollout::SampleRequest request);
+  // With `keep`, the sample's final state waits for TakeEnded().
+  std::shared_ptr<Turn> Begin(rollout::SampleRequest request, bool keep = false);
   // Queues a turn on held sample `sample`: `tokens` (loss mask 0) are
   // appended, then it generates. NOT_FOUND / FAILED_PRECONDITION from the
   // engine end the turn at once (the sample was released or is not held).
@@ -70,6 +75,11 @@ class TurnRunner {
   TurnProgress Wait(Turn& turn, size_t seen, std::chrono::milliseconds timeout);
   // Ends the turn (finish kDropped) unless it ended already. Returns at once.
   void Cancel(Turn& turn);
+  // The final state of kept sample `sample` once it has ended (waits up to
+  // `timeout` for that); null when the engine refused it, it is unknown, or
+  // it has not ended in time. Each state is taken once.
+  std::unique_ptr<rollout::SampleState> TakeEnded(uint64_t sample,
+                                                  std::chrono::milliseconds timeout);
 
  private:
   explicit TurnRunner(std::unique_ptr<rollout::RolloutEngine> engine);
@@ -85,6 +95,9 @@ class TurnRunner {
   void StepAndPublish();
   void End(Turn& turn, const rollout::SampleState* state, rollout::FinishReason finish,
            absl::Status status, bool held = false);
+  // Engine thread: sample `sample` left the engine (`state` null when it
+  // never entered); a kept one's state waits for TakeEnded.
+  void Ended(uint64_t sample, const rollout::SampleState* state);
 
   std::unique_ptr<rollout::RolloutEngine> engine_;  // engine thread only
   std::atomic<uint64_t> next_turn_{0};
@@ -96,6 +109,10 @@ class TurnRunner {
   std::vector<uint64_t> releases_;                  // samples to drop; guarded by mu_
   std::map<uint64_t, std::shared_ptr<Turn>> open_;  // by sample; guarded by mu_
   std::set<uint64_t> held_;  // samples in tool wait with no open turn; engine thread
+  std::set<uint64_t> kept_;  // samples whose end state is kept; guarded by mu_
+  // Kept samples that ended, with their final state (null: never admitted).
+  std::map<uint64_t, std::unique_ptr<rollout::SampleState>> ended_;  // guarded by mu_
+  std::condition_variable ended_changed_;
   std::thread thread_;
 };
 
