@@ -19,10 +19,12 @@ bool SameJsonText(const std::string& a, const std::string& b) {
   return x == y;
 }
 
+// Equal documents (the usual case: a harness re-sends its tools as they
+// were) compare without serialising; others as values, key order ignored.
 bool SameJson(const std::optional<chat::OrderedJson>& a,
               const std::optional<chat::OrderedJson>& b) {
   if (a.has_value() != b.has_value()) return false;
-  return !a || SameJsonText(a->dump(), b->dump());
+  return !a || *a == *b || SameJsonText(a->dump(), b->dump());
 }
 
 bool SameToolCalls(const std::vector<chat::ToolCall>& a, const std::vector<chat::ToolCall>& b) {

@@ -412,15 +412,16 @@ TEST(HarnessSandboxTest, TheHarnessDiesWithItsTrainer) {
         out.Send(500, "text/plain", "unreachable");
       });
   trainer_leaves.join();
-  EXPECT_FALSE(done.ok());
+  EXPECT_FALSE(done.ok()) << done->exit_code() << " " << done->limit();
   // The worker kills the harness and drops the sandbox at once, not after 300 s.
-  int live = -1;
-  for (int i = 0; i < 100 && live != 0; ++i) {
-    live = testing_support::WorkerStatus(harness.workers->targets()[0]).live_sandboxes();
-    if (live != 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  v1::StatusReply status;
+  for (int i = 0; i < 300; ++i) {
+    status = testing_support::WorkerStatus(harness.workers->targets()[0]);
+    if (status.live_sandboxes() == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  EXPECT_EQ(live, 0);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_EQ(status.live_sandboxes(), 0) << status.DebugString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
 }
 
 TEST(HarnessSandboxTest, MalformedRunsAreRefusedNamingTheField) {
@@ -449,6 +450,48 @@ TEST(HarnessSandboxTest, MalformedRunsAreRefusedNamingTheField) {
     ASSERT_FALSE(done.ok()) << c.field;
     EXPECT_EQ(done.status().code(), absl::StatusCode::kInvalidArgument) << done.status();
     EXPECT_NE(done.status().message().find(c.field), std::string::npos) << done.status();
+  }
+}
+
+bool Installed(const std::string& binary);
+
+// A client that breaks the protocol mid-run (a tool call while the harness
+// runs, or an answer outside a run) ends its session with INVALID_ARGUMENT,
+// and the harness with it.
+TEST(HarnessSandboxTest, AClientThatBreaksTheRelayProtocolIsRefused) {
+  auto workers = testing_support::StartWorkers(1, 2);
+  ASSERT_NE(workers, nullptr);
+  auto stub = v1::SandboxWorker::NewStub(rpc::MakeChannel({workers->targets()[0], "", ""}));
+  for (const bool during_run : {true, false}) {
+    grpc::ClientContext context;
+    rpc::PrepareContext(context, "", testing_support::In(60));
+    auto stream = stub->Session(&context);
+    v1::ClientMessage open;
+    open.mutable_open();
+    ASSERT_TRUE(stream->Write(open));
+    v1::WorkerMessage opened;
+    ASSERT_TRUE(stream->Read(&opened) && opened.has_opened());
+    v1::ClientMessage wrong;
+    if (during_run) {
+      v1::ClientMessage run;
+      run.mutable_run_harness()->set_command("sleep 300");
+      run.mutable_run_harness()->set_api_key(kSessionA);
+      ASSERT_TRUE(stream->Write(run));
+      *wrong.mutable_tool_call() = testing_support::BashCall("true");
+    } else {
+      wrong.mutable_http_answer()->set_id(0);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_TRUE(stream->Write(wrong));
+    stream->WritesDone();
+    v1::WorkerMessage ignored;
+    while (stream->Read(&ignored)) {
+    }
+    const grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << during_run;
+    EXPECT_NE(status.error_message().find("http_answer"), std::string::npos)
+        << status.error_message();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
   }
 }
 
@@ -491,13 +534,8 @@ absl::StatusOr<v1::HarnessDone> RunPi(rpc::WorkerSession& session, serve::Endpoi
   });
 }
 
-bool PiInstalled() {
-  return std::filesystem::exists(std::string(LOOM_SOURCE_DIR) +
-                                 "/third_party/npm/node_modules/.bin/pi");
-}
-
 TEST(HarnessSandboxTest, PiRunsInsideTheSandbox) {
-  if (!PiInstalled()) GTEST_SKIP() << "Pi is not installed: run scripts/setup.sh";
+  if (!Installed("pi")) GTEST_SKIP() << "Pi is not installed: run scripts/setup.sh";
   TempDir dir;
   // Pi's system prompt and tool schemas are about 6 kB.
   LocalEndpoint local(testing::AnswerXModel(dir, 16384));
@@ -520,6 +558,93 @@ TEST(HarnessSandboxTest, PiRunsInsideTheSandbox) {
   // The session's effort, not Pi's own thinking level, is in the prompt.
   EXPECT_NE(Text(*local.tokenizer, record->segments[0].tokens).find("Reasoning Effort: 50"),
             std::string::npos);
+}
+
+// `run` as session A's harness, against a model that answers "x" on
+// DeepSeek-V3's vocabulary (a harness's prompt takes as many tokens as on a
+// real model). Checks that it printed `printed` last and that its session's
+// segments hold every generated token once.
+void RunAnsweringX(v1::RunHarness run, const std::string& printed) {
+  TempDir dir;
+  LocalEndpoint local(testing::AnswerXModel(dir, 32768, /*real_vocab=*/true));
+  serve::Endpoint& endpoint = *local.endpoint;
+  ASSERT_TRUE(endpoint.OpenSession(Options(kSessionA, "")).ok());
+  SandboxedHarness harness;
+  ASSERT_NE(harness.session, nullptr);
+  run.set_problem("Say x.");
+  run.set_api_key(kSessionA);
+  run.set_timeout_s(180);
+  auto done = harness.session->RunHarness(
+      run, [&](const serve::HttpRequest& request, serve::HttpResponder& out) {
+        endpoint.HandleSession(kSessionA, request, out);
+      });
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->exit_code(), 0) << done->stdout() << done->stderr() << done->limit();
+  const std::string& out = done->stdout();
+  EXPECT_EQ(out.substr(out.size() - std::min(out.size(), printed.size())), printed)
+      << out << done->stderr();
+  EXPECT_GE(done->calls(), 1);
+  auto record = endpoint.CloseSession(kSessionA, std::chrono::seconds(10));
+  ASSERT_TRUE(record.ok());
+  ASSERT_FALSE(record->segments.empty());
+  EXPECT_EQ(record->lost_segments, 0);
+  int64_t generated = 0, completed = 0;
+  for (const auto& segment : record->segments) generated += Generated(segment);
+  for (const auto& call : record->calls) completed += call.completion_tokens;
+  EXPECT_EQ(generated, completed);
+}
+
+bool Installed(const std::string& binary) {
+  return std::filesystem::exists(std::string(LOOM_SOURCE_DIR) +
+                                 "/third_party/npm/node_modules/.bin/" + binary);
+}
+
+// Claude Code finds the endpoint and the key in ANTHROPIC_BASE_URL and
+// ANTHROPIC_API_KEY, which the worker sets.
+TEST(HarnessSandboxTest, ClaudeCodeRunsInsideTheSandbox) {
+  if (!Installed("claude")) GTEST_SKIP() << "Claude Code is not installed: run scripts/setup.sh";
+  v1::RunHarness run;
+  run.set_command("/opt/loom/harness/node_modules/.bin/claude -p --model tiny \"$LOOM_PROBLEM\"");
+  (*run.mutable_env())["DISABLE_TELEMETRY"] = "1";
+  (*run.mutable_env())["DISABLE_AUTOUPDATER"] = "1";
+  (*run.mutable_env())["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1";
+  RunAnsweringX(run, "x\n");
+}
+
+// Codex reads its provider from $CODEX_HOME/config.toml, a file of the run.
+TEST(HarnessSandboxTest, CodexRunsInsideTheSandbox) {
+  if (!Installed("codex")) GTEST_SKIP() << "Codex is not installed: run scripts/setup.sh";
+  v1::RunHarness run;
+  run.set_command(
+      "/opt/loom/harness/node_modules/.bin/codex exec --skip-git-repo-check \"$LOOM_PROBLEM\"");
+  (*run.mutable_files())["codex/config.toml"] =
+      "model = \"tiny\"\nmodel_provider = \"loom\"\nmodel_reasoning_effort = \"low\"\n"
+      "[model_providers.loom]\nname = \"loom\"\nbase_url = \"http://127.0.0.1:8000/v1\"\n"
+      "env_key = \"OPENAI_API_KEY\"\nwire_api = \"responses\"\n";
+  (*run.mutable_env())["CODEX_HOME"] = "/tmp/codex";
+  RunAnsweringX(run, "x\n");
+}
+
+// OpenCode's provider goes in its global config, the key through its
+// {env:...} substitution.
+TEST(HarnessSandboxTest, OpenCodeRunsInsideTheSandbox) {
+  if (!Installed("opencode")) GTEST_SKIP() << "OpenCode is not installed: run scripts/setup.sh";
+  const json config = {
+      {"provider",
+       {{"loom",
+         {{"npm", "@ai-sdk/openai-compatible"},
+          {"name", "loom"},
+          {"options",
+           {{"baseURL", "http://127.0.0.1:8000/v1"}, {"apiKey", "{env:OPENAI_API_KEY}"}}},
+          {"models", {{"tiny", {{"name", "tiny"}}}}}}}}},
+      {"model", "loom/tiny"}};
+  v1::RunHarness run;
+  run.set_command(
+      "/opt/loom/harness/node_modules/.bin/opencode run --model loom/tiny \"$LOOM_PROBLEM\"");
+  (*run.mutable_files())[".config/opencode/opencode.json"] = config.dump(2);
+  (*run.mutable_env())["OPENCODE_DISABLE_AUTOUPDATE"] = "1";
+  (*run.mutable_env())["npm_config_registry"] = "http://127.0.0.1:9/";
+  RunAnsweringX(run, "x\n");
 }
 
 // One SFT example: the tokens a segment would hold, and which of them the
@@ -572,7 +697,7 @@ bool StartsWith(const std::vector<int64_t>& all, const std::vector<int64_t>& pre
 // then "Done." after its result) calls the tool through Pi: Pi runs it in
 // the sandbox and sends the result back, which continues the same segment.
 TEST(HarnessSandboxTest, PiRunsAToolCallTheModelWasTaught) {
-  if (!PiInstalled()) GTEST_SKIP() << "Pi is not installed: run scripts/setup.sh";
+  if (!Installed("pi")) GTEST_SKIP() << "Pi is not installed: run scripts/setup.sh";
   TempDir dir;
   const std::string untrained = testing::InitModel(dir, "untrained", 16384);
   const std::string problem = "Write hi to note.txt.";
