@@ -201,6 +201,7 @@ absl::StatusOr<SessionRecord> Endpoint::CloseSession(const std::string& key,
     std::unique_ptr<rollout::SampleState> state =
         runner_.TakeEnded(sample, std::max(left, std::chrono::milliseconds(0)));
     if (state == nullptr) {
+      runner_.Forget(sample);  // it may end later: its state would wait forever
       ++record.lost_segments;
       continue;
     }

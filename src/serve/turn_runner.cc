@@ -106,6 +106,12 @@ std::unique_ptr<rollout::SampleState> TurnRunner::TakeEnded(uint64_t sample,
   return state;
 }
 
+void TurnRunner::Forget(uint64_t sample) {
+  std::lock_guard<std::mutex> lock(mu_);
+  kept_.erase(sample);
+  ended_.erase(sample);
+}
+
 void TurnRunner::Ended(uint64_t sample, const rollout::SampleState* state) {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -266,6 +266,19 @@ struct SandboxedHarness {
   }
 };
 
+// Runs `run` in `session`'s sandbox, its endpoint served as session
+// `run.api_key()` of `endpoint` (no endpoint: every call fails with 500).
+absl::StatusOr<v1::HarnessDone> RunServed(rpc::WorkerSession& session, serve::Endpoint* endpoint,
+                                          const v1::RunHarness& run) {
+  return session.RunHarness(run, [&](const serve::HttpRequest& request, serve::HttpResponder& out) {
+    if (endpoint == nullptr) {
+      out.Send(500, "text/plain", "no endpoint");
+    } else {
+      endpoint->HandleSession(run.api_key(), request, out);
+    }
+  });
+}
+
 constexpr const char* kProbe = R"(
 import json, os, socket, urllib.error, urllib.request
 
@@ -314,10 +327,7 @@ TEST(HarnessSandboxTest, TheEndpointIsTheSandboxsOnlyWayOut) {
   const std::string worker = harness.workers->targets()[0];
   (*run.mutable_env())["WORKER_PORT"] = worker.substr(worker.rfind(':') + 1);
   (*run.mutable_env())["OTHER_KEY"] = kSessionB;
-  auto done = harness.session->RunHarness(
-      run, [&](const serve::HttpRequest& request, serve::HttpResponder& out) {
-        endpoint.HandleSession(kSessionA, request, out);
-      });
+  auto done = RunServed(*harness.session, &endpoint, run);
   ASSERT_TRUE(done.ok()) << done.status();
   ASSERT_EQ(done->exit_code(), 0) << done->stdout() << done->stderr() << done->limit();
   EXPECT_EQ(done->calls(), 4);
@@ -374,10 +384,7 @@ TEST(HarnessSandboxTest, AHarnessThatHangsUpCancelsItsTurn) {
   run.set_command("python3 \"$HOME/hang_up.py\"");
   run.set_api_key(kSessionA);
   (*run.mutable_files())["hang_up.py"] = kHangUp;
-  auto done = harness.session->RunHarness(
-      run, [&](const serve::HttpRequest& request, serve::HttpResponder& out) {
-        endpoint.HandleSession(kSessionA, request, out);
-      });
+  auto done = RunServed(*harness.session, &endpoint, run);
   ASSERT_TRUE(done.ok()) << done.status();
   ASSERT_EQ(done->exit_code(), 0) << done->stdout() << done->stderr();
   const json out = json::parse(done->stdout());
@@ -407,10 +414,7 @@ TEST(HarnessSandboxTest, TheHarnessDiesWithItsTrainer) {
     harness.session->Cancel();
   });
   const auto start = std::chrono::steady_clock::now();
-  auto done =
-      harness.session->RunHarness(run, [](const serve::HttpRequest&, serve::HttpResponder& out) {
-        out.Send(500, "text/plain", "unreachable");
-      });
+  auto done = RunServed(*harness.session, nullptr, run);
   trainer_leaves.join();
   EXPECT_FALSE(done.ok()) << done->exit_code() << " " << done->limit();
   // The worker kills the harness and drops the sandbox at once, not after 300 s.
@@ -443,10 +447,7 @@ TEST(HarnessSandboxTest, MalformedRunsAreRefusedNamingTheField) {
     run.set_command("true");
     run.set_api_key(kSessionA);
     c.change(run);
-    auto done =
-        harness.session->RunHarness(run, [](const serve::HttpRequest&, serve::HttpResponder& out) {
-          out.Send(500, "text/plain", "unreachable");
-        });
+    auto done = RunServed(*harness.session, nullptr, run);
     ASSERT_FALSE(done.ok()) << c.field;
     EXPECT_EQ(done.status().code(), absl::StatusCode::kInvalidArgument) << done.status();
     EXPECT_NE(done.status().message().find(c.field), std::string::npos) << done.status();
@@ -529,9 +530,7 @@ absl::StatusOr<v1::HarnessDone> RunPi(rpc::WorkerSession& session, serve::Endpoi
   (*run.mutable_env())["PI_CODING_AGENT_DIR"] = "/tmp/pi-agent";
   (*run.mutable_env())["PI_OFFLINE"] = "1";
   (*run.mutable_env())["PI_TELEMETRY"] = "0";
-  return session.RunHarness(run, [&](const serve::HttpRequest& request, serve::HttpResponder& out) {
-    endpoint.HandleSession(key, request, out);
-  });
+  return RunServed(session, &endpoint, run);
 }
 
 TEST(HarnessSandboxTest, PiRunsInsideTheSandbox) {
@@ -574,10 +573,7 @@ void RunAnsweringX(v1::RunHarness run, const std::string& printed) {
   run.set_problem("Say x.");
   run.set_api_key(kSessionA);
   run.set_timeout_s(180);
-  auto done = harness.session->RunHarness(
-      run, [&](const serve::HttpRequest& request, serve::HttpResponder& out) {
-        endpoint.HandleSession(kSessionA, request, out);
-      });
+  auto done = RunServed(*harness.session, &endpoint, run);
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->exit_code(), 0) << done->stdout() << done->stderr() << done->limit();
   const std::string& out = done->stdout();

@@ -80,6 +80,8 @@ class TurnRunner {
   // it has not ended in time. Each state is taken once.
   std::unique_ptr<rollout::SampleState> TakeEnded(uint64_t sample,
                                                   std::chrono::milliseconds timeout);
+  // Keeps no final state of `sample` (one nobody will take).
+  void Forget(uint64_t sample);
 
  private:
   explicit TurnRunner(std::unique_ptr<rollout::RolloutEngine> engine);
