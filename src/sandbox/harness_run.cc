@@ -32,31 +32,30 @@ bool EnvName(const std::string& name) {
   return true;
 }
 
-grpc::Status Invalid(const std::string& message) {
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
-}
-
-grpc::Status CheckRun(const SandboxConfig& config, const v1::RunHarness& run) {
+absl::Status CheckRun(const SandboxConfig& config, const v1::RunHarness& run) {
   if (absl::StripAsciiWhitespace(run.command()).empty()) {
-    return Invalid("run_harness.command: empty");
+    return absl::InvalidArgumentError("run_harness.command: empty");
   }
   if (run.api_key().size() < kMinKeyLength) {
-    return Invalid(absl::StrCat("run_harness.api_key: needs at least ", kMinKeyLength,
-                                " characters (the session's secret)"));
+    return absl::InvalidArgumentError(absl::StrCat("run_harness.api_key: needs at least ",
+                                                   kMinKeyLength,
+                                                   " characters (the session's secret)"));
   }
   if (run.port() < 0 || run.port() > 65535) {
-    return Invalid(absl::StrCat("run_harness.port: ", run.port(), " is not a TCP port"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("run_harness.port: ", run.port(), " is not a TCP port"));
   }
-  if (run.timeout_s() < 0) return Invalid("run_harness.timeout_s: negative");
+  if (run.timeout_s() < 0) return absl::InvalidArgumentError("run_harness.timeout_s: negative");
   for (const auto& [name, value] : run.env()) {
     if (!EnvName(name)) {
-      return Invalid(absl::StrCat("run_harness.env: '", name, "' is not a variable name"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("run_harness.env: '", name, "' is not a variable name"));
     }
   }
   if (absl::Status s = CheckFiles(config, run.files()); !s.ok()) {
-    return Invalid(absl::StrCat("run_harness.files: ", s.message()));
+    return absl::InvalidArgumentError(absl::StrCat("run_harness.files: ", s.message()));
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 // The relay between the harness's connections and the session's stream.
@@ -250,7 +249,7 @@ HarnessRunResult RunHarness(const ClientLink& link, const Sandbox& sandbox,
   spdlog::debug("session {}: harness ended (exit {}, {} calls{})", id, report.exit_code(),
                 report.calls(), report.error().empty() ? "" : ", " + report.error());
   if (const std::string error = relay.protocol_error(); !error.empty()) {
-    result.status = Invalid(error);
+    result.status = absl::InvalidArgumentError(error);
   } else {
     relay.Write(done);
   }

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "loom/sandbox/sandbox.h"
 #include "loom/v1/sandbox.grpc.pb.h"
 #include "sandbox/leases.h"
@@ -18,7 +19,7 @@
 namespace loom::sandbox {
 
 struct HarnessRunResult {
-  grpc::Status status;  // INVALID_ARGUMENT for a malformed run_harness or a broken protocol
+  absl::Status status;  // INVALID_ARGUMENT for a malformed run_harness or a broken protocol
   // The client's first message after harness_done, read by the run's reader
   // (the session serves it next); none when the stream ended.
   std::optional<v1::ClientMessage> next;

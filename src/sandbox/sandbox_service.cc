@@ -283,7 +283,7 @@ grpc::Status SandboxService::Serve(const ClientLink& link, const Sandbox& sandbo
       case v1::ClientMessage::kRunHarness: {
         HarnessRunResult run =
             RunHarness(link, sandbox, message.run_harness(), limits_.max_session_s, id);
-        if (!run.status.ok()) return run.status;
+        if (!run.status.ok()) return ToGrpc(run.status);
         next = std::move(run.next);
         break;
       }

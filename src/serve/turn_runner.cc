@@ -1,6 +1,7 @@
 #include "loom/serve/turn_runner.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace loom::serve {
 namespace {
@@ -121,6 +122,13 @@ void TurnRunner::Ended(uint64_t sample, const rollout::SampleState* state) {
   ended_changed_.notify_all();
 }
 
+std::optional<rollout::SampleState> TurnRunner::Drop(uint64_t sample) {
+  absl::StatusOr<rollout::SampleState> dropped = engine_->Drop(sample);
+  Ended(sample, dropped.ok() ? &*dropped : nullptr);
+  if (!dropped.ok()) return std::nullopt;
+  return *std::move(dropped);
+}
+
 void TurnRunner::End(Turn& turn, const rollout::SampleState* state, rollout::FinishReason finish,
                      absl::Status status, bool held) {
   {
@@ -168,18 +176,14 @@ bool TurnRunner::AdmitAndCancel() {
     for (const auto& [sample, turn] : open_) open.push_back(turn);
   }
   for (uint64_t sample : releases) {
-    if (held_.erase(sample) == 0) continue;
-    auto dropped = engine_->Drop(sample);
-    Ended(sample, dropped.ok() ? &*dropped : nullptr);
+    if (held_.erase(sample) > 0) Drop(sample);
   }
   for (const auto& turn : incoming) Admit(*turn);
   for (const auto& turn : open) {
     if (!stopping && !turn->cancel_) continue;
     if (engine_->Find(turn->sample()) == nullptr) continue;  // refused above
-    auto dropped = engine_->Drop(turn->sample());
-    Ended(turn->sample(), dropped.ok() ? &*dropped : nullptr);
-    End(*turn, dropped.ok() ? &*dropped : nullptr, rollout::FinishReason::kDropped,
-        absl::OkStatus());
+    std::optional<rollout::SampleState> dropped = Drop(turn->sample());
+    End(*turn, dropped ? &*dropped : nullptr, rollout::FinishReason::kDropped, absl::OkStatus());
   }
   return !stopping;
 }
@@ -199,10 +203,8 @@ void TurnRunner::StepAndPublish() {
   };
   if (!step.ok()) {  // every sample is as it was: end the open turns with the failure
     for (const auto& turn : open) {
-      auto dropped = engine_->Drop(turn->sample());
-      Ended(turn->sample(), dropped.ok() ? &*dropped : nullptr);
-      End(*turn, dropped.ok() ? &*dropped : nullptr, rollout::FinishReason::kDropped,
-          step.status());
+      std::optional<rollout::SampleState> dropped = Drop(turn->sample());
+      End(*turn, dropped ? &*dropped : nullptr, rollout::FinishReason::kDropped, step.status());
     }
     return;
   }

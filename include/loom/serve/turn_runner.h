@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -100,6 +101,10 @@ class TurnRunner {
   // Engine thread: sample `sample` left the engine (`state` null when it
   // never entered); a kept one's state waits for TakeEnded.
   void Ended(uint64_t sample, const rollout::SampleState* state);
+  // Engine thread: drops `sample` from the engine, freeing its KV, and
+  // reports it Ended; its final state, or none when the engine had no such
+  // sample.
+  std::optional<rollout::SampleState> Drop(uint64_t sample);
 
   std::unique_ptr<rollout::RolloutEngine> engine_;  // engine thread only
   std::atomic<uint64_t> next_turn_{0};
