@@ -1,11 +1,13 @@
 #include "loom/tasks/dataset.h"
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <numeric>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "loom/tasks/agent_jsonl.h"
 #include "loom/tasks/generator.h"
 #include "loom/tasks/jsonl.h"
 #include "tasks/random.h"
@@ -209,13 +211,37 @@ class JsonlDataset : public Dataset {
   mutable uint64_t order_epoch_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-absl::StatusOr<std::unique_ptr<Dataset>> LoadJsonl(const config::DatasetSection& spec,
-                                                   uint64_t run_seed) {
-  auto lines = ReadJsonlProblems(spec.path, spec.name);
+// The tasks of an agent_jsonl file as problems: the prompt only describes
+// the task (the worker sends the real one); the task rides along.
+absl::StatusOr<std::vector<Problem>> ReadAgentProblems(const std::string& path,
+                                                       const std::string& dataset) {
+  auto tasks = ReadAgentTasks(path);
+  if (!tasks.ok()) return tasks.status();
+  std::vector<Problem> problems;
+  for (AgentTask& task : *tasks) {
+    Problem& problem = problems.emplace_back();
+    problem.dataset = dataset;
+    problem.id = dataset + "/" + task.task.id();
+    problem.source = task.source;
+    problem.messages =
+        nlohmann::json::array({{{"role", "user"}, {"content", task.task.problem()}}});
+    problem.agent_task = std::make_shared<const AgentTask>(std::move(task));
+  }
+  return problems;
+}
+
+// Problems of one file of a file dataset.
+using ProblemReader = std::function<absl::StatusOr<std::vector<Problem>>(const std::string& path)>;
+
+// A dataset of `spec.path` (and `spec.eval_path`) read by `read`.
+absl::StatusOr<std::unique_ptr<Dataset>> LoadFileDataset(const config::DatasetSection& spec,
+                                                         uint64_t run_seed,
+                                                         const ProblemReader& read) {
+  auto lines = read(spec.path);
   if (!lines.ok()) return lines.status();
   std::vector<Problem> train, eval;
   if (!spec.eval_path.empty()) {
-    auto held_out = ReadJsonlProblems(spec.eval_path, spec.name);
+    auto held_out = read(spec.eval_path);
     if (!held_out.ok()) return held_out.status();
     train = std::move(*lines);
     eval = std::move(*held_out);
@@ -246,8 +272,17 @@ bool IsHeldOut(const Problem& problem, double fraction) {
 
 absl::StatusOr<std::unique_ptr<Dataset>> LoadDataset(const config::DatasetSection& spec,
                                                      uint64_t run_seed) {
+  if (spec.kind == "agent_jsonl") {
+    return LoadFileDataset(spec, run_seed, [&spec](const std::string& path) {
+      return ReadAgentProblems(path, spec.name);
+    });
+  }
   if (spec.environment == "sandbox") return std::make_unique<AgentDataset>(spec, run_seed);
-  if (spec.kind == "jsonl") return LoadJsonl(spec, run_seed);
+  if (spec.kind == "jsonl") {
+    return LoadFileDataset(spec, run_seed, [&spec](const std::string& path) {
+      return ReadJsonlProblems(path, spec.name);
+    });
+  }
   auto generator = MakeGenerator(spec.kind);
   if (!generator.ok()) return generator.status();
   auto dataset = std::make_unique<GeneratedDataset>(spec, run_seed, std::move(*generator));

@@ -4,6 +4,7 @@
 
 #include "loom/chat/special_tokens.h"
 #include "loom/config/check.h"
+#include "loom/tasks/agent_jsonl.h"
 #include "loom/tasks/agent_tasks.h"
 #include "loom/v1/sandbox.pb.h"
 
@@ -38,6 +39,7 @@ absl::StatusOr<std::unique_ptr<AgentStage>> AgentStage::Create(const TrainContex
 }
 
 v1::Task AgentStage::Task(const SampleEntry& entry) const {
+  if (entry.problem->agent_task) return entry.problem->agent_task->task;
   const config::DatasetSection& spec = context_.config.tasks.datasets[entry.dataset];
   return tasks::BuiltinTask(spec.kind, entry.problem->task_seed);
 }

@@ -5,6 +5,7 @@
 #include "loom/agent/demonstration.h"
 #include "loom/chat/encoder.h"
 #include "loom/chat/message.h"
+#include "loom/tasks/agent_jsonl.h"
 
 namespace loom::train {
 namespace {
@@ -101,14 +102,20 @@ absl::StatusOr<SftExample> EncodeAgentSftExample(const tasks::Problem& problem,
                                                  const v1::ScaffoldOptions& options, int effort,
                                                  const tokenizer::Tokenizer& tokenizer,
                                                  int64_t eos_id) {
+  const bool from_file = problem.agent_task != nullptr;
   std::vector<tasks::DemonstrationTurn> turns =
-      tasks::BuiltinDemonstration(kind, problem.task_seed, slip_fraction);
+      from_file ? tasks::ReferenceDemonstration(*problem.agent_task)
+                : tasks::BuiltinDemonstration(kind, problem.task_seed, slip_fraction);
   if (turns.empty()) {
-    return absl::FailedPreconditionError("problem " + problem.id + ": the agentic task " + kind +
-                                         " has no demonstration to train SFT on");
+    return absl::FailedPreconditionError(
+        "problem " + problem.Describe() + ": the agent task " +
+        (from_file ? problem.agent_task->task.id() + " has no reference solution"
+                   : kind + " has no demonstration") +
+        " to train SFT on");
   }
-  auto example = agent::EncodeDemonstration(tasks::BuiltinTask(kind, problem.task_seed), turns,
-                                            options, tokenizer, effort, eos_id);
+  auto example = agent::EncodeDemonstration(
+      from_file ? problem.agent_task->task : tasks::BuiltinTask(kind, problem.task_seed), turns,
+      options, tokenizer, effort, eos_id);
   if (!example.ok()) return example.status();
   return SftExample{std::move(example->tokens), std::move(example->loss_mask)};
 }

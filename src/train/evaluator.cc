@@ -50,6 +50,9 @@ absl::StatusOr<std::vector<EvalPrompt>> EncodeEvalPrompts(const EvalInputs& inpu
                                                static_cast<int>(d)) == options.datasets.end()) {
       continue;
     }
+    // Held-out agent tasks need episodes, not one greedy answer; the
+    // evaluator scores single-turn prompts only.
+    if (inputs.config.tasks.datasets[d].environment == "sandbox") continue;
     const std::vector<tasks::Problem>& problems = inputs.datasets[d]->Eval();
     if (problems.size() >= kMaxEvalProblems) {
       return absl::InvalidArgumentError("dataset '" + inputs.config.tasks.datasets[d].name +

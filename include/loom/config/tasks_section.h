@@ -51,10 +51,12 @@ struct DatasetSection {
             "read the effort line) or a JSON-lines file. With `environment: sandbox`: a built-in "
             "agentic task (arithmetic: a 9-digit product the python tool "
             "helps with; fix_repo: a tiny Python package with a failing test; lookup: a "
-            "digit that only a file in the workspace holds). Each comes with "
-            "demonstrations, which an SFT stage trains on.")
+            "digit that only a file in the workspace holds), each with demonstrations an SFT "
+            "stage trains on; or agent_jsonl: agent tasks from a file (`path`), one per line "
+            "with problem, environment, verification, optional reference solution (its "
+            "demonstration) and tags (docs/tasks.md).")
             .OneOf({"arithmetic", "sort", "reverse", "chain", "effort", "jsonl", "fix_repo",
-                    "lookup"}));
+                    "lookup", "agent_jsonl"}));
     v.Field("environment", environment,
             Doc("none: single-turn prompts judged by the verifier. sandbox: each sample is a "
                 "multi-turn agent episode on a sandbox worker (see `sandbox:`); its tool results "
@@ -62,12 +64,15 @@ struct DatasetSection {
                 .OneOf({"none", "sandbox"}));
     v.Field(
         "path", path,
-        Doc("kind jsonl: file with one problem per line: {\"messages\": [...], \"answer\": ..., "
+        Doc("kind jsonl: file with one problem per line (kind agent_jsonl: one agent task per "
+            "line, relative to the file for environment dirs): {\"messages\": [...], \"answer\": "
+            "..., "
             "\"verifier\": \"exact|numeric|regex\", \"effort\": 1..100} (verifier and effort "
             "optional; effort: the problem is always shown at it). A trailing assistant message "
             "is the SFT reference."));
     v.Field("eval_path", eval_path,
-            Doc("kind jsonl: a separate held-out file. Empty: hold out `eval_fraction` of `path` "
+            Doc("kinds jsonl and agent_jsonl: a separate held-out file. Empty: hold out "
+                "`eval_fraction` of `path` "
                 "(chosen by a hash of each prompt)."));
     v.Field("weight", weight,
             Doc("Relative sampling weight of this dataset when the dispatcher picks the next "
@@ -182,15 +187,20 @@ struct DatasetSection {
       errors.Error("min_difficulty",
                    "must be <= max_difficulty (" + std::to_string(max_difficulty) + ")");
     }
-    if (kind == "jsonl" && path.empty()) errors.Error("path", "is required for kind jsonl");
-    if (kind != "jsonl" && !path.empty()) errors.Error("path", "is only for kind jsonl");
-    if (environment == "sandbox" && kind != "arithmetic" && kind != "fix_repo" &&
-        kind != "lookup") {
-      errors.Error("kind",
-                   "environment sandbox runs the built-in agentic tasks: arithmetic, fix_repo "
-                   "or lookup");
+    const bool file = kind == "jsonl" || kind == "agent_jsonl";
+    if (file && path.empty()) errors.Error("path", "is required for kind " + kind);
+    if (!file && !path.empty()) errors.Error("path", "is only for kinds jsonl and agent_jsonl");
+    if (!file && !eval_path.empty()) {
+      errors.Error("eval_path", "is only for kinds jsonl and agent_jsonl");
     }
-    if (environment != "sandbox" && (kind == "fix_repo" || kind == "lookup")) {
+    if (environment == "sandbox" && kind != "arithmetic" && kind != "fix_repo" &&
+        kind != "lookup" && kind != "agent_jsonl") {
+      errors.Error("kind",
+                   "environment sandbox runs agent tasks: agent_jsonl (a task file) or the "
+                   "built-in arithmetic, fix_repo or lookup");
+    }
+    if (environment != "sandbox" &&
+        (kind == "fix_repo" || kind == "lookup" || kind == "agent_jsonl")) {
       errors.Error("kind", kind + " is an agentic task: set environment: sandbox");
     }
     if (demonstration_slip_fraction > 0 && (environment != "sandbox" || kind != "fix_repo")) {

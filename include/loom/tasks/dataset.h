@@ -11,6 +11,8 @@
 //  * Agentic datasets (`environment: sandbox`) are infinite too: Train(i)
 //    names a built-in task by a seed derived the same way (task_seed); the
 //    episode itself runs on a sandbox worker. They hold nothing out.
+//  * Agent task files (`kind: agent_jsonl`, loom/tasks/agent_jsonl.h) are
+//    split and walked like JSONL files; each problem carries its task.
 //  * JSONL datasets are finite: Train(i) walks the training lines in a fresh
 //    seeded shuffle every epoch. The eval set is `eval_path` if given, else
 //    the lines whose prompt hashes into the held-out share.

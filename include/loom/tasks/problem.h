@@ -5,6 +5,7 @@
 // Plain value type; cheap to copy for the short prompts loom's tasks use.
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -12,6 +13,8 @@
 #include "loom/tasks/verifier.h"
 
 namespace loom::tasks {
+
+struct AgentTask;  // loom/tasks/agent_jsonl.h
 
 // Which part of a dataset: training prompts, or the held-out evaluation set.
 // The two are disjoint by prompt content.
@@ -31,6 +34,9 @@ struct Problem {
   // Datasets with `environment: sandbox`: the seed of the built-in agentic
   // task (the worker gets the task; `messages` only describes it).
   uint64_t task_seed = 0;
+  // Datasets of kind agent_jsonl: the task of the file's line (shared by
+  // every problem drawn from it).
+  std::shared_ptr<const AgentTask> agent_task;
   // The reasoning effort the problem is always asked at (its prompt's
   // effort line), whatever effort the run samples; 0 = the run's.
   int effort = 0;
