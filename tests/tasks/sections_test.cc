@@ -129,8 +129,9 @@ TEST(SectionsTest, SandboxEnvironmentTakesOnlyAgenticKinds) {
       "    - {name: b, kind: fix_repo}\n"
       "    - {name: c, environment: docker}\n"
       "    - {name: d, kind: lookup}\n");
-  EXPECT_NE(errors.find("tasks.datasets[0].kind: environment sandbox runs agent tasks: agent_jsonl"),
-            std::string::npos)
+  EXPECT_NE(
+      errors.find("tasks.datasets[0].kind: environment sandbox runs agent tasks: agent_jsonl"),
+      std::string::npos)
       << errors;
   EXPECT_NE(errors.find("tasks.datasets[1].kind: fix_repo is an agentic task"), std::string::npos)
       << errors;
