@@ -175,6 +175,15 @@ v1::Trajectory WorkerPool::RunEpisode(const v1::RunEpisode& episode, const Polic
   if (!session.ok()) {
     return PenaltyTrajectory(task_id, absl::StrCat("no_sandbox: ", session.status().message()));
   }
+  // A task whose setup fails never reaches the policy: nothing it did.
+  if (const v1::ToolResult& setup = (*session)->opened().setup();
+      setup.exit_code() != 0 || setup.timed_out()) {
+    (*session)->Close().IgnoreError();
+    return PenaltyTrajectory(
+        task_id, absl::StrCat("setup_failed: ", setup.timed_out() ? "timed out" : "exit status ",
+                              setup.timed_out() ? "" : std::to_string(setup.exit_code()), ": ",
+                              setup.stderr().substr(0, 1000)));
+  }
   if (on_opened) on_opened(**session);
   v1::RunEpisode without_env = episode;  // the environment already went with `open`
   without_env.mutable_task()->clear_environment();

@@ -1,0 +1,90 @@
+#include "loom/agent/task_check.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace loom::agent {
+namespace {
+
+// A policy that plays `turns` as the agent's, then stops.
+rpc::Policy Replay(const std::vector<tasks::DemonstrationTurn>& turns) {
+  return [&turns](const v1::GenerateRequest& request) -> absl::StatusOr<v1::GenerateReply> {
+    v1::GenerateReply reply;
+    reply.set_turn(request.turn());
+    if (request.turn() < 0 || static_cast<size_t>(request.turn()) >= turns.size()) {
+      reply.set_stop(true);
+      return reply;
+    }
+    v1::Message& assistant = *reply.mutable_assistant();
+    assistant = turns[request.turn()].assistant;
+    for (int i = 0; i < assistant.tool_calls_size(); ++i) {
+      assistant.mutable_tool_calls(i)->set_id(absl::StrCat("call_", request.turn(), "_", i));
+    }
+    return reply;
+  };
+}
+
+// A failure that is the task's own doing, though no policy's: its setup.
+bool SetupFailed(const v1::Trajectory& trajectory) {
+  return absl::StartsWith(trajectory.failure_reason(), "setup_failed");
+}
+
+// An episode that says nothing about the task: the infrastructure failed it.
+bool Unknown(const v1::Trajectory& trajectory) {
+  return trajectory.penalty() && !SetupFailed(trajectory);
+}
+
+std::string Why(const v1::Trajectory& trajectory) {
+  if (!trajectory.failure_reason().empty()) return trajectory.failure_reason();
+  return trajectory.verdict().details();
+}
+
+}  // namespace
+
+bool TaskCheck::checked() const {
+  return !Unknown(unsolved) && !(has_reference && Unknown(reference));
+}
+
+std::string TaskCheck::Problem() const {
+  if (!checked()) {
+    const v1::Trajectory& failed = Unknown(unsolved) ? unsolved : reference;
+    return "not checked: " + failed.failure_reason();
+  }
+  if (SetupFailed(unsolved)) return "its environment's " + unsolved.failure_reason();
+  std::string problem;
+  if (unsolved.verdict().passed()) {
+    problem = "its verification passes with nothing done: " + unsolved.verdict().details();
+  }
+  if (has_reference && !reference.verdict().passed()) {
+    absl::StrAppend(&problem, problem.empty() ? "" : "; ",
+                    "its reference solution fails: ", Why(reference));
+  }
+  return problem;
+}
+
+TaskCheck CheckAgentTask(rpc::WorkerPool& pool, const tasks::AgentTask& task,
+                         const v1::ScaffoldOptions& options) {
+  TaskCheck check;
+  check.id = task.task.id();
+  check.source = task.source;
+  v1::RunEpisode episode;
+  *episode.mutable_task() = task.task;
+  *episode.mutable_options() = options;
+
+  std::vector<tasks::DemonstrationTurn> nothing(1);
+  nothing[0].assistant.set_role("assistant");
+  nothing[0].assistant.set_content("Done.");
+  check.unsolved = pool.RunEpisode(episode, Replay(nothing));
+
+  const std::vector<tasks::DemonstrationTurn> turns = tasks::ReferenceDemonstration(task);
+  check.has_reference = !turns.empty();
+  if (check.has_reference) {
+    if (episode.options().max_steps() < static_cast<int>(turns.size())) {
+      episode.mutable_options()->set_max_steps(static_cast<int>(turns.size()));
+    }
+    check.reference = pool.RunEpisode(episode, Replay(turns));
+  }
+  return check;
+}
+
+}  // namespace loom::agent

@@ -1,0 +1,144 @@
+// `loom tasks check FILE... [--local N] [--worker ADDR]... [--auth-token-file F]
+// [--jobs J] [--json]`: reads agent task files (kind agent_jsonl; every
+// malformed line is reported, exit 2) and checks every task in real
+// sandboxes (loom/agent/task_check.h): its verification must fail when
+// nothing is done and pass with its reference solution. Prints a line per
+// task that is not fine and a summary; with --json the last line is
+// {"tasks", "ok", "broken": [{id, source, problem}], "not_checked": [...],
+// "without_reference", "seconds"}. Exit 0 when every task is fine, 1 when
+// one is broken or could not be checked, 2 for a bad file or flag.
+
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli/command.h"
+#include "loom/agent/task_check.h"
+#include "loom/rpc/sandbox_clients.h"
+
+namespace loom::cli {
+namespace {
+
+struct CheckFlags {
+  std::vector<std::string> files;
+  std::vector<std::string> workers;
+  std::string auth_token_file;
+  int local = 2;
+  int jobs = 2;
+  bool json = false;
+};
+
+// Every task of every file; the files' errors all together.
+absl::StatusOr<std::vector<tasks::AgentTask>> ReadAll(const std::vector<std::string>& files) {
+  std::vector<tasks::AgentTask> all;
+  std::string errors;
+  for (const std::string& file : files) {
+    auto tasks = tasks::ReadAgentTasks(file);
+    if (!tasks.ok()) {
+      errors += (errors.empty() ? "" : "\n") + std::string(tasks.status().message());
+      continue;
+    }
+    for (tasks::AgentTask& task : *tasks) all.push_back(std::move(task));
+  }
+  if (!errors.empty()) return absl::InvalidArgumentError(errors);
+  return all;
+}
+
+// Checks `tasks` on `jobs` threads, in file order in the result.
+std::vector<agent::TaskCheck> CheckAll(rpc::WorkerPool& pool,
+                                       const std::vector<tasks::AgentTask>& tasks,
+                                       const v1::ScaffoldOptions& options, int jobs) {
+  std::vector<agent::TaskCheck> checks(tasks.size());
+  std::atomic<size_t> next{0};
+  std::mutex print;
+  std::vector<std::thread> threads;
+  for (int j = 0; j < jobs; ++j) {
+    threads.emplace_back([&] {
+      for (size_t i = next++; i < tasks.size(); i = next++) {
+        checks[i] = agent::CheckAgentTask(pool, tasks[i], options);
+        const std::string problem = checks[i].Problem();
+        if (problem.empty()) continue;
+        std::lock_guard<std::mutex> lock(print);
+        std::cerr << checks[i].source << ": " << checks[i].id << ": " << problem << "\n";
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return checks;
+}
+
+int RunCheck(const CheckFlags& flags) {
+  auto tasks = ReadAll(flags.files);
+  if (!tasks.ok()) {
+    std::cerr << "loom tasks check: " << tasks.status().message() << "\n";
+    return kExitUsage;
+  }
+  config::SandboxSection sandbox;
+  sandbox.workers = flags.workers;
+  sandbox.local = flags.workers.empty() ? flags.local : 0;
+  sandbox.local_max_sandboxes = flags.jobs;
+  sandbox.auth_token_file = flags.auth_token_file;
+  auto clients = rpc::StartSandboxClients(sandbox);
+  if (!clients.ok()) {
+    std::cerr << "loom tasks check: " << clients.status().message() << "\n";
+    return kExitFailure;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<agent::TaskCheck> checks =
+      CheckAll(*clients->pool, *tasks, rpc::ScaffoldOptionsFrom(sandbox), flags.jobs);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  nlohmann::ordered_json broken = nlohmann::json::array(), unchecked = nlohmann::json::array();
+  int without_reference = 0;
+  for (const agent::TaskCheck& check : checks) {
+    if (!check.has_reference) ++without_reference;
+    const std::string problem = check.Problem();
+    if (problem.empty()) continue;
+    (check.checked() ? broken : unchecked)
+        .push_back({{"id", check.id}, {"source", check.source}, {"problem", problem}});
+  }
+  const size_t ok = checks.size() - broken.size() - unchecked.size();
+  std::cout << checks.size() << " tasks: " << ok << " fine, " << broken.size() << " broken, "
+            << unchecked.size() << " not checked, " << without_reference
+            << " without a reference solution (" << seconds << " s)\n";
+  if (flags.json) {
+    nlohmann::ordered_json out = {{"tasks", checks.size()},
+                                  {"ok", ok},
+                                  {"broken", broken},
+                                  {"not_checked", unchecked},
+                                  {"without_reference", without_reference},
+                                  {"seconds", seconds}};
+    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+  return broken.empty() && unchecked.empty() ? kExitOk : kExitFailure;
+}
+
+void SetupTasks(CLI::App& app, Context& context) {
+  CLI::App* group = GroupCommand(app, "tasks", "Work with agent task files");
+  auto flags = std::make_shared<CheckFlags>();
+  CLI::App* check = group->add_subcommand(
+      "check", "Check agent tasks in sandboxes: unsolved must fail, the reference must pass");
+  check->add_option("files", flags->files, "agent_jsonl task files")->required();
+  check->add_option("--worker", flags->workers,
+                    "Sandbox worker address (repeatable); none: "
+                    "start local workers");
+  check->add_option("--auth-token-file", flags->auth_token_file, "File with the workers' token");
+  check->add_option("--local", flags->local, "Local workers to start when no --worker is given")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  check->add_option("--jobs", flags->jobs, "Tasks checked at once")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  check->add_flag("--json", flags->json, "Print the summary as JSON too");
+  check->callback([flags, &context] { context.exit_code = RunCheck(*flags); });
+}
+
+}  // namespace
+
+LOOM_REGISTER_COMMAND("tasks", SetupTasks);
+
+}  // namespace loom::cli
