@@ -1055,5 +1055,84 @@ TEST_F(AgentTrainTest, SftTrainsOnDemonstrationsOfTheAgentTask) {
       << out;
 }
 
+// Agent tasks from files (configs/code.yaml, shortened): SFT on the shipped
+// code tasks' reference solutions, then GRPO episodes on them. Every
+// episode is a training task of the file, asked with its own problem; no
+// held-out task ever runs; a task file with a broken line stops the run
+// before it starts, naming the line.
+TEST_F(AgentTrainTest, TaskFileTasksTrainThroughSftAndGrpo) {
+  TempDir dir;
+  auto args = [&](const std::string& run, const std::vector<std::string>& extra) {
+    std::vector<std::string> a = {
+        "train",
+        "--config",
+        LOOM_SOURCE_DIR "/configs/code.yaml",
+        "--run-dir",
+        dir / run,
+        "--set",
+        "model.path=" + (dir / (run + "-model")),
+        "--set",
+        "tasks.datasets[0].path=" LOOM_SOURCE_DIR "/configs/tasks/code-train.jsonl",
+        "--set",
+        "tasks.datasets[0].eval_path=" LOOM_SOURCE_DIR "/configs/tasks/code-eval.jsonl"};
+    for (const char* s :
+         {"train.sft.steps=2", "train.sft.batch_sequences=2", "train.grpo.steps=1",
+          "effort.samples_per_level=[2]", "async.max_inflight=4", "async.batch_samples=4",
+          "sandbox.max_turn_tokens=32", "rollout.max_new_tokens=64"}) {
+      a.insert(a.end(), {"--set", s});
+    }
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  testing::LoomProcess train(args("code", {}), dir / "code.out");
+  ASSERT_EQ(train.Wait(), 0) << testing::ReadAll(dir / "code.out");
+  auto metrics = metrics::ReadMetrics(dir / "code/metrics.jsonl");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  int sft_steps = 0, grpo_steps = 0;
+  for (const Json& r : *metrics) {
+    if (!r.contains("loss")) continue;
+    if (r["stage"] == "sft") {
+      ++sft_steps;
+      EXPECT_GT(r["loss_tokens"].get<int64_t>(), 200) << r.dump();  // whole files are written
+    } else {
+      ++grpo_steps;
+      EXPECT_EQ(r["episodes_masked"], 0) << r.dump();
+    }
+  }
+  EXPECT_EQ(sft_steps, 2);
+  EXPECT_EQ(grpo_steps, 1);
+
+  std::map<std::string, std::string> train_problems;
+  std::set<std::string> held_out;
+  for (const char* split : {"train", "eval"}) {
+    std::ifstream in(LOOM_SOURCE_DIR "/configs/tasks/code-" + std::string(split) + ".jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const Json task = Json::parse(line);
+      if (std::string(split) == "train") {
+        train_problems[task["id"]] = task["problem"];
+      } else {
+        held_out.insert(task["id"].get<std::string>());
+      }
+    }
+  }
+  const std::vector<Json> records = ReadJsonl(dir / "code/trajectories.jsonl");
+  ASSERT_GE(records.size(), 4u);
+  for (const Json& record : records) {
+    const Json& t = record["trajectory"];
+    const std::string id = t["task_id"];
+    EXPECT_EQ(held_out.count(id), 0u) << id;
+    ASSERT_EQ(train_problems.count(id), 1u) << id;
+    EXPECT_EQ(t["messages"][1]["content"], train_problems[id]);
+    EXPECT_FALSE(t["verdict"]["details"].get<std::string>().empty()) << t.dump();
+  }
+
+  const std::string broken = dir.Write("broken.jsonl", "{\"id\": \"x\", \"problem\": \"y\"}\n");
+  testing::LoomProcess refused(args("broken", {"--set", "tasks.datasets[0].path=" + broken}),
+                               dir / "broken.out");
+  EXPECT_NE(refused.Wait(), 0);
+  const std::string out = testing::ReadAll(dir / "broken.out");
+  EXPECT_NE(out.find(broken + ":1: verification: is required"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace loom
