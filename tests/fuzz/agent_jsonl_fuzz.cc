@@ -21,7 +21,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::abort();
   }
   for (const auto& [path, text] : task.task.environment().files()) {
-    if (path.empty() || path[0] == '/' || path.find("..") != std::string::npos) std::abort();
+    const std::string parts = "/" + path + "/";
+    if (path.empty() || path[0] == '/' || parts.find("/../") != std::string::npos ||
+        parts.find("/./") != std::string::npos || parts.find("//") != std::string::npos) {
+      std::abort();
+    }
   }
   return 0;
 }
