@@ -1,8 +1,12 @@
 // `loom eval --model DIR --config F [--set k=v]... [--datasets a,b] [--efforts 25,50,max]
 // [--samples K] [--temperature T] [--json]`: held-out evaluation of any model on a
 // config's datasets at chosen efforts — the code path training evaluates with.
-// A table on stdout; with --json the last line is {"results": [...]}. Exit 2 for
-// a bad config, dataset or effort, 1 when the model cannot be evaluated.
+// Held-out agent tasks (sandbox datasets of kind agent_jsonl) run as episodes
+// of the built-in loop on the config's sandbox workers (loom/train/
+// agent_evaluator.h), in a second table. A table on stdout; with --json the
+// last line is {"results": [...], "agent_results": [...]} (the latter only
+// with agent tasks). Exit 2 for a bad config, dataset or effort, 1 when the
+// model cannot be evaluated.
 
 #include <ATen/Parallel.h>
 
@@ -16,7 +20,9 @@
 #include "cli/threads.h"
 #include "loom/chat/encoder.h"
 #include "loom/config/run_config.h"
+#include "loom/rpc/sandbox_clients.h"
 #include "loom/tasks/dataset.h"
+#include "loom/train/agent_evaluator.h"
 #include "loom/train/evaluator.h"
 
 namespace loom::cli {
@@ -106,6 +112,63 @@ void PrintTable(const train::EvalResult& result, int samples) {
       "next lower effort\n");
 }
 
+void PrintAgentTable(const std::vector<train::AgentEvalCell>& cells, int samples) {
+  std::printf("%-16s %-9s %6s %6s %8s %-12s %7s %6s %8s %7s %s\n", "dataset", "scaffold", "effort",
+              "tasks", "episodes", "pass@1", ("pass@" + std::to_string(samples)).c_str(), "turns",
+              "tokens", "format", "failures");
+  for (const train::AgentEvalCell& c : cells) {
+    std::string failures = std::to_string(c.failures);
+    for (const auto& [cause, count] : c.failures_by_cause) {
+      failures += " " + cause + ":" + std::to_string(count);
+    }
+    std::printf("%-16s %-9s %6d %6lld %8lld %-13s %7.3f %6.2f %8.1f %7.3f %s\n", c.dataset.c_str(),
+                c.scaffold.c_str(), c.effort, static_cast<long long>(c.tasks),
+                static_cast<long long>(c.episodes),
+                WithError(c.pass_at_1, c.pass_at_1_stderr, false).c_str(), c.pass_at_k,
+                c.mean_turns, c.mean_tokens, c.format_error_rate, failures.c_str());
+  }
+  std::printf(
+      "agent tasks: episodes of the built-in loop on sandbox workers; failures (the "
+      "infrastructure's) are left out of pass@1 and pass@K\n");
+}
+
+nlohmann::json AgentJson(const std::vector<train::AgentEvalCell>& cells) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const train::AgentEvalCell& c : cells) {
+    rows.push_back({{"dataset", c.dataset},
+                    {"scaffold", c.scaffold},
+                    {"effort", c.effort},
+                    {"tasks", c.tasks},
+                    {"episodes", c.episodes},
+                    {"pass@1", c.pass_at_1},
+                    {"pass@1_stderr", c.pass_at_1_stderr},
+                    {"pass@K", c.pass_at_k},
+                    {"mean_turns", c.mean_turns},
+                    {"mean_tokens", c.mean_tokens},
+                    {"format_error_rate", c.format_error_rate},
+                    {"failures", c.failures},
+                    {"failures_by_cause", c.failures_by_cause}});
+  }
+  return rows;
+}
+
+// Whether the evaluation runs agent episodes: a selected sandbox dataset
+// holds tasks out.
+bool HasAgentTasks(const config::RunConfig& config,
+                   const std::vector<std::unique_ptr<tasks::Dataset>>& datasets,
+                   const train::EvalOptions& options) {
+  for (size_t d = 0; d < datasets.size(); ++d) {
+    const bool selected =
+        options.datasets.empty() ||
+        std::count(options.datasets.begin(), options.datasets.end(), static_cast<int>(d)) > 0;
+    if (selected && config.tasks.datasets[d].environment == "sandbox" &&
+        !datasets[d]->Eval().empty()) {
+      return true;
+    }
+  }
+  return false;
+}
+
 nlohmann::json Json(const train::EvalResult& result) {
   nlohmann::json results = nlohmann::json::array();
   for (const train::EvalCell& c : result.cells) {
@@ -154,10 +217,20 @@ int RunEval(const EvalFlags& flags) {
   if (!special.ok()) return fail(special.status());
   auto datasets = tasks::LoadDatasets(config->tasks, static_cast<uint64_t>(config->run.seed));
   if (!datasets.ok()) return fail(datasets.status());
-  auto result = train::Evaluate({*config, **tokenizer, *datasets, *special}, **model, *options);
+  const train::EvalInputs inputs{*config, **tokenizer, *datasets, *special};
+  auto result = train::Evaluate(inputs, **model, *options);
   if (!result.ok()) return fail(result.status());
-  PrintTable(*result, std::max(1, flags.samples));
-  if (flags.json) std::cout << Json(*result).dump() << "\n";
+  if (!result->cells.empty()) PrintTable(*result, std::max(1, flags.samples));
+  nlohmann::json json = Json(*result);
+  if (HasAgentTasks(*config, *datasets, *options)) {
+    auto clients = rpc::StartSandboxClients(config->sandbox);
+    if (!clients.ok()) return fail(clients.status());
+    auto agent = train::EvaluateAgentTasks(inputs, **model, *options, *clients->pool);
+    if (!agent.ok()) return fail(agent.status());
+    PrintAgentTable(*agent, std::max(1, flags.samples));
+    json["agent_results"] = AgentJson(*agent);
+  }
+  if (flags.json) std::cout << json.dump() << "\n";
   return kExitOk;
 }
 

@@ -26,24 +26,12 @@ struct EvalPrompt {
 // Held-out problems a dataset may have: EvalPromptKey's problem field.
 constexpr size_t kMaxEvalProblems = size_t{1} << 24;
 
-// A held-out prompt's key from its dataset's position in the config, its
-// effort (1..100) and its problem's position in the held-out set: the same
-// whichever datasets and efforts are evaluated with it, so that a cell's
-// samples (their seeds) are too. Fields: dataset 16 bits, effort 8, problem 24.
-uint64_t EvalPromptKey(size_t dataset, int effort, size_t problem) {
-  return (static_cast<uint64_t>(dataset) << 32) | (static_cast<uint64_t>(effort) << 24) |
-         static_cast<uint64_t>(problem);
-}
-
 // The held-out prompts of every dataset × effort of `options`, and a cell each.
 absl::StatusOr<std::vector<EvalPrompt>> EncodeEvalPrompts(const EvalInputs& inputs,
                                                           const EvalOptions& options,
                                                           std::vector<EvalCell>& cells,
                                                           std::vector<EvalTally>& totals) {
-  std::vector<int> efforts =
-      options.efforts.empty() ? inputs.config.effort.levels : options.efforts;
-  std::sort(efforts.begin(), efforts.end());
-  efforts.erase(std::unique(efforts.begin(), efforts.end()), efforts.end());
+  const std::vector<int> efforts = EvalEfforts(inputs.config, options);
   std::vector<EvalPrompt> prompts;
   for (size_t d = 0; d < inputs.datasets.size(); ++d) {
     if (!options.datasets.empty() && std::find(options.datasets.begin(), options.datasets.end(),
@@ -148,6 +136,18 @@ absl::Status SumTallies(std::vector<EvalTally>& totals, dist::Group& group) {
 }
 
 }  // namespace
+
+uint64_t EvalPromptKey(size_t dataset, int effort, size_t problem) {
+  return (static_cast<uint64_t>(dataset) << 32) | (static_cast<uint64_t>(effort) << 24) |
+         static_cast<uint64_t>(problem);
+}
+
+std::vector<int> EvalEfforts(const config::RunConfig& config, const EvalOptions& options) {
+  std::vector<int> efforts = options.efforts.empty() ? config.effort.levels : options.efforts;
+  std::sort(efforts.begin(), efforts.end());
+  efforts.erase(std::unique(efforts.begin(), efforts.end()), efforts.end());
+  return efforts;
+}
 
 void EvalTally::Add(size_t problem, const std::vector<int64_t>& completion,
                     const algo::Judgement& judgement, int64_t think_end_id) {

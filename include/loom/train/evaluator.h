@@ -103,6 +103,17 @@ struct EvalTally {
   std::vector<double> ProblemPassAt1() const;
 };
 
+// The efforts an evaluation runs: options.efforts, else the training
+// levels; ascending, each once.
+std::vector<int> EvalEfforts(const config::RunConfig& config, const EvalOptions& options);
+
+// A held-out sample group's key from its dataset's position in the config,
+// its effort (1..100) and its problem's position in the held-out set: the
+// same whichever datasets and efforts are evaluated with it, so that its
+// samples' ids (key · K + k), hence their seeds, are too. Fields: dataset
+// 16 bits, effort 8, problem 24.
+uint64_t EvalPromptKey(size_t dataset, int effort, size_t problem);
+
 // The mean of `values` and its standard error, sd / √n with the n - 1
 // denominator (0 for fewer than two values).
 std::pair<double, double> MeanAndStderr(const std::vector<double>& values);

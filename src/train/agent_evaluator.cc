@@ -1,0 +1,183 @@
+#include "loom/train/agent_evaluator.h"
+
+#include <algorithm>
+#include <deque>
+#include <unordered_map>
+
+#include "loom/agent/rollout.h"
+#include "loom/chat/special_tokens.h"
+#include "loom/config/check.h"
+#include "loom/rpc/sandbox_clients.h"
+#include "loom/tasks/agent_jsonl.h"
+
+namespace loom::train {
+namespace {
+
+// One episode to run: a held-out task of a cell, its k-th sample.
+struct AgentEvalSample {
+  rollout::SampleRequest request;
+  const tasks::AgentTask* task;
+  int effort = 0;  // as the prompt shows it
+  size_t cell = 0;
+  size_t task_index = 0;  // within the cell
+};
+
+// What a cell's finished episodes add up to.
+struct AgentTally {
+  std::vector<double> reward;  // per task: the sum over its counted episodes
+  std::vector<int> counted;    // per task: episodes that did not fail
+  std::vector<bool> solved;    // per task: some episode with reward > 0.5
+  double turns = 0, tokens = 0, format_errors = 0;
+  int64_t episodes = 0, failures = 0;
+  std::map<std::string, int64_t> causes;
+
+  explicit AgentTally(size_t tasks) : reward(tasks, 0.0), counted(tasks, 0), solved(tasks, false) {}
+
+  void Add(size_t task, const agent::AgentResult& result) {
+    ++episodes;
+    if (result.outcome.infrastructure) {
+      ++failures;
+      ++causes[result.outcome.cause()];
+      return;
+    }
+    reward[task] += result.outcome.reward;
+    ++counted[task];
+    if (result.outcome.reward > 0.5) solved[task] = true;
+    turns += result.trajectory.value("steps", 0);
+    format_errors += result.outcome.format_errors;
+    tokens += static_cast<double>(
+        std::count(result.state.loss_mask.begin(), result.state.loss_mask.end(), 1));
+  }
+
+  void Fill(AgentEvalCell& cell) const {
+    std::vector<double> pass;  // per task with a counted episode
+    int64_t solved_tasks = 0;
+    for (size_t j = 0; j < reward.size(); ++j) {
+      if (counted[j] == 0) continue;
+      pass.push_back(reward[j] / counted[j]);
+      solved_tasks += solved[j];
+    }
+    const double counted_episodes = static_cast<double>(episodes - failures);
+    const double n = std::max(1.0, counted_episodes);
+    double total = 0;
+    for (double r : reward) total += r;
+    cell.episodes = episodes;
+    cell.pass_at_1 = total / n;
+    cell.pass_at_1_stderr = MeanAndStderr(pass).second;
+    cell.pass_at_k = pass.empty() ? 0.0 : static_cast<double>(solved_tasks) / pass.size();
+    cell.mean_turns = turns / n;
+    cell.mean_tokens = tokens / n;
+    cell.format_error_rate = format_errors / std::max(1.0, turns);
+    cell.failures = failures;
+    cell.failures_by_cause = causes;
+  }
+};
+
+// The cells and episodes of every selected sandbox dataset's held-out tasks.
+std::vector<AgentEvalSample> PlanEpisodes(const EvalInputs& inputs, const EvalOptions& options,
+                                          std::vector<AgentEvalCell>& cells,
+                                          std::vector<AgentTally>& tallies) {
+  const config::RunConfig& config = inputs.config;
+  const int samples = std::max(1, options.samples);
+  std::vector<AgentEvalSample> plan;
+  for (size_t d = 0; d < inputs.datasets.size(); ++d) {
+    const bool selected =
+        options.datasets.empty() ||
+        std::count(options.datasets.begin(), options.datasets.end(), static_cast<int>(d)) > 0;
+    if (!selected || config.tasks.datasets[d].environment != "sandbox") continue;
+    const std::vector<tasks::Problem>& held_out = inputs.datasets[d]->Eval();
+    if (held_out.empty()) continue;
+    for (int effort : EvalEfforts(config, options)) {
+      AgentEvalCell& cell = cells.emplace_back();
+      cell.dataset = config.tasks.datasets[d].name;
+      cell.effort = effort;
+      cell.tasks = static_cast<int64_t>(held_out.size());
+      tallies.emplace_back(held_out.size());
+      for (size_t j = 0; j < held_out.size(); ++j) {
+        LOOM_CHECK(held_out[j].agent_task != nullptr, "held-out agent problem without its task");
+        for (int k = 0; k < samples; ++k) {
+          AgentEvalSample sample;
+          sample.request.id = EvalPromptKey(d, effort, j) * static_cast<uint64_t>(samples) +
+                              static_cast<uint64_t>(k);
+          sample.request.sampling = {samples == 1 ? 0.0 : options.temperature, config.rollout.top_p,
+                                     config.rollout.top_k};
+          sample.request.stop.max_new_tokens = config.rollout.max_new_tokens;
+          sample.request.stop.eos_token_ids = {inputs.special_tokens.eos};
+          sample.task = held_out[j].agent_task.get();
+          sample.effort = config.effort.PromptEffort(effort);
+          sample.cell = cells.size() - 1;
+          sample.task_index = j;
+          plan.push_back(std::move(sample));
+        }
+      }
+    }
+  }
+  return plan;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<AgentEvalCell>> EvaluateAgentTasks(const EvalInputs& inputs,
+                                                              const model::Transformer& model,
+                                                              const EvalOptions& options,
+                                                              rpc::WorkerPool& pool) {
+  const config::RunConfig& config = inputs.config;
+  std::vector<AgentEvalCell> cells;
+  std::vector<AgentTally> tallies;
+  std::vector<AgentEvalSample> plan = PlanEpisodes(inputs, options, cells, tallies);
+  if (plan.empty()) return cells;
+
+  // At most async.max_inflight episodes at once, as in training: the
+  // workers' sandboxes are the limit, not the engine.
+  const size_t inflight = static_cast<size_t>(std::max(1, config.async.max_inflight));
+  rollout::EngineOptions engine_options =
+      rollout::EngineOptionsFromConfig(config.rollout, static_cast<uint64_t>(config.run.seed));
+  const int64_t context = model.config().max_position_embeddings;
+  engine_options.pool_tokens = EvalPoolTokens(
+      engine_options, static_cast<int64_t>(std::min(inflight, plan.size())), 0, context, context);
+  auto engine = rollout::RolloutEngine::Create(model, engine_options);
+  if (!engine.ok()) return engine.status();
+  auto turn_end = chat::ToolCallsEndIds(inputs.tokenizer);
+  if (!turn_end.ok()) return turn_end.status();
+  agent::AgentOptions agent_options;
+  agent_options.scaffold = rpc::ScaffoldOptionsFrom(config.sandbox);
+  agent_options.turn_timeout_s = config.sandbox.episode_timeout_s;
+  agent_options.eos_id = inputs.special_tokens.eos;
+  agent::AgentEpisodes episodes(pool, inputs.tokenizer, agent_options);
+  agent::AgentRollout rollout(episodes, **engine, inputs.tokenizer, inputs.special_tokens.eos,
+                              *std::move(turn_end), config.sandbox.max_turn_tokens,
+                              /*lockstep=*/config.run.deterministic);
+
+  std::unordered_map<uint64_t, const AgentEvalSample*> by_id;
+  std::deque<const AgentEvalSample*> waiting;
+  for (const AgentEvalSample& sample : plan) waiting.push_back(&sample);
+  size_t running = 0, done = 0;
+  while (done < plan.size()) {
+    while (running < inflight && !waiting.empty()) {
+      const AgentEvalSample& sample = *waiting.front();
+      waiting.pop_front();
+      by_id[sample.request.id] = &sample;
+      rollout.Start(sample.request, sample.task->task, sample.effort);
+      ++running;
+    }
+    const bool idle = (*engine)->num_running() + (*engine)->num_waiting() == 0;
+    for (const agent::AgentResult& result : rollout.Pump(idle ? 0.05 : 0)) {
+      const AgentEvalSample& sample = *by_id.at(result.state.id);
+      tallies[sample.cell].Add(sample.task_index, result);
+      --running;
+      ++done;
+    }
+    if ((*engine)->num_samples() > 0) {
+      auto stats = (*engine)->Step();
+      if (!stats.ok()) return stats.status();
+      rollout.OnStopped(stats->tool_wait);
+    }
+    for (rollout::SampleState& state : (*engine)->TakeFinished()) {
+      LOOM_CHECK(rollout.Hold(state), "evaluation sample " << state.id << " is not an episode's");
+    }
+  }
+  for (size_t c = 0; c < cells.size(); ++c) tallies[c].Fill(cells[c]);
+  return cells;
+}
+
+}  // namespace loom::train
