@@ -31,6 +31,7 @@ absl::StatusOr<SandboxClients> StartSandboxClients(const config::SandboxSection&
     local.count = section.local;
     local.max_sandboxes = section.local_max_sandboxes;
     local.auth_token_file = section.auth_token_file;
+    if (!section.harness_dir.empty()) local.extra_args = {"--harness-dir", section.harness_dir};
     absl::StatusOr<std::unique_ptr<LocalWorkers>> started = LocalWorkers::Start(local);
     if (!started.ok()) return started.status();
     clients.local = *std::move(started);

@@ -162,6 +162,15 @@ absl::StatusOr<v1::Trajectory> WorkerPool::Drive(
   return trajectory;
 }
 
+std::string SetupFailure(const v1::Opened& opened) {
+  const v1::ToolResult& setup = opened.setup();
+  if (setup.exit_code() == 0 && !setup.timed_out()) return "";
+  return absl::StrCat(
+      "setup_failed: ",
+      setup.timed_out() ? "timed out" : absl::StrCat("exit status ", setup.exit_code()), ": ",
+      setup.stderr().substr(0, 1000));
+}
+
 v1::Trajectory WorkerPool::RunEpisode(const v1::RunEpisode& episode, const Policy& policy,
                                       const OnOpened& on_opened, const OnDone& on_done) {
   v1::OpenSession open;
@@ -176,13 +185,9 @@ v1::Trajectory WorkerPool::RunEpisode(const v1::RunEpisode& episode, const Polic
     return PenaltyTrajectory(task_id, absl::StrCat("no_sandbox: ", session.status().message()));
   }
   // A task whose setup fails never reaches the policy: nothing it did.
-  if (const v1::ToolResult& setup = (*session)->opened().setup();
-      setup.exit_code() != 0 || setup.timed_out()) {
+  if (std::string failed = SetupFailure((*session)->opened()); !failed.empty()) {
     (*session)->Close().IgnoreError();
-    return PenaltyTrajectory(
-        task_id, absl::StrCat("setup_failed: ", setup.timed_out() ? "timed out" : "exit status ",
-                              setup.timed_out() ? "" : std::to_string(setup.exit_code()), ": ",
-                              setup.stderr().substr(0, 1000)));
+    return PenaltyTrajectory(task_id, std::move(failed));
   }
   if (on_opened) on_opened(**session);
   v1::RunEpisode without_env = episode;  // the environment already went with `open`

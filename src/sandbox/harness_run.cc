@@ -13,6 +13,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "loom/sandbox/verify.h"
 #include "loom/serve/http.h"
 #include "loom/serve/relay.h"
 
@@ -23,6 +24,8 @@ constexpr int kDefaultPort = 8000;
 constexpr size_t kMinKeyLength = 16;
 // Under gRPC's default message size, with room for the call's head.
 constexpr size_t kMaxRelayedBody = 3 << 20;
+// The verification's checks after the harness, together.
+constexpr double kVerifyTimeoutS = 300;
 
 bool EnvName(const std::string& name) {
   if (name.empty() || absl::ascii_isdigit(static_cast<unsigned char>(name[0]))) return false;
@@ -54,6 +57,11 @@ absl::Status CheckRun(const SandboxConfig& config, const v1::RunHarness& run) {
   }
   if (absl::Status s = CheckFiles(config, run.files()); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("run_harness.files: ", s.message()));
+  }
+  if (run.has_verification()) {
+    if (absl::Status s = ValidateVerification(run.verification()); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("run_harness.verification: ", s.message()));
+    }
   }
   return absl::OkStatus();
 }
@@ -245,6 +253,11 @@ HarnessRunResult RunHarness(const ClientLink& link, const Sandbox& sandbox,
       report.set_duration_ms(ran->duration_ms);
     }
     report.set_calls(static_cast<int32_t>(relay.calls()));
+    if (run.has_verification() && ran.ok()) {
+      *report.mutable_verdict() = Verify(
+          sandbox, run.verification(), std::string(absl::StripAsciiWhitespace(ran->stdout_text)),
+          std::min(max_s, kVerifyTimeoutS), report.mutable_commands());
+    }
   }
   spdlog::debug("session {}: harness ended (exit {}, {} calls{})", id, report.exit_code(),
                 report.calls(), report.error().empty() ? "" : ", " + report.error());

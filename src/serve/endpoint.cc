@@ -295,7 +295,11 @@ absl::StatusOr<Endpoint::Started> Endpoint::Begin(const TurnRequest& turn, Sessi
   }
   ++turns_;
   const double temperature = session.options.temperature.value_or(turn.temperature);
-  const TurnSettings settings{EffortName(turn, session), temperature, turn.top_p, turn.max_tokens,
+  // The session's cap bounds whatever the harness asks (0: no cap there).
+  const int64_t cap = session.options.max_turn_tokens;
+  const int64_t max_tokens =
+      cap > 0 && (turn.max_tokens == 0 || turn.max_tokens > cap) ? cap : turn.max_tokens;
+  const TurnSettings settings{EffortName(turn, session), temperature, turn.top_p, max_tokens,
                               turn.thinking};
   if (std::optional<Started> continued = Continue(turn, session, settings, *encode)) {
     return *continued;
@@ -323,7 +327,7 @@ absl::StatusOr<Endpoint::Started> Endpoint::Begin(const TurnRequest& turn, Sessi
   request.stop.max_new_tokens = options_.context_window;
   request.stop.max_context = options_.context_window;
   request.stop.tool_call_end = {tool_calls_end_, {special_.eos}};
-  request.stop.max_turn_tokens = turn.max_tokens;
+  request.stop.max_turn_tokens = max_tokens;
   std::lock_guard<std::mutex> lock(session.mu);
   if (session.closed) {
     *error = {401, "the session has closed", ""};
@@ -582,6 +586,7 @@ void Endpoint::Serve(const TurnRequest& turn, Session& session, Reply& reply, Ht
   ApiError error;
   auto started = Begin(turn, session, &error);
   if (!started.ok()) {
+    spdlog::info("turn refused ({}): {}", error.status, error.message);
     out.Send(error.status, kJson, reply.Error(error));
     return;
   }

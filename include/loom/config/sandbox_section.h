@@ -25,7 +25,8 @@ struct SandboxSection {
   bool tool_schemas = true;          // list the tools' schemas in the system prompt
   std::string system_prompt;         // "" = the worker's default
   double lease_s = 600;              // remote workers keep a preempted trainer's episodes this long
-  int snapshot_mb = 16;  // largest workspace a checkpoint snapshots per episode; 0 = none
+  int snapshot_mb = 16;     // largest workspace a checkpoint snapshots per episode; 0 = none
+  std::string harness_dir;  // local workers: npm harnesses mounted at /opt/loom/harness; "" = none
 
   template <class V>
   void Visit(V& v) {
@@ -85,6 +86,11 @@ struct SandboxSection {
                 "stop with the trainer, so their episodes always start again. 0 = no lease.")
                 .Unit("s")
                 .Min(0));
+    v.Field("harness_dir", harness_dir,
+            Doc("Local workers: a directory of npm packages (scripts/setup.sh fills "
+                "third_party/npm with Pi, Claude Code, Codex and OpenCode) mounted read-only at "
+                "/opt/loom/harness in every sandbox (`loom worker --harness-dir`), for episodes "
+                "run by an external harness. Relative to the working directory. \"\" = none."));
     v.Field("snapshot_mb", snapshot_mb,
             Doc("Every checkpoint also snapshots each remote leased episode that goes on, as it "
                 "waits for its next turn: its workspace (as a tar archive up to this size), its "

@@ -52,6 +52,7 @@ struct WorkerLoad {
 class WorkerPool {
  public:
   explicit WorkerPool(PoolOptions options);
+  const PoolOptions& options() const { return options_; }
   ~WorkerPool();
 
   // Opens a session on the best worker, retrying elsewhere on refusal.
@@ -114,5 +115,9 @@ class WorkerPool {
   std::set<WorkerSession*> running_ ABSL_GUARDED_BY(mu_);  // episodes in progress
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+// "setup_failed: ..." when the environment's setup command of a session
+// failed or timed out (the task's doing, never the policy's); "" otherwise.
+std::string SetupFailure(const v1::Opened& opened);
 
 }  // namespace loom::rpc

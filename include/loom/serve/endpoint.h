@@ -72,6 +72,9 @@ struct SessionOptions {
   // The sampling temperature of every turn, whatever the harness asks (the
   // trainer's rollout temperature); none = the harness's.
   std::optional<double> temperature;
+  // Tokens a turn generates at most, whatever the harness asks (the
+  // trainer's per-turn cap); 0 = the harness's max_tokens.
+  int64_t max_turn_tokens = 0;
 };
 
 // One call of a session, for its trajectory.
