@@ -1,17 +1,18 @@
 // `loom eval --model DIR --config F [--set k=v]... [--datasets a,b] [--efforts 25,50,max]
-// [--samples K] [--temperature T] [--json]`: held-out evaluation of any model on a
+// [--samples K] [--temperature T] [--scaffolds builtin,pi,...] [--harness NAME=CMD]...
+// [--json]`: held-out evaluation of any model on a
 // config's datasets at chosen efforts — the code path training evaluates with.
 // Held-out agent tasks (sandbox datasets of kind agent_jsonl) run as episodes
-// of the built-in loop on the config's sandbox workers (loom/train/
-// agent_evaluator.h), in a second table. A table on stdout; with --json the
-// last line is {"results": [...], "agent_results": [...]} (the latter only
-// with agent tasks). Exit 2 for a bad config, dataset or effort, 1 when the
-// model cannot be evaluated.
+// on the config's sandbox workers under each scaffold: the built-in loop or
+// an external harness (loom/train/agent_evaluator.h), in a second table. A table on stdout; with
+// --json the last line is {"results": [...], "agent_results": [...]} (the latter only with agent
+// tasks). Exit 2 for a bad config, dataset or effort, 1 when the model cannot be evaluated.
 
 #include <ATen/Parallel.h>
 
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -38,6 +39,8 @@ struct EvalFlags {
   double temperature = 1.0;
   bool json = false;
   int threads = 0;
+  std::string scaffolds = "builtin";   // comma-separated: builtin, a built-in harness, a --harness
+  std::vector<std::string> harnesses;  // NAME=COMMAND
 };
 
 std::vector<std::string> SplitCommas(const std::string& text) {
@@ -85,6 +88,39 @@ absl::StatusOr<train::EvalOptions> Options(const EvalFlags& flags,
   return options;
 }
 
+// The scaffolds --scaffolds names: the built-in loop, built-in harnesses
+// (set up for the model's context and the config's turn length) and the
+// --harness commands.
+absl::StatusOr<std::vector<train::AgentScaffold>> Scaffolds(const EvalFlags& flags,
+                                                            const config::RunConfig& config,
+                                                            int64_t context_window) {
+  std::map<std::string, std::string> commands;
+  for (const std::string& harness : flags.harnesses) {
+    const size_t eq = harness.find('=');
+    if (eq == 0 || eq == std::string::npos || eq + 1 == harness.size()) {
+      return absl::InvalidArgumentError("--harness: '" + harness + "' is not NAME=COMMAND");
+    }
+    commands[harness.substr(0, eq)] = harness.substr(eq + 1);
+  }
+  std::vector<train::AgentScaffold> scaffolds;
+  for (const std::string& name : SplitCommas(flags.scaffolds)) {
+    train::AgentScaffold& scaffold = scaffolds.emplace_back();
+    scaffold.name = name;
+    if (name == "builtin") continue;
+    if (auto it = commands.find(name); it != commands.end()) {
+      scaffold.harness = agent::HarnessSpec{name, it->second, {}, {}};
+      continue;
+    }
+    auto harness = agent::BuiltinHarness(name, context_window, config.rollout.max_new_tokens);
+    if (!harness.ok()) {
+      return absl::InvalidArgumentError("--scaffolds: " + std::string(harness.status().message()));
+    }
+    scaffold.harness = *std::move(harness);
+  }
+  if (scaffolds.empty()) return absl::InvalidArgumentError("--scaffolds: none named");
+  return scaffolds;
+}
+
 // "0.516±0.021", or "+0.110±0.015" with `sign`.
 std::string WithError(double value, double error, bool sign) {
   char text[48];
@@ -113,7 +149,7 @@ void PrintTable(const train::EvalResult& result, int samples) {
 }
 
 void PrintAgentTable(const std::vector<train::AgentEvalCell>& cells, int samples) {
-  std::printf("%-16s %-9s %6s %6s %8s %-12s %7s %6s %8s %7s %s\n", "dataset", "scaffold", "effort",
+  std::printf("%-16s %-12s %6s %6s %8s %-12s %7s %6s %8s %7s %s\n", "dataset", "scaffold", "effort",
               "tasks", "episodes", "pass@1", ("pass@" + std::to_string(samples)).c_str(), "turns",
               "tokens", "format", "failures");
   for (const train::AgentEvalCell& c : cells) {
@@ -121,15 +157,15 @@ void PrintAgentTable(const std::vector<train::AgentEvalCell>& cells, int samples
     for (const auto& [cause, count] : c.failures_by_cause) {
       failures += " " + cause + ":" + std::to_string(count);
     }
-    std::printf("%-16s %-9s %6d %6lld %8lld %-13s %7.3f %6.2f %8.1f %7.3f %s\n", c.dataset.c_str(),
+    std::printf("%-16s %-12s %6d %6lld %8lld %-13s %7.3f %6.2f %8.1f %7.3f %s\n", c.dataset.c_str(),
                 c.scaffold.c_str(), c.effort, static_cast<long long>(c.tasks),
                 static_cast<long long>(c.episodes),
                 WithError(c.pass_at_1, c.pass_at_1_stderr, false).c_str(), c.pass_at_k,
                 c.mean_turns, c.mean_tokens, c.format_error_rate, failures.c_str());
   }
   std::printf(
-      "agent tasks: episodes of the built-in loop on sandbox workers; failures (the "
-      "infrastructure's) are left out of pass@1 and pass@K\n");
+      "agent tasks: episodes on sandbox workers; failures (the infrastructure's or the "
+      "harness's own) are left out of pass@1 and pass@K\n");
 }
 
 nlohmann::json AgentJson(const std::vector<train::AgentEvalCell>& cells) {
@@ -223,9 +259,14 @@ int RunEval(const EvalFlags& flags) {
   if (!result->cells.empty()) PrintTable(*result, std::max(1, flags.samples));
   nlohmann::json json = Json(*result);
   if (HasAgentTasks(*config, *datasets, *options)) {
+    auto scaffolds = Scaffolds(flags, *config, (*model)->config().max_position_embeddings);
+    if (!scaffolds.ok()) {
+      std::cerr << "loom eval: " << scaffolds.status().message() << "\n";
+      return kExitUsage;
+    }
     auto clients = rpc::StartSandboxClients(config->sandbox);
     if (!clients.ok()) return fail(clients.status());
-    auto agent = train::EvaluateAgentTasks(inputs, **model, *options, *clients->pool);
+    auto agent = train::EvaluateAgentTasks(inputs, **model, *options, *clients->pool, *scaffolds);
     if (!agent.ok()) return fail(agent.status());
     PrintAgentTable(*agent, std::max(1, flags.samples));
     json["agent_results"] = AgentJson(*agent);
@@ -253,6 +294,14 @@ void SetupEval(CLI::App& app, Context& context) {
   cmd->add_option("--temperature", flags->temperature, "Sampling temperature when K > 1")
       ->check(CLI::Range(0.0, 100.0));
   cmd->add_flag("--json", flags->json, "Also print the results as one JSON line");
+  cmd->add_option("--scaffolds", flags->scaffolds,
+                  "Agent tasks: comma-separated scaffolds, builtin (loom's loop), pi, claude-code, "
+                  "codex, opencode (sandbox.harness_dir must hold them) or a --harness name")
+      ->capture_default_str();
+  cmd->add_option("--harness", flags->harnesses,
+                  "Agent tasks: a harness NAME=COMMAND (bash run as the episode's main process, "
+                  "the problem in $LOOM_PROBLEM, its endpoint in OPENAI_BASE_URL / "
+                  "ANTHROPIC_BASE_URL); repeatable");
   cmd->add_option("--threads", flags->threads, "Intra-op threads (default: LibTorch's)");
   cmd->callback([flags, &context] { context.exit_code = RunEval(*flags); });
 }

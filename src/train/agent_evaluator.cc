@@ -1,13 +1,19 @@
 #include "loom/train/agent_evaluator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
+
+#include <spdlog/spdlog.h>
 
 #include "loom/agent/rollout.h"
 #include "loom/chat/special_tokens.h"
 #include "loom/config/check.h"
 #include "loom/rpc/sandbox_clients.h"
+#include "loom/serve/turn_runner.h"
 #include "loom/tasks/agent_jsonl.h"
 
 namespace loom::train {
@@ -17,10 +23,43 @@ namespace {
 struct AgentEvalSample {
   rollout::SampleRequest request;
   const tasks::AgentTask* task;
-  int effort = 0;  // as the prompt shows it
+  int effort = 0;  // as the prompt shows it (0: none)
   size_t cell = 0;
   size_t task_index = 0;  // within the cell
 };
+
+// What an evaluation keeps of one episode, under any scaffold.
+struct EpisodeFigures {
+  double reward = 0;
+  bool infrastructure = false;  // masked: counted apart, by cause
+  std::string cause;
+  double turns = 0, format_errors = 0, tokens = 0;
+};
+
+EpisodeFigures FiguresOf(const agent::AgentResult& result) {
+  EpisodeFigures f;
+  f.reward = result.outcome.reward;
+  f.infrastructure = result.outcome.infrastructure;
+  f.cause = result.outcome.cause();
+  f.turns = result.trajectory.value("steps", 0);
+  f.format_errors = result.outcome.format_errors;
+  f.tokens = static_cast<double>(
+      std::count(result.state.loss_mask.begin(), result.state.loss_mask.end(), 1));
+  return f;
+}
+
+EpisodeFigures FiguresOf(const agent::HarnessEpisode& episode) {
+  EpisodeFigures f;
+  f.reward = episode.reward();
+  f.infrastructure = episode.infrastructure;
+  f.cause = episode.failure.substr(0, episode.failure.find(':'));
+  f.turns = static_cast<double>(episode.record.calls.size());
+  for (const serve::CallRecord& call : episode.record.calls) {
+    f.format_errors += call.format_error;
+    f.tokens += static_cast<double>(call.completion_tokens);
+  }
+  return f;
+}
 
 // What a cell's finished episodes add up to.
 struct AgentTally {
@@ -33,20 +72,19 @@ struct AgentTally {
 
   explicit AgentTally(size_t tasks) : reward(tasks, 0.0), counted(tasks, 0), solved(tasks, false) {}
 
-  void Add(size_t task, const agent::AgentResult& result) {
+  void Add(size_t task, const EpisodeFigures& f) {
     ++episodes;
-    if (result.outcome.infrastructure) {
+    if (f.infrastructure) {
       ++failures;
-      ++causes[result.outcome.cause()];
+      ++causes[f.cause];
       return;
     }
-    reward[task] += result.outcome.reward;
+    reward[task] += f.reward;
     ++counted[task];
-    if (result.outcome.reward > 0.5) solved[task] = true;
-    turns += result.trajectory.value("steps", 0);
-    format_errors += result.outcome.format_errors;
-    tokens += static_cast<double>(
-        std::count(result.state.loss_mask.begin(), result.state.loss_mask.end(), 1));
+    if (f.reward > 0.5) solved[task] = true;
+    turns += f.turns;
+    format_errors += f.format_errors;
+    tokens += f.tokens;
   }
 
   void Fill(AgentEvalCell& cell) const {
@@ -57,8 +95,7 @@ struct AgentTally {
       pass.push_back(reward[j] / counted[j]);
       solved_tasks += solved[j];
     }
-    const double counted_episodes = static_cast<double>(episodes - failures);
-    const double n = std::max(1.0, counted_episodes);
+    const double n = std::max(1.0, static_cast<double>(episodes - failures));
     double total = 0;
     for (double r : reward) total += r;
     cell.episodes = episodes;
@@ -73,13 +110,16 @@ struct AgentTally {
   }
 };
 
-// The cells and episodes of every selected sandbox dataset's held-out tasks.
-std::vector<AgentEvalSample> PlanEpisodes(const EvalInputs& inputs, const EvalOptions& options,
-                                          std::vector<AgentEvalCell>& cells,
-                                          std::vector<AgentTally>& tallies) {
+// The cells and episodes of every selected sandbox dataset's held-out
+// tasks under every scaffold; plans[s] holds scaffold s's episodes.
+std::vector<std::vector<AgentEvalSample>> PlanEpisodes(const EvalInputs& inputs,
+                                                       const EvalOptions& options,
+                                                       const std::vector<AgentScaffold>& scaffolds,
+                                                       std::vector<AgentEvalCell>& cells,
+                                                       std::vector<AgentTally>& tallies) {
   const config::RunConfig& config = inputs.config;
   const int samples = std::max(1, options.samples);
-  std::vector<AgentEvalSample> plan;
+  std::vector<std::vector<AgentEvalSample>> plans(scaffolds.size());
   for (size_t d = 0; d < inputs.datasets.size(); ++d) {
     const bool selected =
         options.datasets.empty() ||
@@ -87,55 +127,56 @@ std::vector<AgentEvalSample> PlanEpisodes(const EvalInputs& inputs, const EvalOp
     if (!selected || config.tasks.datasets[d].environment != "sandbox") continue;
     const std::vector<tasks::Problem>& held_out = inputs.datasets[d]->Eval();
     if (held_out.empty()) continue;
-    for (int effort : EvalEfforts(config, options)) {
-      AgentEvalCell& cell = cells.emplace_back();
-      cell.dataset = config.tasks.datasets[d].name;
-      cell.effort = effort;
-      cell.tasks = static_cast<int64_t>(held_out.size());
-      tallies.emplace_back(held_out.size());
-      for (size_t j = 0; j < held_out.size(); ++j) {
-        LOOM_CHECK(held_out[j].agent_task != nullptr, "held-out agent problem without its task");
-        for (int k = 0; k < samples; ++k) {
-          AgentEvalSample sample;
-          sample.request.id = EvalPromptKey(d, effort, j) * static_cast<uint64_t>(samples) +
-                              static_cast<uint64_t>(k);
-          sample.request.sampling = {samples == 1 ? 0.0 : options.temperature, config.rollout.top_p,
-                                     config.rollout.top_k};
-          sample.request.stop.max_new_tokens = config.rollout.max_new_tokens;
-          sample.request.stop.eos_token_ids = {inputs.special_tokens.eos};
-          sample.task = held_out[j].agent_task.get();
-          sample.effort = config.effort.PromptEffort(effort);
-          sample.cell = cells.size() - 1;
-          sample.task_index = j;
-          plan.push_back(std::move(sample));
+    for (size_t s = 0; s < scaffolds.size(); ++s) {
+      for (int effort : EvalEfforts(config, options)) {
+        AgentEvalCell& cell = cells.emplace_back();
+        cell.dataset = config.tasks.datasets[d].name;
+        cell.scaffold = scaffolds[s].name;
+        cell.effort = effort;
+        cell.tasks = static_cast<int64_t>(held_out.size());
+        tallies.emplace_back(held_out.size());
+        for (size_t j = 0; j < held_out.size(); ++j) {
+          LOOM_CHECK(held_out[j].agent_task != nullptr, "held-out agent problem without its task");
+          for (int k = 0; k < samples; ++k) {
+            AgentEvalSample sample;
+            sample.request.id = EvalPromptKey(d, effort, j) * static_cast<uint64_t>(samples) +
+                                static_cast<uint64_t>(k);
+            sample.request.sampling = {samples == 1 ? 0.0 : options.temperature,
+                                       config.rollout.top_p, config.rollout.top_k};
+            sample.request.stop.max_new_tokens = config.rollout.max_new_tokens;
+            sample.request.stop.eos_token_ids = {inputs.special_tokens.eos};
+            sample.task = held_out[j].agent_task.get();
+            sample.effort = config.effort.PromptEffort(effort);
+            sample.cell = cells.size() - 1;
+            sample.task_index = j;
+            plans[s].push_back(std::move(sample));
+          }
         }
       }
     }
   }
-  return plan;
+  return plans;
 }
 
-}  // namespace
-
-absl::StatusOr<std::vector<AgentEvalCell>> EvaluateAgentTasks(const EvalInputs& inputs,
-                                                              const model::Transformer& model,
-                                                              const EvalOptions& options,
-                                                              rpc::WorkerPool& pool) {
-  const config::RunConfig& config = inputs.config;
-  std::vector<AgentEvalCell> cells;
-  std::vector<AgentTally> tallies;
-  std::vector<AgentEvalSample> plan = PlanEpisodes(inputs, options, cells, tallies);
-  if (plan.empty()) return cells;
-
-  // At most async.max_inflight episodes at once, as in training: the
-  // workers' sandboxes are the limit, not the engine.
-  const size_t inflight = static_cast<size_t>(std::max(1, config.async.max_inflight));
-  rollout::EngineOptions engine_options =
+// The evaluation engine's options: room for `inflight` episodes at the
+// model's full context (an episode's sequence grows with every turn).
+rollout::EngineOptions EpisodeEngineOptions(const config::RunConfig& config,
+                                            const model::Transformer& model, size_t inflight) {
+  rollout::EngineOptions options =
       rollout::EngineOptionsFromConfig(config.rollout, static_cast<uint64_t>(config.run.seed));
   const int64_t context = model.config().max_position_embeddings;
-  engine_options.pool_tokens = EvalPoolTokens(
-      engine_options, static_cast<int64_t>(std::min(inflight, plan.size())), 0, context, context);
-  auto engine = rollout::RolloutEngine::Create(model, engine_options);
+  options.pool_tokens =
+      EvalPoolTokens(options, static_cast<int64_t>(inflight), 0, context, context);
+  return options;
+}
+
+// The built-in loop: `plan`'s episodes, at most `inflight` at once.
+absl::Status RunBuiltin(const EvalInputs& inputs, const model::Transformer& model,
+                        rpc::WorkerPool& pool, const std::vector<AgentEvalSample>& plan,
+                        size_t inflight, std::vector<AgentTally>& tallies) {
+  const config::RunConfig& config = inputs.config;
+  auto engine = rollout::RolloutEngine::Create(
+      model, EpisodeEngineOptions(config, model, std::min(inflight, plan.size())));
   if (!engine.ok()) return engine.status();
   auto turn_end = chat::ToolCallsEndIds(inputs.tokenizer);
   if (!turn_end.ok()) return turn_end.status();
@@ -163,7 +204,7 @@ absl::StatusOr<std::vector<AgentEvalCell>> EvaluateAgentTasks(const EvalInputs& 
     const bool idle = (*engine)->num_running() + (*engine)->num_waiting() == 0;
     for (const agent::AgentResult& result : rollout.Pump(idle ? 0.05 : 0)) {
       const AgentEvalSample& sample = *by_id.at(result.state.id);
-      tallies[sample.cell].Add(sample.task_index, result);
+      tallies[sample.cell].Add(sample.task_index, FiguresOf(result));
       --running;
       ++done;
     }
@@ -175,6 +216,80 @@ absl::StatusOr<std::vector<AgentEvalCell>> EvaluateAgentTasks(const EvalInputs& 
     for (rollout::SampleState& state : (*engine)->TakeFinished()) {
       LOOM_CHECK(rollout.Hold(state), "evaluation sample " << state.id << " is not an episode's");
     }
+  }
+  return absl::OkStatus();
+}
+
+// An external harness: `plan`'s episodes on `inflight` threads, each
+// blocking on its harness, their model calls batched by one TurnRunner.
+absl::Status RunHarness(const EvalInputs& inputs, const model::Transformer& model,
+                        rpc::WorkerPool& pool, const agent::HarnessSpec& harness,
+                        const std::vector<AgentEvalSample>& plan, size_t inflight,
+                        const EvalOptions& options, std::vector<AgentTally>& tallies) {
+  const config::RunConfig& config = inputs.config;
+  inflight = std::min(inflight, plan.size());
+  auto runner = serve::TurnRunner::Start(model, EpisodeEngineOptions(config, model, inflight));
+  if (!runner.ok()) return runner.status();
+  serve::EndpointOptions endpoint_options;
+  endpoint_options.context_window = model.config().max_position_embeddings;
+  auto endpoint = serve::Endpoint::Create(inputs.tokenizer, **runner, endpoint_options);
+  if (!endpoint.ok()) return endpoint.status();
+
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < inflight; ++t) {
+    threads.emplace_back([&] {
+      for (size_t i = next++; i < plan.size(); i = next++) {
+        const AgentEvalSample& sample = plan[i];
+        agent::HarnessEpisodeOptions episode_options;
+        if (sample.effort > 0) episode_options.effort = std::to_string(sample.effort);
+        episode_options.temperature = options.samples > 1 ? options.temperature : 0.0;
+        episode_options.timeout_s = config.sandbox.max_time_s;
+        episode_options.max_turn_tokens = config.sandbox.max_turn_tokens;
+        const agent::HarnessEpisode episode =
+            agent::RunHarnessEpisode(pool, **endpoint, harness, sample.task->task, episode_options);
+        if (episode.infrastructure) {
+          spdlog::warn("held-out task {} under {}: {}", sample.task->task.id(), harness.name,
+                       episode.failure);
+        } else {
+          const std::string& err = episode.done.stderr();
+          spdlog::info("held-out task {} under {}: exit {}, {} calls, reward {}{}; stderr: {}",
+                       sample.task->task.id(), harness.name, episode.done.exit_code(),
+                       episode.done.calls(), episode.reward(),
+                       episode.failure.empty() ? "" : ", " + episode.failure,
+                       err.substr(err.size() - std::min<size_t>(err.size(), 500)));
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        tallies[sample.cell].Add(sample.task_index, FiguresOf(episode));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<AgentEvalCell>> EvaluateAgentTasks(
+    const EvalInputs& inputs, const model::Transformer& model, const EvalOptions& options,
+    rpc::WorkerPool& pool, const std::vector<AgentScaffold>& scaffolds) {
+  std::vector<AgentEvalCell> cells;
+  std::vector<AgentTally> tallies;
+  const std::vector<std::vector<AgentEvalSample>> plans =
+      PlanEpisodes(inputs, options, scaffolds, cells, tallies);
+  // At most async.max_inflight episodes at once, as in training: the
+  // workers' sandboxes are the limit, not the engine.
+  const size_t inflight = static_cast<size_t>(std::max(1, inputs.config.async.max_inflight));
+  for (size_t s = 0; s < scaffolds.size(); ++s) {
+    if (plans[s].empty()) continue;
+    // A pool of its own: the built-in loop's episodes cancel theirs as they end.
+    rpc::WorkerPool workers(pool.options());
+    const absl::Status status =
+        scaffolds[s].harness ? RunHarness(inputs, model, workers, *scaffolds[s].harness, plans[s],
+                                          inflight, options, tallies)
+                             : RunBuiltin(inputs, model, workers, plans[s], inflight, tallies);
+    if (!status.ok()) return status;
   }
   for (size_t c = 0; c < cells.size(); ++c) tallies[c].Fill(cells[c]);
   return cells;

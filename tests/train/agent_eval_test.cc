@@ -7,7 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "testing/temp_dir.h"
@@ -76,6 +78,110 @@ TEST(AgentEvalTest, HeldOutTasksRunAsEpisodesAndEveryFigureAddsUp) {
     EXPECT_LE(row["format_error_rate"].get<double>(), 1.0);
   }
   EXPECT_NE(run.out.find("setup_failed:2"), std::string::npos) << run.out;
+}
+
+// A harness that calls its endpoint once, asking for more than the run's
+// turn length.
+constexpr char kProbe[] = R"(import json, os, urllib.request as u
+body = {"model": "loom", "max_tokens": 500,
+        "messages": [{"role": "user", "content": os.environ["LOOM_PROBLEM"]}]}
+u.urlopen(u.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+                    json.dumps(body).encode(),
+                    {"Content-Type": "application/json",
+                     "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})).read()
+)";
+
+// The held-out file of the test above, and `loom eval` on it with `flags`;
+// the JSON's agent rows.
+class HarnessEvalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto made = RunLoom("init-model --arch llama --out " + model_ +
+                        " --seed 3 --set hidden_size=64 --set num_hidden_layers=2"
+                        " --set max_position_embeddings=16384");
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    std::string lines;
+    for (Json task : {Task("always", {{"command", "true"}}), Task("never", {{"command", "false"}}),
+                      Task("broken", {{"command", "true"}}, "exit 4")}) {
+      task["environment"]["files"]["probe.py"] = kProbe;
+      lines += task.dump() + "\n";
+    }
+    held_out_ = dir_.Write("eval.jsonl", lines);
+  }
+
+  Json Rows(const std::string& flags) {
+    const auto run =
+        RunLoom("eval --json --threads 1 --model " + model_ +
+                " --config " LOOM_SOURCE_DIR "/configs/code.yaml --set model.path=" + model_ +
+                " --set tasks.datasets[0].path=" LOOM_SOURCE_DIR
+                "/configs/tasks/code-train.jsonl --set tasks.datasets[0].eval_path=" +
+                held_out_ +
+                " --set sandbox.harness_dir=" LOOM_SOURCE_DIR
+                "/third_party/npm"
+                " --set sandbox.max_turn_tokens=16 --set sandbox.max_time_s=5 " +
+                flags);
+    EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+    const size_t last = run.out.rfind("\n{");
+    if (last == std::string::npos) return Json::array();
+    return Json::parse(run.out.substr(last + 1))["agent_results"];
+  }
+
+  TempDir dir_;
+  const std::string model_ = dir_ / "model";
+  std::string held_out_;
+};
+
+// Harnesses given as commands, one per way a harness ends: each episode is
+// verified afterwards on the workspace it left (the verdicts are fixed by
+// construction: always 1, never 0), or counted apart by cause. A probe calls
+// the endpoint once, capped at the run's turn length.
+TEST_F(HarnessEvalTest, HarnessesThatExitHangFloodOrCrashAreVerifiedOrCountedApart) {
+  const Json rows = Rows(
+      "--scaffolds quick,hang,flood,crash,missing,probe --harness 'quick=echo done' "
+      "--harness 'hang=sleep 600' "
+      "--harness 'flood=head -c 30000000 /dev/zero | tr \"\\0\" x' "
+      "--harness 'crash=kill -9 $$' --harness 'missing=/opt/no/such/harness' "
+      "--harness 'probe=python3 probe.py'");
+  ASSERT_EQ(rows.size(), 6u) << rows.dump(1);
+  std::map<std::string, Json> by;
+  for (const Json& row : rows) by[row["scaffold"]] = row;
+  for (const char* ran : {"quick", "hang", "flood", "probe"}) {
+    const Json& row = by[ran];
+    EXPECT_EQ(row["episodes"], 3) << row.dump();
+    EXPECT_EQ(row["failures_by_cause"], Json({{"setup_failed", 1}})) << row.dump();
+    EXPECT_DOUBLE_EQ(row["pass@1"].get<double>(), 0.5) << row.dump();
+    EXPECT_DOUBLE_EQ(row["pass@K"].get<double>(), 0.5) << row.dump();
+  }
+  EXPECT_EQ(by["quick"]["mean_turns"], 0.0);
+  EXPECT_EQ(by["probe"]["mean_turns"], 1.0);  // one call per episode
+  EXPECT_GT(by["probe"]["mean_tokens"].get<double>(), 0.0);
+  EXPECT_LE(by["probe"]["mean_tokens"].get<double>(), 16.0);  // sandbox.max_turn_tokens
+  EXPECT_EQ(by["crash"]["failures_by_cause"], Json({{"harness_crashed", 2}, {"setup_failed", 1}}));
+  EXPECT_EQ(by["missing"]["failures_by_cause"],
+            Json({{"harness_failed_to_start", 2}, {"setup_failed", 1}}));
+  for (const char* failed : {"crash", "missing"}) {
+    EXPECT_EQ(by[failed]["failures"], 3);
+    EXPECT_EQ(by[failed]["pass@1"], 0.0);  // nothing left to count
+  }
+}
+
+// Pi, from npm, as the episode's main process in each sandbox: it runs the
+// held-out task through the endpoint (its calls counted, each capped at the
+// run's turn length) and the worker verifies what it left.
+TEST_F(HarnessEvalTest, PiRunsHeldOutTasksThroughTheEndpoint) {
+  if (!std::filesystem::exists(LOOM_SOURCE_DIR "/third_party/npm/node_modules/.bin/pi")) {
+    GTEST_SKIP() << "Pi is not installed: run scripts/setup.sh";
+  }
+  const Json rows = Rows("--scaffolds pi");
+  ASSERT_EQ(rows.size(), 1u) << rows.dump(1);
+  const Json& row = rows[0];
+  EXPECT_EQ(row["scaffold"], "pi");
+  EXPECT_EQ(row["episodes"], 3);
+  EXPECT_EQ(row["failures_by_cause"], Json({{"setup_failed", 1}})) << row.dump();
+  EXPECT_DOUBLE_EQ(row["pass@1"].get<double>(), 0.5);
+  EXPECT_GE(row["mean_turns"].get<double>(), 1.0);
+  EXPECT_GT(row["mean_tokens"].get<double>(), 0.0);
+  EXPECT_LE(row["mean_tokens"].get<double>(), 16.0 * row["mean_turns"].get<double>());
 }
 
 }  // namespace

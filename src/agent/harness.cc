@@ -1,0 +1,178 @@
+#include "loom/agent/harness.h"
+
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace loom::agent {
+namespace {
+
+// Where `loom worker --harness-dir` mounts the npm packages.
+constexpr char kBin[] = "/opt/loom/harness/node_modules/.bin/";
+// The model's name in every harness's provider entry.
+constexpr char kModel[] = "loom";
+constexpr char kEndpoint[] = "http://127.0.0.1:8000/v1";
+
+HarnessSpec Pi(int64_t context_window, int64_t max_tokens) {
+  HarnessSpec spec;
+  spec.name = "pi";
+  spec.command =
+      absl::StrCat(kBin, "pi -p --no-session --model loom/", kModel, " \"$LOOM_PROBLEM\"");
+  const nlohmann::json models = {
+      {"providers",
+       {{"loom",
+         {{"baseUrl", kEndpoint},
+          {"api", "openai-completions"},
+          {"apiKey", "OPENAI_API_KEY"},  // the variable that holds the session's key
+          {"models",
+           {{{"id", kModel},
+             {"reasoning", true},
+             {"contextWindow", context_window},
+             {"maxTokens", max_tokens}}}}}}}}};
+  spec.files["pi-agent/models.json"] = models.dump(2);
+  spec.env = {{"PI_CODING_AGENT_DIR", "/tmp/pi-agent"}, {"PI_OFFLINE", "1"}, {"PI_TELEMETRY", "0"}};
+  return spec;
+}
+
+HarnessSpec ClaudeCode() {
+  HarnessSpec spec;
+  spec.name = "claude-code";
+  spec.command = absl::StrCat(kBin, "claude -p --model ", kModel, " \"$LOOM_PROBLEM\"");
+  spec.env = {{"DISABLE_TELEMETRY", "1"},
+              {"DISABLE_AUTOUPDATER", "1"},
+              {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"}};
+  return spec;
+}
+
+HarnessSpec Codex() {
+  HarnessSpec spec;
+  spec.name = "codex";
+  spec.command = absl::StrCat(kBin, "codex exec --skip-git-repo-check \"$LOOM_PROBLEM\"");
+  spec.files["codex/config.toml"] =
+      absl::StrCat("model = \"", kModel, "\"\nmodel_provider = \"loom\"\n",
+                   "[model_providers.loom]\nname = \"loom\"\nbase_url = \"", kEndpoint,
+                   "\"\nenv_key = \"OPENAI_API_KEY\"\nwire_api = \"responses\"\n");
+  spec.env = {{"CODEX_HOME", "/tmp/codex"}};
+  return spec;
+}
+
+HarnessSpec OpenCode() {
+  HarnessSpec spec;
+  spec.name = "opencode";
+  const std::string model = absl::StrCat("loom/", kModel);
+  spec.command = absl::StrCat(kBin, "opencode run --model ", model, " \"$LOOM_PROBLEM\"");
+  const nlohmann::json config = {
+      {"provider",
+       {{"loom",
+         {{"npm", "@ai-sdk/openai-compatible"},
+          {"name", "loom"},
+          {"options", {{"baseURL", kEndpoint}, {"apiKey", "{env:OPENAI_API_KEY}"}}},
+          {"models", {{kModel, {{"name", kModel}}}}}}}}},
+      {"model", model}};
+  spec.files[".config/opencode/opencode.json"] = config.dump(2);
+  // Nothing to fetch: the registry is unreachable, and says so at once.
+  spec.env = {{"OPENCODE_DISABLE_AUTOUPDATE", "1"}, {"npm_config_registry", "http://127.0.0.1:9/"}};
+  return spec;
+}
+
+// A session key nobody guesses: 32 hex digits.
+std::string NewKey() {
+  std::random_device device;
+  std::string key;
+  for (int i = 0; i < 4; ++i) absl::StrAppend(&key, absl::Hex(device(), absl::kZeroPad8));
+  return key;
+}
+
+// What ended an episode that ran, and whether it was the harness's own
+// failure rather than the policy's.
+void Classify(const v1::HarnessDone& done, HarnessEpisode& episode) {
+  if (!done.error().empty()) {
+    episode.failure = "harness_failed_to_start: " + done.error();
+    episode.infrastructure = true;
+  } else if (done.timed_out()) {
+    episode.failure = "time_limit";
+  } else if (!done.limit().empty()) {
+    episode.failure = "sandbox_limit: " + done.limit();
+  } else if (done.exit_code() == 126 || done.exit_code() == 127) {
+    episode.failure = absl::StrCat("harness_failed_to_start: status ", done.exit_code(), ": ",
+                                   done.stderr().substr(0, 300));
+    episode.infrastructure = true;
+  } else if (done.exit_code() > 128) {
+    episode.failure = absl::StrCat(
+        "harness_crashed: signal ", done.exit_code() - 128, ": ",
+        done.stderr().substr(done.stderr().size() - std::min<size_t>(done.stderr().size(), 300)));
+    episode.infrastructure = true;
+  } else if (done.exit_code() != 0) {
+    episode.failure = absl::StrCat("harness_exit: status ", done.exit_code());
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> BuiltinHarnessNames() {
+  return {"pi", "claude-code", "codex", "opencode"};
+}
+
+absl::StatusOr<HarnessSpec> BuiltinHarness(const std::string& name, int64_t context_window,
+                                           int64_t max_tokens) {
+  if (name == "pi") return Pi(context_window, max_tokens);
+  if (name == "claude-code") return ClaudeCode();
+  if (name == "codex") return Codex();
+  if (name == "opencode") return OpenCode();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown harness '", name, "' (built in: ", absl::StrJoin(BuiltinHarnessNames(), ", "),
+      "; or give a command)"));
+}
+
+HarnessEpisode RunHarnessEpisode(rpc::WorkerPool& pool, serve::Endpoint& endpoint,
+                                 const HarnessSpec& harness, const v1::Task& task,
+                                 const HarnessEpisodeOptions& options) {
+  HarnessEpisode episode;
+  const std::string key = NewKey();
+  if (absl::Status s =
+          endpoint.OpenSession({key, options.effort, options.temperature, options.max_turn_tokens});
+      !s.ok()) {
+    episode.failure = absl::StrCat("endpoint: ", s.message());
+    episode.infrastructure = true;
+    return episode;
+  }
+  v1::OpenSession open;
+  *open.mutable_environment() = task.environment();
+  open.set_label(absl::StrCat(task.id(), " (", harness.name, ")"));
+  auto session = pool.OpenSession(open);
+  absl::StatusOr<v1::HarnessDone> done = absl::UnknownError("not run");
+  if (!session.ok()) {
+    episode.failure = absl::StrCat("no_sandbox: ", session.status().message());
+  } else if (std::string failed = rpc::SetupFailure((*session)->opened()); !failed.empty()) {
+    episode.failure = std::move(failed);
+  } else {
+    v1::RunHarness run;
+    run.set_command(harness.command);
+    run.set_problem(task.problem());
+    run.mutable_env()->insert(harness.env.begin(), harness.env.end());
+    run.mutable_files()->insert(harness.files.begin(), harness.files.end());
+    run.set_api_key(key);
+    run.set_timeout_s(options.timeout_s);
+    *run.mutable_verification() = task.verification();
+    done = (*session)->RunHarness(
+        run, [&](const serve::HttpRequest& request, serve::HttpResponder& out) {
+          endpoint.HandleSession(key, request, out);
+        });
+    if (!done.ok()) episode.failure = absl::StrCat("worker_lost: ", done.status().message());
+  }
+  if (session.ok()) (*session)->Close().IgnoreError();
+  if (auto record = endpoint.CloseSession(key, options.close_wait); record.ok()) {
+    episode.record = *std::move(record);
+  }
+  if (!done.ok()) {
+    episode.infrastructure = true;
+    return episode;
+  }
+  episode.done = *std::move(done);
+  Classify(episode.done, episode);
+  return episode;
+}
+
+}  // namespace loom::agent
