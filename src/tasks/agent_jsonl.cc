@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "loom/config/files.h"
 #include "loom/tasks/regex.h"
+#include "tasks/tar.h"
 
 namespace loom::tasks {
 namespace {
@@ -136,10 +137,23 @@ void ParseEnvironment(const json& env, const std::string& base_dir, v1::Environm
     errors.Add("environment", "must be an object");
     return;
   }
-  CheckKeys(env, "environment", {"files", "dir", "setup", "setup_timeout_s", "health"}, errors);
+  CheckKeys(env, "environment", {"files", "dir", "archive", "setup", "setup_timeout_s", "health"},
+            errors);
   Files(env, "files", "environment.", *out.mutable_files(), bytes, errors);
   const std::string dir = String(env, "dir", "environment.", errors);
   if (!dir.empty()) ReadDirectory(dir, base_dir, *out.mutable_files(), bytes, errors);
+  const std::string archive = String(env, "archive", "environment.", errors);
+  if (!archive.empty()) {
+    auto files = ReadTarFiles((fs::path(base_dir) / archive).string(), kMaxAgentTaskBytes);
+    if (!files.ok()) {
+      errors.Add("environment.archive", std::string(files.status().message()));
+    } else {
+      for (auto& [path, text] : *files) {
+        bytes += text.size();
+        (*out.mutable_files())[path] = std::move(text);
+      }
+    }
+  }
   out.set_setup_command(String(env, "setup", "environment.", errors));
   out.set_health_command(String(env, "health", "environment.", errors));
   if (env.contains("setup_timeout_s")) {

@@ -234,6 +234,60 @@ TEST(AgentJsonlTest, AnEnvironmentDirectoryIsReadWithoutFollowingLinks) {
       << linked.status();
 }
 
+// environment.archive: a tar archive made by Python's tarfile (an
+// independent writer: ustar, pax long names, gzip) gives the same files as
+// the directory it was made of; a link or a path leaving the root inside is
+// refused, naming the member.
+TEST(AgentJsonlTest, AnEnvironmentArchiveIsReadLikeItsDirectory) {
+  TempDir dir;
+  const std::string long_name = std::string(120, 'n') + "/deep/file.py";
+  dir.Write("repo/src/main.py", "print(1)\n");
+  dir.Write("repo/empty.txt", "");
+  dir.Write("repo/" + long_name, std::string(3000, 'z'));
+  const std::string make =
+      "cd " + dir.path() +
+      " && python3 -c \"import tarfile, sys\n"
+      "for name, mode, fmt in (('plain.tar', 'w', tarfile.PAX_FORMAT), "
+      "('gnu.tar', 'w', tarfile.GNU_FORMAT), ('zipped.tar.gz', 'w:gz', tarfile.PAX_FORMAT)):\n"
+      "    with tarfile.open(name, mode, format=fmt) as t:\n"
+      "        t.add('repo', arcname='.')\n"
+      "with tarfile.open('linked.tar', 'w') as t:\n"
+      "    t.add('repo', arcname='.')\n"
+      "    i = tarfile.TarInfo('./passwd'); i.type = tarfile.SYMTYPE; i.linkname = '/etc/passwd'\n"
+      "    t.addfile(i)\n"
+      "with tarfile.open('escaping.tar', 'w') as t:\n"
+      "    t.add('repo/src/main.py', arcname='../main.py')\n\"";
+  const auto made = testing::RunCommand(make);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  for (const char* archive : {"plain.tar", "gnu.tar", "zipped.tar.gz"}) {
+    Json line = GoodTask();
+    line["environment"].erase("files");
+    line["environment"]["archive"] = archive;
+    const std::string path = dir.Write("tasks.jsonl", line.dump() + "\n");
+    auto tasks = ReadAgentTasks(path);
+    ASSERT_TRUE(tasks.ok()) << archive << ": " << tasks.status();
+    const auto& files = (*tasks)[0].task.environment().files();
+    EXPECT_EQ(files.size(), 3u) << archive;
+    EXPECT_EQ(files.at("src/main.py"), "print(1)\n") << archive;
+    EXPECT_EQ(files.at("empty.txt"), "") << archive;
+    EXPECT_EQ(files.at(long_name), std::string(3000, 'z')) << archive;
+  }
+  auto expect_refused = [&](const std::string& archive, const std::string& want) {
+    Json line = GoodTask();
+    line["environment"]["archive"] = archive;
+    auto tasks = ReadAgentTasks(dir.Write("tasks.jsonl", line.dump() + "\n"));
+    ASSERT_FALSE(tasks.ok()) << archive;
+    EXPECT_NE(std::string(tasks.status().message()).find(want), std::string::npos)
+        << tasks.status();
+  };
+  expect_refused("linked.tar", ":1: environment.archive: " + (dir / "linked.tar") +
+                                   ": member './passwd' is not a regular file");
+  expect_refused("escaping.tar", "member '../main.py' is not a relative path inside the archive");
+  expect_refused("absent.tar", "absent.tar: no such archive");
+  dir.Write("cut.tar", std::string(700, 'x'));
+  expect_refused("cut.tar", "cut.tar: member");
+}
+
 TEST(AgentJsonlTest, TheReferenceDemonstrationWritesEachFileThenAnswers) {
   AgentTask task;
   Json line = GoodTask();

@@ -5,8 +5,8 @@
 //
 //   {"id": "py-fix-0007",                      unique in the file; [A-Za-z0-9._-]
 //    "problem": "stats.py fails its tests ...",  the user message
-//    "environment": {"files": {PATH: TEXT}, "dir": DIR, "setup": BASH,
-//                    "setup_timeout_s": N, "health": BASH},
+//    "environment": {"files": {PATH: TEXT}, "dir": DIR, "archive": TAR,
+//                    "setup": BASH, "setup_timeout_s": N, "health": BASH},
 //    "verification": {"runner": "unittest"|"pytest", "test_command": "... {test}",
 //                     "fail_to_pass": [...], "pass_to_pass": [...],
 //                     "command": BASH, "exact_answer": TEXT,
@@ -17,8 +17,9 @@
 //
 // A verification is exactly one of: test lists (fail_to_pass, with a runner
 // or a test_command), a command, an exact answer, an output regex. `dir` is
-// a directory relative to the task file whose regular files join `files`
-// (the trainer reads it, so remote workers need no copy). Every path is
+// a directory relative to the task file whose regular files join `files`,
+// `archive` a tar archive (plain or gzip) likewise: the trainer reads both,
+// so remote workers need no copy, and refuses links inside. Every path is
 // relative and stays inside the workspace. The reference solution is the
 // files it writes over the environment: the SFT demonstration writes them
 // with the write_file tool and answers, and `loom tasks check` verifies it.
