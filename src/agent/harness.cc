@@ -111,6 +111,23 @@ void Classify(const v1::HarnessDone& done, HarnessEpisode& episode) {
 
 }  // namespace
 
+void EpisodeCancel::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  if (session_ != nullptr) session_->Cancel();
+}
+
+bool EpisodeCancel::cancelled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cancelled_;
+}
+
+bool EpisodeCancel::Attach(rpc::WorkerSession* session) {
+  std::lock_guard<std::mutex> lock(mu_);
+  session_ = session;
+  return !cancelled_;
+}
+
 std::vector<std::string> BuiltinHarnessNames() {
   return {"pi", "claude-code", "codex", "opencode"};
 }
@@ -126,10 +143,60 @@ absl::StatusOr<HarnessSpec> BuiltinHarness(const std::string& name, int64_t cont
       "; or give a command)"));
 }
 
+EpisodeOutcome OutcomeOf(const HarnessEpisode& episode) {
+  EpisodeOutcome outcome;
+  outcome.reward = episode.reward();
+  outcome.answer = episode.done.stdout();
+  for (const serve::CallRecord& call : episode.record.calls) {
+    outcome.steps += call.finish == "tool_calls";
+    outcome.format_errors += call.format_error;
+  }
+  outcome.failure_reason = episode.failure;
+  outcome.infrastructure = episode.infrastructure;
+  return outcome;
+}
+
+nlohmann::json HarnessEpisodeJson(const HarnessEpisode& episode) {
+  const v1::HarnessDone& done = episode.done;
+  nlohmann::json calls = nlohmann::json::array();
+  for (const serve::CallRecord& call : episode.record.calls) {
+    calls.push_back({{"segment", call.segment},
+                     {"continued", call.continued},
+                     {"context", call.context},
+                     {"completion_tokens", call.completion_tokens},
+                     {"start_s", call.start_s},
+                     {"end_s", call.end_s},
+                     {"finish", call.finish},
+                     {"format_error", call.format_error}});
+  }
+  nlohmann::json checks = nlohmann::json::array();
+  for (const v1::CommandRecord& command : done.commands()) {
+    checks.push_back({{"phase", command.phase()},
+                      {"command", command.command()},
+                      {"exit_code", command.exit_code()},
+                      {"duration_ms", command.duration_ms()}});
+  }
+  const std::string& err = done.stderr();
+  return {{"harness", episode.harness},
+          {"exit_code", done.exit_code()},
+          {"duration_ms", done.duration_ms()},
+          {"calls", std::move(calls)},
+          {"segments", episode.record.segments.size()},
+          {"lost_segments", episode.record.lost_segments},
+          {"reward", done.verdict().reward()},
+          {"passed", done.verdict().passed()},
+          {"details", done.verdict().details()},
+          {"checks", std::move(checks)},
+          {"failure", episode.failure},
+          {"infrastructure", episode.infrastructure},
+          {"stderr_tail", err.substr(err.size() - std::min<size_t>(err.size(), 2000))}};
+}
+
 HarnessEpisode RunHarnessEpisode(rpc::WorkerPool& pool, serve::Endpoint& endpoint,
                                  const HarnessSpec& harness, const v1::Task& task,
                                  const HarnessEpisodeOptions& options) {
   HarnessEpisode episode;
+  episode.harness = harness.name;
   const std::string key = NewKey();
   if (absl::Status s =
           endpoint.OpenSession({key, options.effort, options.temperature, options.max_turn_tokens});
@@ -143,7 +210,11 @@ HarnessEpisode RunHarnessEpisode(rpc::WorkerPool& pool, serve::Endpoint& endpoin
   open.set_label(absl::StrCat(task.id(), " (", harness.name, ")"));
   auto session = pool.OpenSession(open);
   absl::StatusOr<v1::HarnessDone> done = absl::UnknownError("not run");
-  if (!session.ok()) {
+  const bool cancelled =
+      options.cancel != nullptr && !options.cancel->Attach(session.ok() ? session->get() : nullptr);
+  if (cancelled) {
+    episode.failure = "cancelled";
+  } else if (!session.ok()) {
     episode.failure = absl::StrCat("no_sandbox: ", session.status().message());
   } else if (std::string failed = rpc::SetupFailure((*session)->opened()); !failed.empty()) {
     episode.failure = std::move(failed);
@@ -160,7 +231,12 @@ HarnessEpisode RunHarnessEpisode(rpc::WorkerPool& pool, serve::Endpoint& endpoin
         run, [&](const serve::HttpRequest& request, serve::HttpResponder& out) {
           endpoint.HandleSession(key, request, out);
         });
-    if (!done.ok()) episode.failure = absl::StrCat("worker_lost: ", done.status().message());
+    if (options.cancel != nullptr && !options.cancel->Attach(nullptr)) {
+      episode.failure = "cancelled";
+      done = absl::CancelledError("cancelled");
+    } else if (!done.ok()) {
+      episode.failure = absl::StrCat("worker_lost: ", done.status().message());
+    }
   }
   if (session.ok()) (*session)->Close().IgnoreError();
   if (auto record = endpoint.CloseSession(key, options.close_wait); record.ok()) {

@@ -160,6 +160,33 @@ void TurnRunner::Admit(Turn& turn) {
   }
 }
 
+void TurnRunner::Pause() {
+  std::unique_lock<std::mutex> lock(mu_);
+  pause_ = true;
+  work_.notify_all();
+  work_.wait(lock, [&] { return paused_ || stopping_; });
+}
+
+absl::Status TurnRunner::Resume(int64_t policy_version) {
+  std::unique_lock<std::mutex> lock(mu_);
+  resume_version_ = policy_version;
+  pause_ = false;
+  work_.notify_all();
+  work_.wait(lock, [&] { return !paused_ || stopping_; });
+  return resumed_;
+}
+
+void TurnRunner::HoldWhilePaused(std::unique_lock<std::mutex>& lock) {
+  if (!pause_) return;
+  engine_->ParkAll();
+  paused_ = true;
+  work_.notify_all();
+  work_.wait(lock, [&] { return !pause_ || stopping_; });
+  resumed_ = engine_->Resume(std::max(resume_version_, engine_->policy_version()));
+  paused_ = false;
+  work_.notify_all();
+}
+
 bool TurnRunner::AdmitAndCancel() {
   std::deque<std::shared_ptr<Turn>> incoming;
   std::vector<uint64_t> releases;
@@ -167,8 +194,10 @@ bool TurnRunner::AdmitAndCancel() {
   bool stopping;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    work_.wait(lock,
-               [&] { return stopping_ || !incoming_.empty() || !releases_.empty() || Runnable(); });
+    work_.wait(lock, [&] {
+      return stopping_ || pause_ || !incoming_.empty() || !releases_.empty() || Runnable();
+    });
+    HoldWhilePaused(lock);
     stopping = stopping_;
     incoming.swap(incoming_);
     releases.swap(releases_);

@@ -35,7 +35,43 @@ absl::StatusOr<std::unique_ptr<AgentStage>> AgentStage::Create(const TrainContex
       *stage->episodes_, engine, context.tokenizer, context.special_tokens.eos,
       *std::move(turn_end), context.config.sandbox.max_turn_tokens,
       /*lockstep=*/context.config.run.deterministic);
+  if (absl::Status s = stage->StartHarnesses(engine); !s.ok()) return s;
   return stage;
+}
+
+absl::Status AgentStage::StartHarnesses(rollout::RolloutEngine& engine) {
+  const config::RunConfig& config = context_.config;
+  const int64_t context_window = context_.model.config().max_position_embeddings;
+  for (size_t d = 0; d < config.tasks.datasets.size(); ++d) {
+    const config::DatasetSection& dataset = config.tasks.datasets[d];
+    if (dataset.harness == "builtin") continue;
+    agent::HarnessSpec spec;
+    if (!dataset.harness_command.empty()) {
+      spec = {dataset.harness, dataset.harness_command, {}, {}};
+    } else {
+      auto builtin =
+          agent::BuiltinHarness(dataset.harness, context_window, config.rollout.max_new_tokens);
+      if (!builtin.ok()) return builtin.status();
+      spec = *std::move(builtin);
+    }
+    harness_of_[static_cast<int>(d)] = std::move(spec);
+  }
+  if (harness_of_.empty()) return absl::OkStatus();
+  rollout::EngineOptions options = engine.options();
+  options.initial_version = engine.policy_version();
+  auto harnesses = agent::HarnessEpisodes::Create(context_.model, context_.tokenizer, options,
+                                                  clients_.pool->options());
+  if (!harnesses.ok()) return harnesses.status();
+  harnesses_ = *std::move(harnesses);
+  return absl::OkStatus();
+}
+
+void AgentStage::BeforeWeightUpdate() {
+  if (harnesses_ != nullptr) harnesses_->Pause();
+}
+
+absl::Status AgentStage::AfterWeightUpdate(int64_t policy_version) {
+  return harnesses_ != nullptr ? harnesses_->Resume(policy_version) : absl::OkStatus();
 }
 
 v1::Task AgentStage::Task(const SampleEntry& entry) const {
@@ -45,8 +81,16 @@ v1::Task AgentStage::Task(const SampleEntry& entry) const {
 }
 
 void AgentStage::Start(const SampleEntry& entry, rollout::SampleRequest request) {
-  rollout_->Start(std::move(request), Task(entry),
-                  context_.config.effort.PromptEffort(entry.effort));
+  const int effort = context_.config.effort.PromptEffort(entry.effort);
+  const auto harness = harness_of_.find(entry.dataset);
+  if (harness == harness_of_.end()) return rollout_->Start(std::move(request), Task(entry), effort);
+  const config::SandboxSection& sandbox = context_.config.sandbox;
+  agent::HarnessEpisodeOptions options;
+  if (effort > 0) options.effort = std::to_string(effort);
+  options.temperature = request.sampling.temperature;
+  options.max_turn_tokens = sandbox.max_turn_tokens;
+  options.timeout_s = sandbox.max_time_s;
+  harnesses_->Start(entry.id, harness->second, Task(entry), std::move(options));
 }
 
 absl::StatusOr<bool> AgentStage::Resume(const SampleEntry& entry, rollout::SampleRequest request,
@@ -68,10 +112,52 @@ absl::StatusOr<bool> AgentStage::Resume(const SampleEntry& entry, rollout::Sampl
   return attaches;
 }
 
+absl::Status AgentStage::TakeHarnessEpisodes(double wait_s, const SampleTable& table,
+                                             std::vector<Ended>& ended) {
+  for (auto& [id, episode] : harnesses_->Take(wait_s)) {
+    const SampleEntry* entry = table.Find(id);
+    LOOM_CHECK(entry != nullptr, "harness episode " << id << " is not in the table");
+    std::vector<rollout::SampleState>& segments = episode.record.segments;
+    nlohmann::json sequences = nlohmann::json::array();
+    for (rollout::SampleState& segment : segments) {
+      segment.id = id;
+      sequences.push_back({{"prompt_length", segment.prompt_length},
+                           {"tokens", segment.tokens},
+                           {"loss_mask", segment.loss_mask}});
+    }
+    if (absl::Status s = log_.Write({{"sample", id},
+                                     {"dataset", context_.datasets[entry->dataset]->name()},
+                                     {"effort", entry->effort},
+                                     {"version", context_.policy_version},
+                                     {"sequences", std::move(sequences)},
+                                     {"trajectory", agent::HarnessEpisodeJson(episode)}});
+        !s.ok()) {
+      return s;
+    }
+    Ended one;
+    one.outcome = agent::OutcomeOf(episode);
+    one.state.id = id;
+    if (!segments.empty()) {
+      one.state = std::move(segments.front());
+      one.sequences.assign(std::make_move_iterator(segments.begin() + 1),
+                           std::make_move_iterator(segments.end()));
+    }
+    ended.push_back(std::move(one));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<SampleEnvironment::Ended>> AgentStage::Pump(double wait_s,
                                                                        const SampleTable& table) {
   std::vector<Ended> ended;
-  for (agent::AgentResult& result : rollout_->Pump(wait_s)) {
+  // Wait on the harnesses only when the built-in loop has nothing running.
+  const bool harnesses_only = harnesses_ != nullptr && rollout_->inflight() == 0;
+  if (harnesses_ != nullptr) {
+    if (absl::Status s = TakeHarnessEpisodes(harnesses_only ? wait_s : 0, table, ended); !s.ok()) {
+      return s;
+    }
+  }
+  for (agent::AgentResult& result : rollout_->Pump(harnesses_only ? 0 : wait_s)) {
     const SampleEntry* entry = table.Find(result.state.id);
     LOOM_CHECK(entry != nullptr, "agent sample " << result.state.id << " is not in the table");
     if (absl::Status s = log_.Write({{"sample", result.state.id},

@@ -4,6 +4,12 @@
 // pool), the episodes' client threads, their glue to the engine, and the
 // run's trajectory log (<run dir>/trajectories.jsonl: every finished agent
 // sample with its tokens, loss mask and the worker's trajectory).
+//
+// A dataset with an external `harness` runs its episodes there instead
+// (agent/harness_episodes.h): on a pool of their own, their model calls
+// generated on an engine of their own over the policy's weights, paused
+// around every weight update. Such an episode comes back as its session's
+// sequences; one the checkpoint finds running starts again on resume.
 // Destroying it ends the episodes still running, then stops local workers.
 // Run loop thread only.
 
@@ -15,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "loom/agent/episodes.h"
+#include "loom/agent/harness_episodes.h"
 #include "loom/agent/rollout.h"
 #include "loom/metrics/metrics_writer.h"
 #include "loom/rollout/engine.h"
@@ -38,7 +45,11 @@ class AgentStage : public SampleEnvironment {
   absl::StatusOr<std::vector<Ended>> Pump(double wait_s, const SampleTable& table) override;
   void Stopped(const std::vector<uint64_t>& ids) override { rollout_->OnStopped(ids); }
   bool Hold(rollout::SampleState& state) override { return rollout_->Hold(state); }
-  int64_t inflight() const override { return rollout_->inflight(); }
+  int64_t inflight() const override {
+    return rollout_->inflight() + (harnesses_ != nullptr ? harnesses_->inflight() : 0);
+  }
+  void BeforeWeightUpdate() override;
+  absl::Status AfterWeightUpdate(int64_t policy_version) override;
 
   // A leased episode that has turns is exported with its record and
   // tokens, for a resumed run to attach to; its snapshot is taken first
@@ -68,12 +79,19 @@ class AgentStage : public SampleEnvironment {
 
   // The worker's task for `entry` and the effort its prompt shows.
   v1::Task Task(const SampleEntry& entry) const;
+  // The external harnesses' episodes, when some dataset has one.
+  absl::Status StartHarnesses(rollout::RolloutEngine& engine);
+  // The harness episodes that ended, as the loop's samples; logged.
+  absl::Status TakeHarnessEpisodes(double wait_s, const SampleTable& table,
+                                   std::vector<Ended>& ended);
 
   const TrainContext& context_;
   const rollout::RolloutEngine& engine_;
   rpc::SandboxClients clients_;
   std::unique_ptr<agent::AgentEpisodes> episodes_;
   std::unique_ptr<agent::AgentRollout> rollout_;
+  std::unique_ptr<agent::HarnessEpisodes> harnesses_;
+  std::map<int, agent::HarnessSpec> harness_of_;  // by dataset index: the external ones
   metrics::MetricsWriter log_;
   std::set<uint64_t> exported_;  // by the latest checkpoint, to attach to again
 };

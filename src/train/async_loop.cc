@@ -105,6 +105,7 @@ absl::Status AsyncLoop::CollectEpisodes() {
     SampleEntry* entry = table_.Find(id);
     LOOM_CHECK(entry != nullptr, "environment sample " << id);
     entry->outcome = std::move(episode.outcome);
+    entry->sequences = std::move(episode.sequences);
     Finished(id, std::move(episode.state));
   }
   return absl::OkStatus();
@@ -200,9 +201,13 @@ absl::Status AsyncLoop::TrainStep(std::vector<TrainingSample> samples, BatchTrai
   Batch batch{std::move(samples),       step_,   policy_version_,
               dispatcher_->TakeStats(), totals_, std::move(masked_)};
   masked_.clear();
+  if (environment_ != nullptr) environment_->BeforeWeightUpdate();
   auto trained = trainer.Train(batch);
   if (!trained.ok()) return trained.status();
   policy_version_ = trained->policy_version;
+  if (environment_ != nullptr) {
+    if (absl::Status s = environment_->AfterWeightUpdate(policy_version_); !s.ok()) return s;
+  }
   nlohmann::json& record = trained->record;
   record["prefill_tokens"] = totals_.prefill_tokens;
   record["decode_tokens"] = totals_.decode_tokens;

@@ -117,16 +117,24 @@ class StepReport {
     const std::vector<algo::TeacherSpec>& teachers = context_.live.teacher_slots();
     for (const TrainingSample& sample : batch.samples) {
       const SampleEntry& info = sample.info;
+      const config::DatasetSection& dataset = context_.config.tasks.datasets[info.dataset];
+      int64_t generated = sample.state.generated;
+      for (const rollout::SampleState& sequence : info.sequences) generated += sequence.generated;
       nlohmann::json line = {
           {"stage", spec_.stage},
           {"step", batch.step + 1},
           {"id", info.id},
-          {"dataset", context_.config.tasks.datasets[info.dataset].name},
+          {"subgroup", info.subgroup_id},
+          {"dataset", dataset.name},
           {"effort", info.effort},
           {"config_version", info.config_version},
           {"first_token_version",
            sample.state.segments.empty() ? -1 : sample.state.segments.front().version},
-          {"generated_tokens", sample.state.generated}};
+          {"generated_tokens", generated}};
+      if (dataset.harness != "builtin") {
+        line["harness"] = dataset.harness;
+        line["sequences"] = sample.state.length() > 0 ? 1 + info.sequences.size() : 0;
+      }
       if (info.outcome) {
         const agent::EpisodeOutcome& o = *info.outcome;
         line["episode"] = {{"steps", o.steps},

@@ -55,6 +55,38 @@ GrpoTrainer::Selection GrpoTrainer::Select(const std::vector<TrainingSample>& sa
   return selection;
 }
 
+bool GrpoTrainer::SplitSequences(const std::vector<TrainingSample>& samples, Selection& selection,
+                                 std::vector<TrainingSample>& split) {
+  const bool any = std::any_of(samples.begin(), samples.end(), [](const TrainingSample& s) {
+    return !s.info.sequences.empty() || s.state.length() == 0;
+  });
+  if (!any) return false;
+  std::vector<int64_t> owner;  // each sequence's sample
+  std::vector<size_t> scored;
+  size_t next_scored = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const bool is_scored =
+        next_scored < selection.scored.size() && selection.scored[next_scored] == i;
+    next_scored += is_scored;
+    const SampleEntry& info = samples[i].info;
+    for (size_t k = 0; k <= info.sequences.size(); ++k) {
+      TrainingSample sequence;
+      sequence.state = k == 0 ? samples[i].state : info.sequences[k - 1];
+      if (sequence.state.length() == 0) continue;  // an episode that made no call
+      sequence.info = info;
+      sequence.info.sequences.clear();
+      if (is_scored) scored.push_back(split.size());
+      owner.push_back(static_cast<int64_t>(i));
+      split.push_back(std::move(sequence));
+    }
+  }
+  selection.scored = std::move(scored);
+  if (selection.advantages.defined()) {
+    selection.advantages = selection.advantages.index_select(0, at::tensor(owner, at::kLong));
+  }
+  return true;
+}
+
 absl::StatusOr<algo::PolicyLossResult> GrpoTrainer::MicroBatchLoss(
     const std::vector<TrainingSample>& samples, const std::vector<size_t>& indices,
     double temperature, const Selection& selection, int64_t version) const {
@@ -113,18 +145,22 @@ absl::StatusOr<TrainedStep> GrpoTrainer::Train(const Batch& batch) {
       JudgeSamples(batch.samples, run_.tokenizer, think_end_id_, version);
   const algo::Rewards rewards = algo::RewardBatch(verdicts, &length_reward_);
   Selection selection = Select(batch.samples, rewards.total);
+  const size_t skipped = batch.samples.size() - selection.scored.size();
+  std::vector<TrainingSample> split;
+  const std::vector<TrainingSample>& sequences =
+      SplitSequences(batch.samples, selection, split) ? split : batch.samples;
   // One token-level mean over every rank's scored samples.
-  auto weighted = WeightedTokensOverRanks(batch.samples, selection.scored, version,
+  auto weighted = WeightedTokensOverRanks(sequences, selection.scored, version,
                                           run_.config.async.mask_lag, run_.group);
   if (!weighted.ok()) return weighted.status();
   selection.weighted_tokens = *weighted;
   StepFigures figures;
   AddVerdicts(verdicts, rewards, figures);
-  if (absl::Status s = Backward(batch.samples, selection, version, figures); !s.ok()) return s;
+  if (absl::Status s = Backward(sequences, selection, version, figures); !s.ok()) return s;
   auto applied = optimizer_.Step(batch.step);
   if (!applied.ok()) return applied.status();
   const double train_seconds = metrics::ProgressLine::SteadySeconds() - start;
-  figures.Add("skipped", static_cast<double>(batch.samples.size() - selection.scored.size()));
+  figures.Add("skipped", static_cast<double>(skipped));
   figures.Add("informative", static_cast<double>(selection.informative));
   figures.Add("subgroups", static_cast<double>(selection.subgroups));
   if (run_.group != nullptr) {
@@ -133,6 +169,7 @@ absl::StatusOr<TrainedStep> GrpoTrainer::Train(const Batch& batch) {
   nlohmann::json record = StepLine(kGrpoStage, batch, *applied, figures, train_seconds);
   AddOwnFigures(figures, selection.weighted_tokens, record);
   record.update(Breakdowns(verdicts, rewards));
+  AddHarnessBreakdown(verdicts, rewards, record);
   optimizer_.AddRankFigures(*applied, record);
   return TrainedStep{std::move(record), version + 1};
 }
@@ -154,6 +191,24 @@ void GrpoTrainer::AddOwnFigures(const StepFigures& figures, double weighted_toke
     record["ratio_mean"] = figures["ratio_weighted"] / weighted_tokens;
     if (reference_ != nullptr) record["kl"] = figures["kl_weighted"] / weighted_tokens;
   }
+}
+
+void GrpoTrainer::AddHarnessBreakdown(const std::vector<algo::Verdict>& verdicts,
+                                      const algo::Rewards& rewards, nlohmann::json& record) const {
+  std::map<std::string, std::string> harness;  // by dataset name
+  for (const config::DatasetSection& dataset : run_.config.tasks.datasets) {
+    if (dataset.environment == "sandbox") harness[dataset.name] = dataset.harness;
+  }
+  if (harness.empty()) return;
+  MeanBy reward, length;
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    const auto it = harness.find(verdicts[i].dataset);
+    if (it == harness.end()) continue;
+    reward.Add(it->second, rewards.total[i]);
+    length.Add(it->second, static_cast<double>(verdicts[i].response_tokens));
+  }
+  record["reward_by_harness"] = reward.Json();
+  record["response_length_by_harness"] = length.Json();
 }
 
 nlohmann::json GrpoTrainer::Breakdowns(const std::vector<algo::Verdict>& verdicts,

@@ -51,6 +51,12 @@ class GrpoTrainer : public BatchTrainer {
   // subgroups only under grpo.skip_uninformative).
   Selection Select(const std::vector<TrainingSample>& samples,
                    const std::vector<float>& rewards) const;
+  // An external harness's episode trains as each of its sequences, all with
+  // the episode's advantage: when some sample has further sequences, `split`
+  // gets every sequence as a sample of its own (an episode that made no call
+  // has none), `selection` is re-indexed to it, and it returns true.
+  static bool SplitSequences(const std::vector<TrainingSample>& samples, Selection& selection,
+                             std::vector<TrainingSample>& split);
   // Scores the selected samples micro-batch by micro-batch, each at its
   // sampling temperature, accumulates the policy loss's gradients and adds
   // what it reports to `figures`.
@@ -65,6 +71,10 @@ class GrpoTrainer : public BatchTrainer {
   // subgroups, the policy loss's ratios over `weighted_tokens`).
   void AddOwnFigures(const StepFigures& figures, double weighted_tokens,
                      nlohmann::json& record) const;
+  // With agent datasets: this rank's rewards and lengths by harness
+  // (`builtin` for loom's own loop).
+  void AddHarnessBreakdown(const std::vector<algo::Verdict>& verdicts, const algo::Rewards& rewards,
+                           nlohmann::json& record) const;
   // This rank's rewards and lengths by dataset and by effort.
   static nlohmann::json Breakdowns(const std::vector<algo::Verdict>& verdicts,
                                    const algo::Rewards& rewards);

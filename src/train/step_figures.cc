@@ -117,9 +117,14 @@ std::vector<algo::Verdict> JudgeSamples(const std::vector<TrainingSample>& sampl
     } else {
       const std::optional<agent::EpisodeOutcome>& outcome = sample.info.outcome;
       verdict.judgement = JudgeEpisode(state, outcome);
-      verdict.reasoning_tokens = algo::MultiTurnReasoningLength(state.tokens, state.loss_mask,
-                                                                state.prompt_length, think_end_id);
-      verdict.response_tokens = state.generated;
+      // Every sequence of the episode: a harness's has several.
+      for (size_t k = 0; k <= sample.info.sequences.size(); ++k) {
+        const rollout::SampleState& part = k == 0 ? state : sample.info.sequences[k - 1];
+        verdict.reasoning_tokens += algo::MultiTurnReasoningLength(
+            part.tokens, part.loss_mask, part.prompt_length, think_end_id);
+        verdict.response_tokens += part.generated;
+        verdict.lag = std::max(verdict.lag, version - OldestVersion(part, version));
+      }
       verdict.episode = true;
       verdict.episode_steps = outcome->steps;
       verdict.broken = !outcome->repercussion.empty();
@@ -127,7 +132,7 @@ std::vector<algo::Verdict> JudgeSamples(const std::vector<TrainingSample>& sampl
     verdict.dataset = sample.info.problem->dataset;
     verdict.effort = sample.info.effort;
     verdict.subgroup = sample.info.subgroup_id;
-    verdict.lag = version - OldestVersion(state, version);
+    if (!sample.info.agent) verdict.lag = version - OldestVersion(state, version);
     verdicts.push_back(std::move(verdict));
   }
   return verdicts;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
@@ -200,6 +201,49 @@ TEST(SessionTest, SegmentsHoldEveryGeneratedTokenOnce) {
   EXPECT_EQ(after.status(), 401);
   EXPECT_EQ(endpoint.CloseSession(kSessionA, std::chrono::seconds(1)).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Training through a harness pauses the runner around each weight update: a
+// call that comes meanwhile waits (the harness sees a slow model), then
+// generates under the new policy version on its conversation's KV.
+TEST(SessionTest, APausedRunnerHoldsCallsAndResumesUnderTheNewVersion) {
+  TempDir dir;
+  LocalEndpoint local(testing::AnswerXModel(dir));
+  serve::Endpoint& endpoint = *local.endpoint;
+  ASSERT_TRUE(endpoint.OpenSession(Options(kSessionA, "")).ok());
+  json history = json::array({{{"role", "user"}, {"content", "Say x."}}});
+  Capture first;
+  endpoint.HandleSession(kSessionA, Post(kSessionA, Chat(history)), first);
+  ASSERT_EQ(first.status(), 200);
+
+  local.runner->Pause();
+  history.push_back({{"role", "assistant"}, {"content", "x"}});
+  history.push_back({{"role", "user"}, {"content", "Again."}});
+  Capture second;
+  std::atomic<bool> answered{false};
+  std::thread call([&] {
+    endpoint.HandleSession(kSessionA, Post(kSessionA, Chat(history)), second);
+    answered = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_FALSE(answered.load()) << "a call was generated while paused";
+  ASSERT_TRUE(local.runner->Resume(5).ok());
+  call.join();
+  ASSERT_EQ(second.status(), 200);
+
+  auto record = endpoint.CloseSession(kSessionA, std::chrono::seconds(10));
+  ASSERT_TRUE(record.ok()) << record.status();
+  ASSERT_EQ(record->segments.size(), 1u) << "the conversation went on on its segment";
+  ASSERT_TRUE(record->calls[1].continued);
+  const rollout::SampleState& segment = record->segments[0];
+  const serve::CallRecord& before = record->calls[0];
+  const serve::CallRecord& after = record->calls[1];
+  for (int64_t i = 0; i < segment.length(); ++i) {
+    if (!segment.loss_mask[i]) continue;
+    const bool first_call = i >= before.context && i < before.context + before.completion_tokens;
+    EXPECT_EQ(segment.versions[i], first_call ? 0 : 5) << "token " << i;
+  }
+  EXPECT_EQ(Generated(segment), before.completion_tokens + after.completion_tokens);
 }
 
 TEST(SessionTest, SessionsNeverReachEachOther) {

@@ -140,6 +140,40 @@ TEST(SectionsTest, SandboxEnvironmentTakesOnlyAgenticKinds) {
       << errors;
 }
 
+// A dataset's harness: the built-in loop, a harness loom knows, or any
+// other name with its command; only for sandbox episodes.
+TEST(SectionsTest, HarnessIsBuiltInOrACommandAndOnlyForSandboxEpisodes) {
+  Sections sections;
+  EXPECT_EQ(Errors("tasks:\n  datasets:\n"
+                   "    - {name: a, kind: fix_repo, environment: sandbox}\n"
+                   "    - {name: b, kind: fix_repo, environment: sandbox, harness: pi}\n"
+                   "    - {name: c, kind: fix_repo, environment: sandbox, harness: mine, "
+                   "harness_command: ./agent}\n",
+                   &sections),
+            "");
+  EXPECT_EQ(sections.tasks.datasets[0].harness, "builtin");
+  EXPECT_EQ(sections.tasks.datasets[2].harness_command, "./agent");
+  const std::string errors = Errors(
+      "tasks:\n  datasets:\n"
+      "    - {name: a, kind: sort, harness: pi}\n"
+      "    - {name: b, kind: fix_repo, environment: sandbox, harness: mine}\n"
+      "    - {name: c, kind: fix_repo, environment: sandbox, harness: codex, "
+      "harness_command: ./agent}\n"
+      "    - {name: d, kind: fix_repo, environment: sandbox, harness: ''}\n");
+  EXPECT_NE(errors.find("tasks.datasets[0].harness: runs agent episodes: only with environment "
+                        "sandbox"),
+            std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("tasks.datasets[1].harness_command: is required for harness 'mine'"),
+            std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("tasks.datasets[2].harness_command: is only for a harness not built in"),
+            std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("tasks.datasets[3].harness: must name a harness"), std::string::npos)
+      << errors;
+}
+
 // Only fix_repo's demonstrations have a slip to make.
 TEST(SectionsTest, DemonstrationSlipIsForFixRepoOnly) {
   EXPECT_EQ(Errors("tasks:\n  datasets:\n"

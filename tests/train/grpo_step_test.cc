@@ -310,5 +310,39 @@ TEST(GrpoStepTest, MultiTurnReasoningIsCountedPerTurn) {
   EXPECT_NEAR((*record)["reward_by_effort"]["50"].get<double>(), 1.0 - 0.9, 1e-6);
 }
 
+// An external harness's episode trains as each of its sequences, all with
+// the episode's one advantage, and counts once. At ratio 1 (behaviour
+// log-probs are the policy's own) the step's loss is the closed form
+// -sum(A * n) / sum(n) over every sequence's generated tokens n; and after
+// the step the won episode's second sequence has gained on the lost one,
+// re-scored by the model itself.
+TEST(GrpoStepTest, HarnessEpisodesTrainEverySequenceWithTheEpisodesAdvantage) {
+  Fixture f;
+  auto first = Fixture::Problem(21), second = Fixture::Problem(22), third = Fixture::Problem(23);
+  TrainingSample won = f.Sample(first, *first, 1);
+  const TrainingSample won_second = f.Sample(first, *second, 1);
+  TrainingSample lost = f.Sample(first, *third, 1);
+  won.info.agent = lost.info.agent = true;
+  won.info.outcome.emplace().reward = 1.0;
+  lost.info.outcome.emplace().reward = 0.0;
+  won.info.sequences.push_back(won_second.state);
+  const auto g1 = static_cast<double>(won.state.generated);
+  const auto g2 = static_cast<double>(won_second.state.generated);
+  const auto g3 = static_cast<double>(lost.state.generated);
+  ASSERT_NE(g1 + g2, g3);  // else the closed form is 0 whatever trains
+  const double gap_before = f.CompletionLogprob(won_second) - f.CompletionLogprob(lost);
+
+  auto record = f.TrainOnce({won, lost});
+  ASSERT_TRUE(record.ok()) << record.status();
+  ASSERT_DOUBLE_EQ((*record)["reward_length_mean"].get<double>(), 0.0) << record->dump();
+  EXPECT_DOUBLE_EQ((*record)["reward_task_mean"].get<double>(), 0.5) << "two episodes";
+  EXPECT_DOUBLE_EQ((*record)["response_length_mean"].get<double>(), (g1 + g2 + g3) / 2);
+  EXPECT_NEAR((*record)["ratio_mean"].get<double>(), 1.0, 1e-4) << record->dump();
+  const double closed_form = -(0.5 * (g1 + g2) - 0.5 * g3) / (g1 + g2 + g3);
+  EXPECT_NEAR((*record)["loss"].get<double>(), closed_form, 1e-4) << record->dump();
+  const double gap_after = f.CompletionLogprob(won_second) - f.CompletionLogprob(lost);
+  EXPECT_GT(gap_after, gap_before + 0.1) << gap_before << " -> " << gap_after;
+}
+
 }  // namespace
 }  // namespace loom::train

@@ -63,7 +63,7 @@ std::string WriteCheckpoint(const TrainState& state, const model::Transformer& m
   EXPECT_TRUE(writer.ok()) << writer.status();
   auto meta = WriteTrainState(state, m, tokenizer, *config, writer->dir());
   EXPECT_TRUE(meta.ok()) << meta.status();
-  EXPECT_EQ((*meta)["inflight_samples"], kSamples);
+  EXPECT_EQ((*meta)["inflight_samples"], state.grpo->inflight.size());
   auto committed = writer->Commit(*meta);
   EXPECT_TRUE(committed.ok()) << committed.status();
   return *committed;
@@ -185,6 +185,59 @@ TEST(TrainStateTest, AgentSamplesKeepTheirOutcomesAndEpisodes) {
     EXPECT_NE(bad.status().message().find("an episode must be an object"), std::string::npos)
         << bad.status();
   }
+}
+
+// A finished harness episode's further sequences come back with it, in
+// order, each bit for bit; a sequence whose sample is not a finished one is
+// a clear error.
+TEST(TrainStateTest, HarnessEpisodesKeepEverySequence) {
+  auto m = SmallModel();
+  auto engine = EngineWithSamples(*m);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(engine->Step().ok());
+  TrainState state = StateWithInflight(*engine);
+  // Sample 1 finished as an episode of three sequences: its own state and
+  // those of samples 3 and 4, which leave the table.
+  std::vector<rollout::SampleState>& inflight = state.grpo->inflight;
+  SampleEntry& episode = state.grpo->samples[0];
+  episode.agent = true;
+  episode.outcome = agent::EpisodeOutcome{1.0, "done", 2, 0, "", false, ""};
+  episode.state = inflight[0];
+  for (size_t i : {2u, 3u}) {
+    rollout::SampleState sequence = inflight[i];
+    sequence.id = episode.id;
+    episode.sequences.push_back(std::move(sequence));
+  }
+  inflight = {inflight[1]};
+  state.grpo->samples.resize(2);
+  TempDir dir;
+  const std::string ckpt_dir = WriteCheckpoint(state, *m, dir);
+  auto read = ReadTrainState(ckpt_dir);
+  ASSERT_TRUE(read.ok()) << read.status();
+  const SampleEntry& back = read->grpo->samples[0];
+  ASSERT_TRUE(back.state.has_value());
+  EXPECT_EQ(back.state->tokens, episode.state->tokens);
+  ASSERT_EQ(back.sequences.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    const rollout::SampleState& want = episode.sequences[k];
+    const rollout::SampleState& got = back.sequences[k];
+    EXPECT_EQ(got.id, episode.id);
+    EXPECT_EQ(got.tokens, want.tokens) << k;
+    EXPECT_EQ(got.loss_mask, want.loss_mask) << k;
+    EXPECT_EQ(got.logprobs, want.logprobs) << k;
+    EXPECT_EQ(got.versions, want.versions) << k;
+  }
+  EXPECT_NE(back.sequences[0].tokens, back.sequences[1].tokens);
+  EXPECT_TRUE(read->grpo->samples[1].sequences.empty());
+
+  // A sequence of a sample that has not finished.
+  const std::string samples_path = ckpt_dir + "/samples.json";
+  nlohmann::json j = nlohmann::json::parse(*ReadFile(samples_path));
+  j["sequences"][1]["id"] = 2;
+  ASSERT_TRUE(WriteFileAtomic(samples_path, j.dump()).ok());
+  auto bad = ReadTrainState(ckpt_dir);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::IsDataLoss(bad.status())) << bad.status();
+  EXPECT_NE(bad.status().message().find("samples.json"), std::string::npos) << bad.status();
 }
 
 TEST(TrainStateTest, MalformedStateFilesAreClearErrors) {

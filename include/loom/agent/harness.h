@@ -21,11 +21,15 @@
 
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/status/statusor.h"
+#include "loom/agent/outcome.h"
 #include "loom/rpc/worker_pool.h"
 #include "loom/serve/endpoint.h"
 #include "loom/v1/sandbox.pb.h"
@@ -48,12 +52,30 @@ std::vector<std::string> BuiltinHarnessNames();
 absl::StatusOr<HarnessSpec> BuiltinHarness(const std::string& name, int64_t context_window,
                                            int64_t max_tokens);
 
+// Ends a running episode from another thread: its sandbox session is
+// cancelled and the episode ends as `cancelled` (infrastructure). Thread-safe.
+class EpisodeCancel {
+ public:
+  void Cancel();
+  bool cancelled() const;
+
+  // RunHarnessEpisode's: the episode's session while it runs (null: none);
+  // false when it was cancelled already.
+  bool Attach(rpc::WorkerSession* session);
+
+ private:
+  mutable std::mutex mu_;
+  rpc::WorkerSession* session_ = nullptr;  // guarded by mu_
+  bool cancelled_ = false;                 // guarded by mu_
+};
+
 struct HarnessEpisodeOptions {
   std::string effort;  // the session's effort name ("" = the harness's own)
   std::optional<double> temperature;
   int64_t max_turn_tokens = 0;                  // 0 = the harness's max_tokens
   double timeout_s = 600;                       // the harness's wall clock
   std::chrono::milliseconds close_wait{10000};  // for the session's last segments
+  EpisodeCancel* cancel = nullptr;              // borrowed; null: not cancellable
 };
 
 // One episode's end. `failure` is "" for a harness that exited 0, else
@@ -64,12 +86,22 @@ struct HarnessEpisodeOptions {
 // (it could not be set up, or its command was not found: status 126, 127),
 // harness_crashed (killed by a signal that was not the time limit's).
 struct HarnessEpisode {
+  std::string harness;          // HarnessSpec::name
   v1::HarnessDone done;         // with its verdict
   serve::SessionRecord record;  // segments and calls of its session
   std::string failure;
   bool infrastructure = false;
   double reward() const { return done.verdict().reward(); }
 };
+
+// What the trainer keeps of an episode: the verdict's reward, the harness's
+// stdout as its answer, its calls that asked for tools as steps, the calls
+// the chat format rejected as format errors, and its failure.
+EpisodeOutcome OutcomeOf(const HarnessEpisode& episode);
+// The episode for the trajectory log: harness, exit status, duration, every
+// call (its segment, times, tokens, finish), the verdict with the checks the
+// worker ran, the failure and the tail of the harness's stderr.
+nlohmann::json HarnessEpisodeJson(const HarnessEpisode& episode);
 
 // Runs `task` under `harness` on a session of `pool` (the environment with
 // the open), its calls served by a new session of `endpoint` that this call

@@ -5,6 +5,8 @@
 // (`environment: sandbox`) whose samples are multi-turn episodes run on the
 // sandbox workers.
 
+#include <algorithm>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,8 @@ struct DatasetSection {
   bool restate_problem = false;            // SFT working opens with the user's message
   bool answer_restates_problem = false;    // the final answer opens with the user's message
   std::string teacher;                     // opd stage: the teacher (opd.teachers[].name)
+  std::string harness = "builtin";         // sandbox: what runs the episodes
+  std::string harness_command;             // a harness not built in: its bash command
 
   template <class V>
   void Visit(V& v) {
@@ -177,6 +181,19 @@ struct DatasetSection {
                 "effort, instead of across a reasoning whose length varies with the effort. "
                 "On the effort config it made such answers better without ordering them by "
                 "effort (docs/rl.md)."));
+    v.Field("harness", harness,
+            Doc("environment sandbox: what runs each episode. builtin: loom's own loop (the "
+                "worker renders and parses the turns). pi, claude-code, codex, opencode: that "
+                "npm harness, the episode's main process in the sandbox (mounted from "
+                "`sandbox.harness_dir`), its model calls served by loom's endpoint and trained "
+                "as the session's segments, each with the episode's advantage. Any other name "
+                "needs `harness_command`. To mix harnesses by weight, list the same file as "
+                "several datasets, one per harness: each prompt group then runs under one "
+                "harness (docs/tasks.md)."));
+    v.Field("harness_command", harness_command,
+            Doc("A harness not built in: the bash command that runs it in /workspace, the "
+                "problem in $LOOM_PROBLEM, the endpoint in OPENAI_BASE_URL / ANTHROPIC_BASE_URL "
+                "and the session's key in OPENAI_API_KEY / ANTHROPIC_API_KEY."));
     v.Field("teacher", teacher,
             Doc("The opd stage distils this dataset's samples from this teacher (a name in "
                 "opd.teachers); required for every dataset when train.stages has opd."));
@@ -192,6 +209,22 @@ struct DatasetSection {
     if (!file && !path.empty()) errors.Error("path", "is only for kinds jsonl and agent_jsonl");
     if (!file && !eval_path.empty()) {
       errors.Error("eval_path", "is only for kinds jsonl and agent_jsonl");
+    }
+    static const char* const kBuiltinHarnesses[] = {"builtin", "pi", "claude-code", "codex",
+                                                    "opencode"};
+    const bool builtin_harness =
+        std::find(std::begin(kBuiltinHarnesses), std::end(kBuiltinHarnesses), harness) !=
+        std::end(kBuiltinHarnesses);
+    if (harness != "builtin" && environment != "sandbox") {
+      errors.Error("harness", "runs agent episodes: only with environment sandbox");
+    } else if (harness.empty()) {
+      errors.Error("harness", "must name a harness (builtin, pi, claude-code, codex, opencode)");
+    } else if (!builtin_harness && harness_command.empty()) {
+      errors.Error("harness_command",
+                   "is required for harness '" + harness +
+                       "' (built in: builtin, pi, claude-code, codex, opencode)");
+    } else if (builtin_harness && !harness_command.empty()) {
+      errors.Error("harness_command", "is only for a harness not built in, not '" + harness + "'");
     }
     if (environment == "sandbox" && kind != "arithmetic" && kind != "fix_repo" &&
         kind != "lookup" && kind != "agent_jsonl") {

@@ -84,6 +84,14 @@ class TurnRunner {
   // Keeps no final state of `sample` (one nobody will take).
   void Forget(uint64_t sample);
 
+  // For a weight update of the borrowed model (training through harnesses):
+  // Pause returns once the engine thread is parked between steps and will
+  // not touch the model; turns asked for meanwhile wait. Resume goes on
+  // under `policy_version`, every sample on its KV as it is (the engine's
+  // on_weight_update). One Pause, then one Resume, from one thread.
+  void Pause();
+  absl::Status Resume(int64_t policy_version);
+
  private:
   explicit TurnRunner(std::unique_ptr<rollout::RolloutEngine> engine);
   std::shared_ptr<Turn> Queue(std::shared_ptr<Turn> turn);  // for the engine thread to admit
@@ -93,6 +101,8 @@ class TurnRunner {
   // Engine thread: takes queued turns into the engine, drops cancelled turns
   // and released samples; false when the runner stops.
   bool AdmitAndCancel();
+  // Engine thread, `lock` on mu_: parks the engine while a pause lasts.
+  void HoldWhilePaused(std::unique_lock<std::mutex>& lock);
   void Admit(Turn& turn);
   // Engine thread: one engine step, then every open turn's new tokens.
   void StepAndPublish();
@@ -111,7 +121,11 @@ class TurnRunner {
   std::atomic<uint64_t> next_sample_{0};
   std::mutex mu_;
   std::condition_variable work_;
-  bool stopping_ = false;                           // guarded by mu_
+  bool stopping_ = false;  // guarded by mu_
+  // Pause asked; the engine thread parked; the version to resume at.
+  bool pause_ = false, paused_ = false;             // guarded by mu_
+  int64_t resume_version_ = 0;                      // guarded by mu_
+  absl::Status resumed_;                            // the engine's Resume; guarded by mu_
   std::deque<std::shared_ptr<Turn>> incoming_;      // guarded by mu_
   std::vector<uint64_t> releases_;                  // samples to drop; guarded by mu_
   std::map<uint64_t, std::shared_ptr<Turn>> open_;  // by sample; guarded by mu_

@@ -36,6 +36,9 @@ class SampleEnvironment {
   struct Ended {
     rollout::SampleState state;
     agent::EpisodeOutcome outcome;
+    // An external harness's episode: its training sequences after `state`
+    // (SampleEntry::sequences).
+    std::vector<rollout::SampleState> sequences;
   };
   virtual absl::StatusOr<std::vector<Ended>> Pump(double wait_s, const SampleTable& table) = 0;
   // After an engine step: the samples it stopped at a turn's end.
@@ -69,6 +72,12 @@ class SampleEnvironment {
   // The run stops preempted: the episodes the last checkpoint exported stay
   // on their workers for the resumed run.
   virtual void Preempted() = 0;
+
+  // Around the optimizer step that changes the weights in place: the
+  // environment's own generation stops touching them, and goes on under
+  // `policy_version` after.
+  virtual void BeforeWeightUpdate() {}
+  virtual absl::Status AfterWeightUpdate(int64_t /*policy_version*/) { return absl::OkStatus(); }
 
   // Adds the environment's figures for a trained batch to its metrics line.
   virtual void AddStepFigures(const std::map<std::string, int64_t>& masked_by_cause,

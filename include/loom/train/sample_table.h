@@ -44,6 +44,12 @@ struct SampleEntry {
   // Agent samples, once the episode ended: its outcome. The reward is its
   // verdict; an episode that failed for infrastructure reasons is not trained on.
   std::optional<agent::EpisodeOutcome> outcome;
+  // An external harness's episode generates on several sequences (the
+  // endpoint's segments: each conversation the harness sent, each generated
+  // token in exactly one). The first is `state`, the others are here, in
+  // the order begun, each with this sample's id; all train with the
+  // episode's one advantage, and the episode counts once.
+  std::vector<rollout::SampleState> sequences;
 };
 
 // An entry as a checkpoint's state.json holds it: everything but `problem`

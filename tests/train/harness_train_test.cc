@@ -1,0 +1,251 @@
+// GRPO through an external harness end to end: the real `loom train` binary,
+// a tiny model, 2 real local workers, bubblewrap sandboxes, and Pi from npm
+// as each episode's main process, its model calls served by loom's endpoint
+// over the worker's relay (configs/test/harnesses.yaml). The same task file
+// runs as two datasets, one under the built-in loop and one under Pi; its
+// verification passes at random, so groups carry a gradient whatever the
+// untrained model writes. What the run leaves is checked for the harness
+// contract: every generated token of a Pi session trains in exactly one of
+// its sequences, with the episode's one reward, and every group runs under
+// one harness.
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <cctype>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/metrics/metrics_writer.h"
+#include "testing/loom_process.h"
+#include "testing/temp_dir.h"
+
+namespace loom {
+namespace {
+
+using testing::TempDir;
+using Json = nlohmann::json;
+
+// The whole lines of a JSONL file a running trainer may be appending to.
+std::vector<Json> ReadLines(const std::string& path) {
+  std::vector<Json> lines;
+  std::istringstream in(testing::ReadAll(path));
+  for (std::string line; std::getline(in, line);) {
+    if (in.eof()) break;  // no newline yet: still being written
+    if (!line.empty()) lines.push_back(Json::parse(line));
+  }
+  return lines;
+}
+
+// Two tasks whose verification passes half the time.
+std::string TaskFile(const TempDir& dir) {
+  std::string lines;
+  for (const char* id : {"coin-a", "coin-b"}) {
+    const Json task = {{"id", id},
+                       {"problem", std::string("Write hello.txt (task ") + id + ")."},
+                       {"environment", {{"files", {{"README", "a file\n"}}}}},
+                       {"verification", {{"command", "test $((RANDOM % 2)) = 0"}}}};
+    lines += task.dump() + "\n";
+  }
+  return dir.Write("tasks.jsonl", lines);
+}
+
+// `loom train` on the harness test config and `dir`'s task file.
+std::vector<std::string> TrainArgs(const TempDir& dir, const std::string& tasks, int steps,
+                                   bool resume = false,
+                                   const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = {"train",
+                                   "--config",
+                                   LOOM_SOURCE_DIR "/configs/test/harnesses.yaml",
+                                   "--run-dir",
+                                   dir / "run",
+                                   "--set",
+                                   "model.path=" + (dir / "model"),
+                                   "--set",
+                                   "tasks.datasets[0].path=" + tasks,
+                                   "--set",
+                                   "tasks.datasets[1].path=" + tasks,
+                                   "--set",
+                                   "sandbox.harness_dir=" LOOM_SOURCE_DIR "/third_party/npm",
+                                   "--set",
+                                   "train.grpo.steps=" + std::to_string(steps)};
+  if (resume) args.insert(args.end(), {"--resume", "auto"});
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+bool PiInstalled() {
+  return std::filesystem::exists(LOOM_SOURCE_DIR "/third_party/npm/node_modules/.bin/pi");
+}
+
+TEST(HarnessTrainTest, GrpoTrainsThroughPiAndTheBuiltinLoopSideBySide) {
+  if (!PiInstalled()) GTEST_SKIP() << "Pi is not installed: run scripts/setup.sh";
+  TempDir dir;
+  const std::string tasks = TaskFile(dir);
+  const std::string run_dir = dir / "run";
+  testing::LoomProcess train(TrainArgs(dir, tasks, 3), dir / "train.out");
+  ASSERT_EQ(train.Wait(), 0) << testing::ReadAll(dir / "train.out");
+
+  // Pi's sessions: each generated token is in exactly one sequence, and
+  // the sequences hold every token the session's calls generated.
+  std::map<int64_t, Json> pi_episodes;  // by sample id
+  for (const Json& line : ReadLines(run_dir + "/trajectories.jsonl")) {
+    const Json& t = line["trajectory"];
+    if (line["dataset"] != "pi") {
+      EXPECT_FALSE(line.contains("sequences")) << line.dump();
+      continue;
+    }
+    EXPECT_EQ(t["harness"], "pi");
+    EXPECT_EQ(t["infrastructure"], false) << t.dump();
+    EXPECT_GE(t["calls"].size(), 1u) << t.dump();  // Pi asks the model at least once
+    int64_t generated = 0, called = 0;
+    for (const Json& call : t["calls"]) called += call["completion_tokens"].get<int64_t>();
+    for (const Json& sequence : line["sequences"]) {
+      const std::vector<int> mask = sequence["loss_mask"];
+      EXPECT_EQ(mask.size(), sequence["tokens"].size());
+      const int64_t prompt = sequence["prompt_length"];
+      for (size_t i = 0; i < mask.size(); ++i) {
+        generated += mask[i];
+        if (static_cast<int64_t>(i) < prompt) EXPECT_EQ(mask[i], 0) << "prompt token " << i;
+      }
+    }
+    EXPECT_EQ(generated, called) << t.dump();
+    EXPECT_EQ(line["sequences"].size(), t["segments"]) << t.dump();
+    EXPECT_EQ(t["reward"].get<double>() == 1.0, t["passed"].get<bool>()) << t.dump();
+    pi_episodes[line["sample"].get<int64_t>()] = line;
+  }
+  ASSERT_GE(pi_episodes.size(), 2u);
+
+  // Trained samples: one line per episode, a group never mixes harnesses,
+  // and a Pi episode trains all of its generated tokens.
+  std::map<std::pair<int, int64_t>, std::set<std::string>> harnesses_of_group;
+  int trained_pi = 0;
+  for (const Json& line : ReadLines(run_dir + "/samples.jsonl")) {
+    const std::string harness = line.value("harness", "builtin");
+    EXPECT_EQ(harness, line["dataset"]) << line.dump();  // the datasets are named after them
+    harnesses_of_group[{line["step"], line["subgroup"]}].insert(harness);
+    if (harness != "pi") continue;
+    ++trained_pi;
+    const auto episode = pi_episodes.find(line["id"].get<int64_t>());
+    ASSERT_NE(episode, pi_episodes.end()) << line.dump();
+    EXPECT_EQ(line["sequences"], episode->second["sequences"].size());
+    int64_t generated = 0;
+    for (const Json& call : episode->second["trajectory"]["calls"]) {
+      generated += call["completion_tokens"].get<int64_t>();
+    }
+    EXPECT_EQ(line["generated_tokens"], generated) << line.dump();
+    EXPECT_EQ(line["episode"]["reward"], episode->second["trajectory"]["reward"]);
+  }
+  EXPECT_GE(trained_pi, 2);
+  for (const auto& [group, harnesses] : harnesses_of_group) {
+    EXPECT_EQ(harnesses.size(), 1u) << "step " << group.first << " subgroup " << group.second;
+  }
+
+  // Every step line splits the reward by harness, and the trained tokens
+  // include the Pi sequences' (checked over the run: each step trains what
+  // its informative groups hold).
+  auto metrics = metrics::ReadMetrics(run_dir + "/metrics.jsonl");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  int steps = 0;
+  std::set<std::string> seen;
+  for (const Json& r : *metrics) {
+    if (!r.contains("loss")) continue;
+    ++steps;
+    EXPECT_EQ(r["episodes_masked"], 0) << r.dump();
+    for (const auto& [harness, reward] : r["reward_by_harness"].items()) seen.insert(harness);
+  }
+  EXPECT_EQ(steps, 3);
+  EXPECT_EQ(seen, (std::set<std::string>{"builtin", "pi"}));
+}
+
+// SIGTERM while Pi episodes run: the checkpoint holds the finished Pi
+// episodes with every sequence, the running ones start again after
+// `--resume` (counted), and every step and every episode trains once.
+TEST(HarnessTrainTest, PreemptedWithPiEpisodesInFlightResumesAndTrainsEachOnce) {
+  if (!PiInstalled()) GTEST_SKIP() << "Pi is not installed: run scripts/setup.sh";
+  TempDir dir;
+  const std::string tasks = TaskFile(dir);
+  const std::string run_dir = dir / "run";
+  constexpr int kSteps = 4;
+  // Batches of 8 with 4 samples in flight: a finished episode waits for
+  // its batch while others run, so the checkpoint finds it untrained.
+  const std::vector<std::string> batch_of_8 = {"--set", "async.batch_samples=8"};
+  {
+    testing::LoomProcess train(TrainArgs(dir, tasks, kSteps, false, batch_of_8), dir / "train.out");
+    // Once a Pi episode ended, others are running: the dispatcher keeps
+    // async.max_inflight samples going.
+    for (int i = 0; i < 600 && train.Running(); ++i) {
+      bool pi_ended = false;
+      for (const Json& line : ReadLines(run_dir + "/trajectories.jsonl")) {
+        pi_ended |= line["dataset"] == "pi";
+      }
+      if (pi_ended) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_TRUE(train.Running()) << testing::ReadAll(dir / "train.out");
+    train.Signal(SIGTERM);
+    ASSERT_EQ(train.Wait(), 0) << testing::ReadAll(dir / "train.out");
+  }
+  std::string latest = testing::ReadAll(run_dir + "/checkpoints/latest");
+  while (!latest.empty() && std::isspace(static_cast<unsigned char>(latest.back()))) {
+    latest.pop_back();
+  }
+  const std::string checkpoint = run_dir + "/checkpoints/" + latest;
+  const Json state = Json::parse(testing::ReadAll(checkpoint + "/state.json"));
+  std::map<uint64_t, size_t> sequences;  // finished episodes' further sequences, by sample
+  const Json samples = Json::parse(testing::ReadAll(checkpoint + "/samples.json"));
+  for (const Json& s : samples["sequences"]) ++sequences[s["id"].get<uint64_t>()];
+  int running = 0;
+  std::set<uint64_t> finished;
+  for (const Json& r : state["grpo"]["records"]) {
+    if (r.contains("outcome")) {
+      finished.insert(r["id"].get<uint64_t>());
+    } else {
+      ++running;
+    }
+  }
+  for (const auto& [id, n] : sequences) EXPECT_EQ(finished.count(id), 1u) << id;
+  const int step_before = state["step"].get<int>();
+
+  testing::LoomProcess resumed(TrainArgs(dir, tasks, kSteps, /*resume=*/true, batch_of_8),
+                               dir / "resumed.out");
+  ASSERT_EQ(resumed.Wait(), 0) << testing::ReadAll(dir / "resumed.out");
+  auto metrics = metrics::ReadMetrics(run_dir + "/metrics.jsonl");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  std::vector<int> steps;
+  Json resume;
+  for (const Json& r : *metrics) {
+    if (r.contains("loss")) steps.push_back(r["step"].get<int>());
+    if (r.value("event", "") == "resume") resume = r;
+  }
+  std::vector<int> every_step(kSteps);
+  std::iota(every_step.begin(), every_step.end(), 1);
+  EXPECT_EQ(steps, every_step) << "every step once across the runs";
+  ASSERT_FALSE(resume.is_null());
+  EXPECT_EQ(resume["episodes_restarted"].get<int>(), running) << resume.dump();
+  EXPECT_EQ(resume["finished_restored"].get<size_t>(), finished.size()) << resume.dump();
+  std::set<uint64_t> trained;
+  int restored_pi = 0;
+  for (const Json& line : ReadLines(run_dir + "/samples.jsonl")) {
+    const uint64_t id = line["id"].get<uint64_t>();
+    EXPECT_TRUE(trained.insert(id).second) << "sample " << id << " trained twice";
+    if (line["step"].get<int>() <= step_before || line.value("harness", "") != "pi") continue;
+    if (finished.count(id) == 0) continue;
+    // A finished Pi episode the checkpoint held trains with all of its
+    // sequences: Pi makes two calls on two conversations here.
+    EXPECT_EQ(line["sequences"].get<size_t>(), 1 + sequences[id]) << line.dump();
+    ++restored_pi;
+  }
+  EXPECT_GE(restored_pi, 1);
+}
+
+}  // namespace
+}  // namespace loom
