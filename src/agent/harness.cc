@@ -1,5 +1,6 @@
 #include "loom/agent/harness.h"
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -14,12 +15,14 @@ constexpr char kBin[] = "/opt/loom/harness/node_modules/.bin/";
 // The model's name in every harness's provider entry.
 constexpr char kModel[] = "loom";
 constexpr char kEndpoint[] = "http://127.0.0.1:8000/v1";
+// Where every built-in harness's command names the problem: last.
+constexpr char kProblemArgument[] = " \"$LOOM_PROBLEM\"";
 
 HarnessSpec Pi(int64_t context_window, int64_t max_tokens) {
   HarnessSpec spec;
   spec.name = "pi";
-  spec.command =
-      absl::StrCat(kBin, "pi -p --no-session --model loom/", kModel, " \"$LOOM_PROBLEM\"");
+  spec.package = "@mariozechner/pi-coding-agent";
+  spec.command = absl::StrCat(kBin, "pi -p --no-session --model loom/", kModel, kProblemArgument);
   const nlohmann::json models = {
       {"providers",
        {{"loom",
@@ -39,7 +42,8 @@ HarnessSpec Pi(int64_t context_window, int64_t max_tokens) {
 HarnessSpec ClaudeCode() {
   HarnessSpec spec;
   spec.name = "claude-code";
-  spec.command = absl::StrCat(kBin, "claude -p --model ", kModel, " \"$LOOM_PROBLEM\"");
+  spec.package = "@anthropic-ai/claude-code";
+  spec.command = absl::StrCat(kBin, "claude -p --model ", kModel, kProblemArgument);
   spec.env = {{"DISABLE_TELEMETRY", "1"},
               {"DISABLE_AUTOUPDATER", "1"},
               {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"}};
@@ -49,7 +53,8 @@ HarnessSpec ClaudeCode() {
 HarnessSpec Codex() {
   HarnessSpec spec;
   spec.name = "codex";
-  spec.command = absl::StrCat(kBin, "codex exec --skip-git-repo-check \"$LOOM_PROBLEM\"");
+  spec.package = "@openai/codex";
+  spec.command = absl::StrCat(kBin, "codex exec --skip-git-repo-check", kProblemArgument);
   spec.files["codex/config.toml"] =
       absl::StrCat("model = \"", kModel, "\"\nmodel_provider = \"loom\"\n",
                    "[model_providers.loom]\nname = \"loom\"\nbase_url = \"", kEndpoint,
@@ -61,8 +66,9 @@ HarnessSpec Codex() {
 HarnessSpec OpenCode() {
   HarnessSpec spec;
   spec.name = "opencode";
+  spec.package = "opencode-ai";
   const std::string model = absl::StrCat("loom/", kModel);
-  spec.command = absl::StrCat(kBin, "opencode run --model ", model, " \"$LOOM_PROBLEM\"");
+  spec.command = absl::StrCat(kBin, "opencode run --model ", model, kProblemArgument);
   const nlohmann::json config = {
       {"provider",
        {{"loom",
@@ -126,6 +132,33 @@ bool EpisodeCancel::Attach(rpc::WorkerSession* session) {
   std::lock_guard<std::mutex> lock(mu_);
   session_ = session;
   return !cancelled_;
+}
+
+HarnessSpec CommandHarness(const std::string& name, const std::string& command) {
+  HarnessSpec spec;
+  spec.name = name;
+  spec.command = command;
+  return spec;
+}
+
+void AddArguments(HarnessSpec& spec, const std::string& arguments) {
+  if (arguments.empty()) return;
+  const size_t at = spec.command.rfind(kProblemArgument);
+  if (at == std::string::npos) {
+    absl::StrAppend(&spec.command, " ", arguments);
+  } else {
+    spec.command.insert(at, " " + arguments);
+  }
+}
+
+std::string HarnessVersion(const HarnessSpec& spec, const std::string& harness_dir) {
+  if (spec.package.empty() || harness_dir.empty()) return "";
+  std::ifstream in(harness_dir + "/node_modules/" + spec.package + "/package.json");
+  const nlohmann::json package = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!package.is_object() || !package.contains("version") || !package["version"].is_string()) {
+    return "";
+  }
+  return package["version"].get<std::string>();
 }
 
 std::vector<std::string> BuiltinHarnessNames() {

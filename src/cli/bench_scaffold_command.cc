@@ -167,7 +167,7 @@ absl::StatusOr<nlohmann::json> RunScaffoldBench(const ScaffoldBenchFlags& flags)
   // an empty command, both verified as an episode is.
   double start_s[2] = {0, 0};
   const train::AgentScaffold starts[2] = {{"pi-start", pi_start},
-                                          {"empty", agent::HarnessSpec{"empty", "true", {}, {}}}};
+                                          {"empty", agent::CommandHarness("empty", "true")}};
   for (int i = 0; i < 2; ++i) {
     auto measured = run(starts[i], 1);
     if (!measured.ok()) return measured.status();

@@ -108,7 +108,7 @@ absl::StatusOr<std::vector<train::AgentScaffold>> Scaffolds(const EvalFlags& fla
     scaffold.name = name;
     if (name == "builtin") continue;
     if (auto it = commands.find(name); it != commands.end()) {
-      scaffold.harness = agent::HarnessSpec{name, it->second, {}, {}};
+      scaffold.harness = agent::CommandHarness(name, it->second);
       continue;
     }
     auto harness = agent::BuiltinHarness(name, context_window, config.rollout.max_new_tokens);

@@ -22,6 +22,10 @@ void RunConfig::Validate(ErrorSink& errors) const {
   }
   for (size_t i = 0; i < tasks.datasets.size(); ++i) {
     const DatasetSection& dataset = tasks.datasets[i];
+    if (opd_stage && dataset.harness != "builtin") {
+      errors.Error("tasks.datasets[" + std::to_string(i) + "].harness",
+                   "an external harness's episodes train in the grpo stage only, not opd");
+    }
     const std::string key = "tasks.datasets[" + std::to_string(i) + "].teacher";
     if (dataset.teacher.empty()) {
       if (opd_stage) {

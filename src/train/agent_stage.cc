@@ -47,13 +47,15 @@ absl::Status AgentStage::StartHarnesses(rollout::RolloutEngine& engine) {
     if (dataset.harness == "builtin") continue;
     agent::HarnessSpec spec;
     if (!dataset.harness_command.empty()) {
-      spec = {dataset.harness, dataset.harness_command, {}, {}};
+      spec = agent::CommandHarness(dataset.harness, dataset.harness_command);
     } else {
       auto builtin =
           agent::BuiltinHarness(dataset.harness, context_window, config.rollout.max_new_tokens);
       if (!builtin.ok()) return builtin.status();
       spec = *std::move(builtin);
+      agent::AddArguments(spec, dataset.harness_args);
     }
+    harness_version_[static_cast<int>(d)] = agent::HarnessVersion(spec, config.sandbox.harness_dir);
     harness_of_[static_cast<int>(d)] = std::move(spec);
   }
   if (harness_of_.empty()) return absl::OkStatus();
@@ -129,6 +131,7 @@ absl::Status AgentStage::TakeHarnessEpisodes(double wait_s, const SampleTable& t
                                      {"dataset", context_.datasets[entry->dataset]->name()},
                                      {"effort", entry->effort},
                                      {"version", context_.policy_version},
+                                     {"harness_version", harness_version_[entry->dataset]},
                                      {"sequences", std::move(sequences)},
                                      {"trajectory", agent::HarnessEpisodeJson(episode)}});
         !s.ok()) {

@@ -92,6 +92,7 @@ class AgentStage : public SampleEnvironment {
   std::unique_ptr<agent::AgentRollout> rollout_;
   std::unique_ptr<agent::HarnessEpisodes> harnesses_;
   std::map<int, agent::HarnessSpec> harness_of_;  // by dataset index: the external ones
+  std::map<int, std::string> harness_version_;    // their npm packages' versions ("" unknown)
   metrics::MetricsWriter log_;
   std::set<uint64_t> exported_;  // by the latest checkpoint, to attach to again
 };

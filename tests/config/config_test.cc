@@ -227,6 +227,22 @@ TEST(OpdConfigTest, OpdStageNeedsATeacherForEveryDataset) {
   EXPECT_TRUE(LoadRunConfig(path, {"train.stages=[sft, grpo]"}).ok());
 }
 
+// An external harness's episodes train as several sequences, which only
+// the GRPO step splits.
+TEST(OpdConfigTest, HarnessDatasetsTrainInTheGrpoStageOnly) {
+  TempDir dir;
+  const std::string path = dir.Write(
+      "opd.yaml", OpdYaml("[opd]",
+                          "      teacher: t2\n      kind: fix_repo\n      environment: sandbox\n"
+                          "      harness: pi\n",
+                          kTwoTeachers));
+  EXPECT_NE(ErrorText(LoadRunConfig(path, {}))
+                .find("tasks.datasets[1].harness: an external harness's episodes train in the "
+                      "grpo stage only, not opd"),
+            std::string::npos);
+  EXPECT_TRUE(LoadRunConfig(path, {"train.stages=[grpo]"}).ok());
+}
+
 TEST(OpdConfigTest, OpdStageNeedsTeachers) {
   TempDir dir;
   const std::string path = dir.Write("opd.yaml",

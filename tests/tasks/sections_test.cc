@@ -159,7 +159,8 @@ TEST(SectionsTest, HarnessIsBuiltInOrACommandAndOnlyForSandboxEpisodes) {
       "    - {name: b, kind: fix_repo, environment: sandbox, harness: mine}\n"
       "    - {name: c, kind: fix_repo, environment: sandbox, harness: codex, "
       "harness_command: ./agent}\n"
-      "    - {name: d, kind: fix_repo, environment: sandbox, harness: ''}\n");
+      "    - {name: d, kind: fix_repo, environment: sandbox, harness: ''}\n"
+      "    - {name: e, kind: fix_repo, environment: sandbox, harness_args: --x}\n");
   EXPECT_NE(errors.find("tasks.datasets[0].harness: runs agent episodes: only with environment "
                         "sandbox"),
             std::string::npos)
@@ -171,6 +172,9 @@ TEST(SectionsTest, HarnessIsBuiltInOrACommandAndOnlyForSandboxEpisodes) {
             std::string::npos)
       << errors;
   EXPECT_NE(errors.find("tasks.datasets[3].harness: must name a harness"), std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("tasks.datasets[4].harness_args: is only for the harnesses built in"),
+            std::string::npos)
       << errors;
 }
 

@@ -2,7 +2,8 @@
 // a tiny model, 2 real local workers, bubblewrap sandboxes, and Pi from npm
 // as each episode's main process, its model calls served by loom's endpoint
 // over the worker's relay (configs/test/harnesses.yaml). The same task file
-// runs as two datasets, one under the built-in loop and one under Pi; its
+// runs as three datasets, under the built-in loop, under Pi and under a
+// harness given as a command (a probe that calls the endpoint once); its
 // verification passes at random, so groups carry a gradient whatever the
 // untrained model writes. What the run leaves is checked for the harness
 // contract: every generated token of a Pi session trains in exactly one of
@@ -45,13 +46,24 @@ std::vector<Json> ReadLines(const std::string& path) {
   return lines;
 }
 
+// The harness given as a command: one call to the endpoint, the problem as
+// the user's message.
+constexpr char kProbe[] = R"(import json, os, urllib.request as u
+body = {"model": "loom", "max_tokens": 500,
+        "messages": [{"role": "user", "content": os.environ["LOOM_PROBLEM"]}]}
+u.urlopen(u.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+                    json.dumps(body).encode(),
+                    {"Content-Type": "application/json",
+                     "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})).read()
+)";
+
 // Two tasks whose verification passes half the time.
 std::string TaskFile(const TempDir& dir) {
   std::string lines;
   for (const char* id : {"coin-a", "coin-b"}) {
     const Json task = {{"id", id},
                        {"problem", std::string("Write hello.txt (task ") + id + ")."},
-                       {"environment", {{"files", {{"README", "a file\n"}}}}},
+                       {"environment", {{"files", {{"probe.py", kProbe}}}}},
                        {"verification", {{"command", "test $((RANDOM % 2)) = 0"}}}};
     lines += task.dump() + "\n";
   }
@@ -74,6 +86,8 @@ std::vector<std::string> TrainArgs(const TempDir& dir, const std::string& tasks,
                                    "--set",
                                    "tasks.datasets[1].path=" + tasks,
                                    "--set",
+                                   "tasks.datasets[2].path=" + tasks,
+                                   "--set",
                                    "sandbox.harness_dir=" LOOM_SOURCE_DIR "/third_party/npm",
                                    "--set",
                                    "train.grpo.steps=" + std::to_string(steps)};
@@ -86,24 +100,35 @@ bool PiInstalled() {
   return std::filesystem::exists(LOOM_SOURCE_DIR "/third_party/npm/node_modules/.bin/pi");
 }
 
-TEST(HarnessTrainTest, GrpoTrainsThroughPiAndTheBuiltinLoopSideBySide) {
+TEST(HarnessTrainTest, GrpoTrainsThroughHarnessesAndTheBuiltinLoopSideBySide) {
   if (!PiInstalled()) GTEST_SKIP() << "Pi is not installed: run scripts/setup.sh";
   TempDir dir;
   const std::string tasks = TaskFile(dir);
   const std::string run_dir = dir / "run";
-  testing::LoomProcess train(TrainArgs(dir, tasks, 3), dir / "train.out");
+  testing::LoomProcess train(TrainArgs(dir, tasks, 4), dir / "train.out");
   ASSERT_EQ(train.Wait(), 0) << testing::ReadAll(dir / "train.out");
 
   // Pi's sessions: each generated token is in exactly one sequence, and
   // the sequences hold every token the session's calls generated.
   std::map<int64_t, Json> pi_episodes;  // by sample id
+  int probes = 0;
   for (const Json& line : ReadLines(run_dir + "/trajectories.jsonl")) {
     const Json& t = line["trajectory"];
-    if (line["dataset"] != "pi") {
+    if (line["dataset"] == "builtin") {
       EXPECT_FALSE(line.contains("sequences")) << line.dump();
       continue;
     }
+    if (line["dataset"] == "probe") {  // one call, one sequence, its tokens capped
+      ++probes;
+      EXPECT_EQ(t["harness"], "probe");
+      EXPECT_EQ(t["exit_code"], 0) << t.dump();
+      ASSERT_EQ(t["calls"].size(), 1u) << t.dump();
+      EXPECT_EQ(line["sequences"].size(), 1u);
+      EXPECT_LE(t["calls"][0]["completion_tokens"].get<int>(), 16);  // sandbox.max_turn_tokens
+      continue;
+    }
     EXPECT_EQ(t["harness"], "pi");
+    EXPECT_FALSE(line["harness_version"].get<std::string>().empty()) << "from its package.json";
     EXPECT_EQ(t["infrastructure"], false) << t.dump();
     EXPECT_GE(t["calls"].size(), 1u) << t.dump();  // Pi asks the model at least once
     int64_t generated = 0, called = 0;
@@ -123,6 +148,7 @@ TEST(HarnessTrainTest, GrpoTrainsThroughPiAndTheBuiltinLoopSideBySide) {
     pi_episodes[line["sample"].get<int64_t>()] = line;
   }
   ASSERT_GE(pi_episodes.size(), 2u);
+  EXPECT_GE(probes, 2);
 
   // Trained samples: one line per episode, a group never mixes harnesses,
   // and a Pi episode trains all of its generated tokens.
@@ -162,8 +188,8 @@ TEST(HarnessTrainTest, GrpoTrainsThroughPiAndTheBuiltinLoopSideBySide) {
     EXPECT_EQ(r["episodes_masked"], 0) << r.dump();
     for (const auto& [harness, reward] : r["reward_by_harness"].items()) seen.insert(harness);
   }
-  EXPECT_EQ(steps, 3);
-  EXPECT_EQ(seen, (std::set<std::string>{"builtin", "pi"}));
+  EXPECT_EQ(steps, 4);
+  EXPECT_EQ(seen, (std::set<std::string>{"builtin", "pi", "probe"}));
 }
 
 // SIGTERM while Pi episodes run: the checkpoint holds the finished Pi

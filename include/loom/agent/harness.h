@@ -38,10 +38,22 @@ namespace loom::agent {
 
 struct HarnessSpec {
   std::string name;
+  std::string package;  // a built-in one's npm package ("" for a command)
   std::string command;  // bash, in /workspace
   std::map<std::string, std::string> env;
   std::map<std::string, std::string> files;  // path under HOME (/tmp) -> text
 };
+
+// A harness given as a bash command.
+HarnessSpec CommandHarness(const std::string& name, const std::string& command);
+
+// Adds `arguments` (bash words) to a built-in harness's command, before
+// the problem: Pi's `--tools bash --system-prompt '...'`, for instance.
+void AddArguments(HarnessSpec& spec, const std::string& arguments);
+
+// The version of `spec`'s npm package under `harness_dir` (its
+// package.json), or "" when it is not a built-in one or cannot be read.
+std::string HarnessVersion(const HarnessSpec& spec, const std::string& harness_dir);
 
 // The harnesses built in, by name.
 std::vector<std::string> BuiltinHarnessNames();

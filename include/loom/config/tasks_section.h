@@ -41,6 +41,7 @@ struct DatasetSection {
   std::string teacher;                     // opd stage: the teacher (opd.teachers[].name)
   std::string harness = "builtin";         // sandbox: what runs the episodes
   std::string harness_command;             // a harness not built in: its bash command
+  std::string harness_args;                // a built-in harness: more arguments
 
   template <class V>
   void Visit(V& v) {
@@ -194,6 +195,11 @@ struct DatasetSection {
             Doc("A harness not built in: the bash command that runs it in /workspace, the "
                 "problem in $LOOM_PROBLEM, the endpoint in OPENAI_BASE_URL / ANTHROPIC_BASE_URL "
                 "and the session's key in OPENAI_API_KEY / ANTHROPIC_API_KEY."));
+    v.Field("harness_args", harness_args,
+            Doc("A built-in harness: more arguments (bash words) for its command, before the "
+                "problem. For a small model, Pi's `--system-prompt 'You are a coding agent.' "
+                "--tools bash,write --no-context-files --no-skills` cuts its prompt from ~6k to "
+                "~1.3k byte tokens."));
     v.Field("teacher", teacher,
             Doc("The opd stage distils this dataset's samples from this teacher (a name in "
                 "opd.teachers); required for every dataset when train.stages has opd."));
@@ -225,6 +231,10 @@ struct DatasetSection {
                        "' (built in: builtin, pi, claude-code, codex, opencode)");
     } else if (builtin_harness && !harness_command.empty()) {
       errors.Error("harness_command", "is only for a harness not built in, not '" + harness + "'");
+    }
+    if (!harness_args.empty() && (harness == "builtin" || !builtin_harness)) {
+      errors.Error("harness_args",
+                   "is only for the harnesses built in (pi, claude-code, codex, opencode)");
     }
     if (environment == "sandbox" && kind != "arithmetic" && kind != "fix_repo" &&
         kind != "lookup" && kind != "agent_jsonl") {
