@@ -55,6 +55,7 @@ absl::Status AgentStage::StartHarnesses(rollout::RolloutEngine& engine) {
       spec = *std::move(builtin);
       agent::AddArguments(spec, dataset.harness_args);
     }
+    for (const auto& [name, value] : dataset.harness_env) spec.env[name] = value;
     harness_version_[static_cast<int>(d)] = agent::HarnessVersion(spec, config.sandbox.harness_dir);
     harness_of_[static_cast<int>(d)] = std::move(spec);
   }

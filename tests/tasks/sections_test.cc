@@ -148,11 +148,12 @@ TEST(SectionsTest, HarnessIsBuiltInOrACommandAndOnlyForSandboxEpisodes) {
                    "    - {name: a, kind: fix_repo, environment: sandbox}\n"
                    "    - {name: b, kind: fix_repo, environment: sandbox, harness: pi}\n"
                    "    - {name: c, kind: fix_repo, environment: sandbox, harness: mine, "
-                   "harness_command: ./agent}\n",
+                   "harness_command: ./agent, harness_env: {MODE: fast}}\n",
                    &sections),
             "");
   EXPECT_EQ(sections.tasks.datasets[0].harness, "builtin");
   EXPECT_EQ(sections.tasks.datasets[2].harness_command, "./agent");
+  EXPECT_EQ(sections.tasks.datasets[2].harness_env.at("MODE"), "fast");
   const std::string errors = Errors(
       "tasks:\n  datasets:\n"
       "    - {name: a, kind: sort, harness: pi}\n"
@@ -160,7 +161,10 @@ TEST(SectionsTest, HarnessIsBuiltInOrACommandAndOnlyForSandboxEpisodes) {
       "    - {name: c, kind: fix_repo, environment: sandbox, harness: codex, "
       "harness_command: ./agent}\n"
       "    - {name: d, kind: fix_repo, environment: sandbox, harness: ''}\n"
-      "    - {name: e, kind: fix_repo, environment: sandbox, harness_args: --x}\n");
+      "    - {name: e, kind: fix_repo, environment: sandbox, harness_args: --x}\n"
+      "    - {name: f, kind: fix_repo, environment: sandbox, harness: pi, "
+      "harness_env: {OPENAI_API_KEY: k, 1X: y}}\n"
+      "    - {name: g, kind: fix_repo, environment: sandbox, harness_env: {A: b}}\n");
   EXPECT_NE(errors.find("tasks.datasets[0].harness: runs agent episodes: only with environment "
                         "sandbox"),
             std::string::npos)
@@ -174,6 +178,15 @@ TEST(SectionsTest, HarnessIsBuiltInOrACommandAndOnlyForSandboxEpisodes) {
   EXPECT_NE(errors.find("tasks.datasets[3].harness: must name a harness"), std::string::npos)
       << errors;
   EXPECT_NE(errors.find("tasks.datasets[4].harness_args: is only for the harnesses built in"),
+            std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("tasks.datasets[5].harness_env: OPENAI_API_KEY is loom's"),
+            std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("tasks.datasets[5].harness_env: '1X' is not a variable name"),
+            std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("tasks.datasets[6].harness_env: is only for an external harness"),
             std::string::npos)
       << errors;
 }

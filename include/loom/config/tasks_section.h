@@ -6,7 +6,9 @@
 // sandbox workers.
 
 #include <algorithm>
+#include <cctype>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,14 +36,15 @@ struct DatasetSection {
   double answer_only_spread = 0;          // generators: answer-only share rises with difficulty
   int answer_only_keeps_lines = 0;        // generators: answer-only references keep N lines
   double reversed_answer_fraction = 0;    // generators: SFT references whose answer is reversed
-  double demonstration_slip_fraction = 0;  // agentic: demonstrations with the task's slip
-  bool restate_effort = false;             // SFT reasoning opens with "effort KLM..."
-  bool restate_problem = false;            // SFT working opens with the user's message
-  bool answer_restates_problem = false;    // the final answer opens with the user's message
-  std::string teacher;                     // opd stage: the teacher (opd.teachers[].name)
-  std::string harness = "builtin";         // sandbox: what runs the episodes
-  std::string harness_command;             // a harness not built in: its bash command
-  std::string harness_args;                // a built-in harness: more arguments
+  double demonstration_slip_fraction = 0;          // agentic: demonstrations with the task's slip
+  bool restate_effort = false;                     // SFT reasoning opens with "effort KLM..."
+  bool restate_problem = false;                    // SFT working opens with the user's message
+  bool answer_restates_problem = false;            // the final answer opens with the user's message
+  std::string teacher;                             // opd stage: the teacher (opd.teachers[].name)
+  std::string harness = "builtin";                 // sandbox: what runs the episodes
+  std::string harness_command;                     // a harness not built in: its bash command
+  std::string harness_args;                        // a built-in harness: more arguments
+  std::map<std::string, std::string> harness_env;  // an external harness: more environment
 
   template <class V>
   void Visit(V& v) {
@@ -200,6 +203,10 @@ struct DatasetSection {
                 "problem. For a small model, Pi's `--system-prompt 'You are a coding agent.' "
                 "--tools bash,write --no-context-files --no-skills` cuts its prompt from ~6k to "
                 "~1.3k byte tokens."));
+    v.Field("harness_env", harness_env,
+            Doc("An external harness: environment variables its command gets, over the ones "
+                "loom sets (e.g. {PI_OFFLINE: '1'}); the endpoint's URLs and key cannot be "
+                "replaced."));
     v.Field("teacher", teacher,
             Doc("The opd stage distils this dataset's samples from this teacher (a name in "
                 "opd.teachers); required for every dataset when train.stages has opd."));
@@ -231,6 +238,24 @@ struct DatasetSection {
                        "' (built in: builtin, pi, claude-code, codex, opencode)");
     } else if (builtin_harness && !harness_command.empty()) {
       errors.Error("harness_command", "is only for a harness not built in, not '" + harness + "'");
+    }
+    if (!harness_env.empty() && harness == "builtin") {
+      errors.Error("harness_env", "is only for an external harness, not builtin");
+    }
+    static const char* const kEndpointVariables[] = {"LOOM_PROBLEM",       "LOOM_ENDPOINT",
+                                                     "OPENAI_BASE_URL",    "OPENAI_API_KEY",
+                                                     "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"};
+    for (const auto& [name, value] : harness_env) {
+      const bool variable = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                            std::all_of(name.begin(), name.end(), [](char c) {
+                              return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                            });
+      if (!variable) {
+        errors.Error("harness_env", "'" + name + "' is not a variable name");
+      } else if (std::find(std::begin(kEndpointVariables), std::end(kEndpointVariables), name) !=
+                 std::end(kEndpointVariables)) {
+        errors.Error("harness_env", name + " is loom's: the episode's endpoint and problem");
+      }
     }
     if (!harness_args.empty() && (harness == "builtin" || !builtin_harness)) {
       errors.Error("harness_args",
