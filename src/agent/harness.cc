@@ -1,5 +1,7 @@
 #include "loom/agent/harness.h"
 
+#include <algorithm>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -191,8 +193,29 @@ EpisodeOutcome OutcomeOf(const HarnessEpisode& episode) {
 
 nlohmann::json HarnessEpisodeJson(const HarnessEpisode& episode) {
   const v1::HarnessDone& done = episode.done;
+  // Each tool call the model made, with the result the harness sent back
+  // and how long after the call that asked for it (the tool's time, and
+  // the harness's around it).
+  nlohmann::json tools = nlohmann::json::array();
+  const std::vector<serve::CallRecord>& records = episode.record.calls;
+  for (const serve::CallRecord& asking : records) {
+    for (const chat::ToolCall& tool : asking.tool_calls) {
+      nlohmann::json entry = {{"id", tool.id}, {"name", tool.name}, {"arguments", tool.arguments}};
+      for (const serve::CallRecord& answering : records) {
+        const auto result =
+            std::find_if(answering.tool_results.begin(), answering.tool_results.end(),
+                         [&](const serve::ToolResultRecord& r) { return r.call_id == tool.id; });
+        if (result == answering.tool_results.end()) continue;
+        entry["result_bytes"] = result->bytes;
+        entry["result_head"] = result->head;
+        entry["seconds"] = answering.start_s - asking.end_s;
+        break;
+      }
+      tools.push_back(std::move(entry));
+    }
+  }
   nlohmann::json calls = nlohmann::json::array();
-  for (const serve::CallRecord& call : episode.record.calls) {
+  for (const serve::CallRecord& call : records) {
     calls.push_back({{"segment", call.segment},
                      {"continued", call.continued},
                      {"context", call.context},
@@ -214,6 +237,7 @@ nlohmann::json HarnessEpisodeJson(const HarnessEpisode& episode) {
           {"exit_code", done.exit_code()},
           {"duration_ms", done.duration_ms()},
           {"calls", std::move(calls)},
+          {"tools", std::move(tools)},
           {"segments", episode.record.segments.size()},
           {"lost_segments", episode.record.lost_segments},
           {"reward", done.verdict().reward()},

@@ -409,6 +409,38 @@ TurnOutcome Endpoint::Follow(const Started& started, const TurnRequest& request,
   return outcome;
 }
 
+namespace {
+
+// The tool results that end `messages`: tool messages, or a user message
+// made of tool-result blocks, in order.
+std::vector<ToolResultRecord> TrailingToolResults(const std::vector<chat::Message>& messages) {
+  std::vector<ToolResultRecord> results;
+  auto add = [&](const std::string& id, const std::string& content) {
+    results.push_back(
+        {id, static_cast<int64_t>(content.size()), content.substr(0, kToolResultHead)});
+  };
+  size_t first = messages.size();
+  while (first > 0) {
+    const chat::Message& m = messages[first - 1];
+    const bool blocks = m.role == chat::Role::kUser && !m.blocks.empty() &&
+                        std::all_of(m.blocks.begin(), m.blocks.end(),
+                                    [](const chat::ContentBlock& b) { return b.is_tool_result; });
+    if (m.role != chat::Role::kTool && !blocks) break;
+    --first;
+  }
+  for (size_t i = first; i < messages.size(); ++i) {
+    const chat::Message& m = messages[i];
+    if (m.role == chat::Role::kTool) {
+      add(m.tool_call_id, m.content);
+    } else {
+      for (const chat::ContentBlock& block : m.blocks) add(block.tool_use_id, block.text);
+    }
+  }
+  return results;
+}
+
+}  // namespace
+
 void Endpoint::Keep(const TurnRequest& request, Session& session, const Started& started,
                     const TurnOutcome& outcome, std::chrono::steady_clock::time_point start) {
   const uint64_t sample = started.turn->sample();
@@ -426,6 +458,8 @@ void Endpoint::Keep(const TurnRequest& request, Session& session, const Started&
       call.end_s = session.Since(std::chrono::steady_clock::now());
       call.finish = CallFinish(outcome);
       call.format_error = outcome.format_error;
+      call.tool_calls = outcome.tool_calls;
+      call.tool_results = TrailingToolResults(request.messages);
       session.calls.emplace_back(sample, std::move(call));
     }
   }

@@ -14,6 +14,7 @@
 #include <numeric>
 #include <thread>
 
+#include "loom/agent/harness.h"
 #include "loom/algo/sft_loss.h"
 #include "loom/chat/encoder.h"
 #include "loom/model/batch.h"
@@ -244,6 +245,48 @@ TEST(SessionTest, APausedRunnerHoldsCallsAndResumesUnderTheNewVersion) {
     EXPECT_EQ(segment.versions[i], first_call ? 0 : 5) << "token " << i;
   }
   EXPECT_EQ(Generated(segment), before.completion_tokens + after.completion_tokens);
+}
+
+// A call records the tool calls it made and the tool results its request
+// brought: those that end the conversation, in order, each with its size.
+TEST(SessionTest, CallsRecordTheToolResultsTheHarnessSentBack) {
+  TempDir dir;
+  LocalEndpoint local(testing::AnswerXModel(dir));
+  serve::Endpoint& endpoint = *local.endpoint;
+  ASSERT_TRUE(endpoint.OpenSession(Options(kSessionA, "")).ok());
+  const std::string long_result(1500, 'r');
+  const json history = {
+      {{"role", "user"}, {"content", "Say x."}},
+      {{"role", "assistant"},
+       {"content", ""},
+       {"tool_calls",
+        {{{"id", "call_a"},
+          {"type", "function"},
+          {"function", {{"name", "bash"}, {"arguments", "{\"command\": \"ls\"}"}}}},
+         {{"id", "call_b"},
+          {"type", "function"},
+          {"function", {{"name", "bash"}, {"arguments", "{\"command\": \"pwd\"}"}}}}}}},
+      {{"role", "tool"}, {"tool_call_id", "call_a"}, {"content", "a.txt"}},
+      {{"role", "tool"}, {"tool_call_id", "call_b"}, {"content", long_result}}};
+  json body = Chat(history);
+  const json parameters = {{"type", "object"}, {"properties", {{"command", {{"type", "string"}}}}}};
+  body["tools"] = json::array(
+      {{{"type", "function"}, {"function", {{"name", "bash"}, {"parameters", parameters}}}}});
+  Capture answer;
+  endpoint.HandleSession(kSessionA, Post(kSessionA, body), answer);
+  ASSERT_EQ(answer.status(), 200) << answer.Json().dump();
+  auto record = endpoint.CloseSession(kSessionA, std::chrono::seconds(10));
+  ASSERT_TRUE(record.ok()) << record.status();
+  ASSERT_EQ(record->calls.size(), 1u);
+  const std::vector<serve::ToolResultRecord>& results = record->calls[0].tool_results;
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].call_id, "call_a");
+  EXPECT_EQ(results[0].bytes, 5);
+  EXPECT_EQ(results[0].head, "a.txt");
+  EXPECT_EQ(results[1].call_id, "call_b");
+  EXPECT_EQ(results[1].bytes, 1500);
+  EXPECT_EQ(results[1].head, long_result.substr(0, serve::kToolResultHead));
+  EXPECT_TRUE(record->calls[0].tool_calls.empty());  // the model answered "x"
 }
 
 TEST(SessionTest, SessionsNeverReachEachOther) {
@@ -840,6 +883,26 @@ TEST(HarnessSandboxTest, PiRunsAToolCallTheModelWasTaught) {
   const rollout::SampleState& segment = record->segments[record->calls[0].segment];
   EXPECT_EQ(segment.tokens, example.tokens);
   EXPECT_EQ(segment.loss_mask, example.generated);
+  // The call's tool, and the result Pi sent back with the next call: the
+  // trajectory log pairs them, with the time between.
+  ASSERT_EQ(record->calls[0].tool_calls.size(), 1u);
+  const chat::ToolCall& tool = record->calls[0].tool_calls[0];
+  EXPECT_EQ(tool.name, "bash");
+  ASSERT_EQ(record->calls[1].tool_results.size(), 1u);
+  EXPECT_EQ(record->calls[1].tool_results[0].call_id, tool.id);
+  EXPECT_EQ(record->calls[1].tool_results[0].head, "(no output)");
+  agent::HarnessEpisode episode;
+  episode.harness = "pi";
+  episode.record = *record;
+  const json tools = agent::HarnessEpisodeJson(episode)["tools"];
+  ASSERT_EQ(tools.size(), 1u) << tools.dump();
+  EXPECT_EQ(tools[0]["name"], "bash");
+  EXPECT_EQ(tools[0]["arguments"], tool.arguments);
+  EXPECT_EQ(tools[0]["result_head"], "(no output)");
+  EXPECT_EQ(tools[0]["result_bytes"], 11);
+  EXPECT_GE(tools[0]["seconds"].get<double>(), 0.0);
+  EXPECT_LE(tools[0]["seconds"].get<double>(),
+            record->calls[1].start_s - record->calls[0].start_s);
 }
 
 }  // namespace

@@ -77,6 +77,14 @@ struct SessionOptions {
   int64_t max_turn_tokens = 0;
 };
 
+// A tool result a harness sent back, as a call's request carried it.
+struct ToolResultRecord {
+  std::string call_id;  // the tool call it answers ("call_<turn>_<i>")
+  int64_t bytes = 0;    // its whole content's
+  std::string head;     // its first kToolResultHead bytes
+};
+inline constexpr size_t kToolResultHead = 1000;
+
 // One call of a session, for its trajectory.
 struct CallRecord {
   int64_t segment = -1;           // the SessionRecord::segments entry it generated on; -1: none
@@ -87,6 +95,10 @@ struct CallRecord {
   double end_s = 0;
   std::string finish;  // stop, length, tool_calls, cancelled or failed
   bool format_error = false;
+  std::vector<chat::ToolCall> tool_calls;  // the tools it asked the harness to run
+  // The tool results its request brought (the run of them that ends the
+  // conversation it was sent): what the harness's tools gave back.
+  std::vector<ToolResultRecord> tool_results;
 };
 
 // What a closed session leaves for training.
