@@ -12,6 +12,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "testing/harness_probe.h"
 #include "testing/temp_dir.h"
 
 namespace loom {
@@ -80,17 +81,6 @@ TEST(AgentEvalTest, HeldOutTasksRunAsEpisodesAndEveryFigureAddsUp) {
   EXPECT_NE(run.out.find("setup_failed:2"), std::string::npos) << run.out;
 }
 
-// A harness that calls its endpoint once, asking for more than the run's
-// turn length.
-constexpr char kProbe[] = R"(import json, os, urllib.request as u
-body = {"model": "loom", "max_tokens": 500,
-        "messages": [{"role": "user", "content": os.environ["LOOM_PROBLEM"]}]}
-u.urlopen(u.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
-                    json.dumps(body).encode(),
-                    {"Content-Type": "application/json",
-                     "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})).read()
-)";
-
 // The held-out file of the test above, and `loom eval` on it with `flags`;
 // the JSON's agent rows.
 class HarnessEvalTest : public ::testing::Test {
@@ -103,7 +93,7 @@ class HarnessEvalTest : public ::testing::Test {
     std::string lines;
     for (Json task : {Task("always", {{"command", "true"}}), Task("never", {{"command", "false"}}),
                       Task("broken", {{"command", "true"}}, "exit 4")}) {
-      task["environment"]["files"]["probe.py"] = kProbe;
+      task["environment"]["files"]["probe.py"] = testing::kHarnessProbe;
       lines += task.dump() + "\n";
     }
     held_out_ = dir_.Write("eval.jsonl", lines);
@@ -141,7 +131,7 @@ TEST_F(HarnessEvalTest, HarnessesThatExitHangFloodOrCrashAreVerifiedOrCountedApa
       "--harness 'hang=sleep 600' "
       "--harness 'flood=head -c 30000000 /dev/zero | tr \"\\0\" x' "
       "--harness 'crash=kill -9 $$' --harness 'missing=/opt/no/such/harness' "
-      "--harness 'probe=python3 probe.py'");
+      "--harness 'probe=PROBE_MAX_TOKENS=500 python3 probe.py'");
   ASSERT_EQ(rows.size(), 6u) << rows.dump(1);
   std::map<std::string, Json> by;
   for (const Json& row : rows) by[row["scaffold"]] = row;

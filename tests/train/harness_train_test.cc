@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/metrics/metrics_writer.h"
+#include "testing/harness_probe.h"
 #include "testing/loom_process.h"
 #include "testing/temp_dir.h"
 
@@ -47,24 +48,13 @@ std::vector<Json> ReadLines(const std::string& path) {
   return lines;
 }
 
-// The harness given as a command: one call to the endpoint, the problem as
-// the user's message, for as many tokens as its dataset's harness_env says.
-constexpr char kProbe[] = R"(import json, os, urllib.request as u
-body = {"model": "loom", "max_tokens": int(os.environ["PROBE_MAX_TOKENS"]),
-        "messages": [{"role": "user", "content": os.environ["LOOM_PROBLEM"]}]}
-u.urlopen(u.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
-                    json.dumps(body).encode(),
-                    {"Content-Type": "application/json",
-                     "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})).read()
-)";
-
 // Two tasks whose verification passes half the time.
 std::string TaskFile(const TempDir& dir) {
   std::string lines;
   for (const char* id : {"coin-a", "coin-b"}) {
     const Json task = {{"id", id},
                        {"problem", std::string("Write hello.txt (task ") + id + ")."},
-                       {"environment", {{"files", {{"probe.py", kProbe}}}}},
+                       {"environment", {{"files", {{"probe.py", testing::kHarnessProbe}}}}},
                        {"verification", {{"command", "test $((RANDOM % 2)) = 0"}}}};
     lines += task.dump() + "\n";
   }
