@@ -901,8 +901,7 @@ TEST(HarnessSandboxTest, PiRunsAToolCallTheModelWasTaught) {
   EXPECT_EQ(tools[0]["result_head"], "(no output)");
   EXPECT_EQ(tools[0]["result_bytes"], 11);
   EXPECT_GE(tools[0]["seconds"].get<double>(), 0.0);
-  EXPECT_LE(tools[0]["seconds"].get<double>(),
-            record->calls[1].start_s - record->calls[0].start_s);
+  EXPECT_LE(tools[0]["seconds"].get<double>(), record->calls[1].start_s - record->calls[0].start_s);
 }
 
 }  // namespace
