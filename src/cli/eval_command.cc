@@ -1,16 +1,19 @@
 // `loom eval --model DIR --config F [--set k=v]... [--datasets a,b] [--efforts 25,50,max]
 // [--samples K] [--temperature T] [--scaffolds builtin,pi,...] [--harness NAME=CMD]...
-// [--json]`: held-out evaluation of any model on a
+// [--json] [--save RUN_DIR]`: held-out evaluation of any model on a
 // config's datasets at chosen efforts — the code path training evaluates with.
 // Held-out agent tasks (sandbox datasets of kind agent_jsonl) run as episodes
 // on the config's sandbox workers under each scaffold: the built-in loop or
 // an external harness (loom/train/agent_evaluator.h), in a second table. A table on stdout; with
 // --json the last line is {"results": [...], "agent_results": [...]} (the latter only with agent
-// tasks). Exit 2 for a bad config, dataset or effort, 1 when the model cannot be evaluated.
+// tasks); with --save RUN_DIR the same line, with the model and config, is appended to
+// RUN_DIR/evaluations.jsonl for `loom report`. Exit 2 for a bad config, dataset or effort, 1 when
+// the model cannot be evaluated.
 
 #include <ATen/Parallel.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -21,6 +24,8 @@
 #include "cli/threads.h"
 #include "loom/chat/encoder.h"
 #include "loom/config/run_config.h"
+#include "loom/metrics/metrics_writer.h"
+#include "loom/metrics/report.h"
 #include "loom/rpc/sandbox_clients.h"
 #include "loom/tasks/dataset.h"
 #include "loom/train/agent_evaluator.h"
@@ -38,6 +43,7 @@ struct EvalFlags {
   int samples = 1;
   double temperature = 1.0;
   bool json = false;
+  std::string save;  // a run directory: the results are appended to its evaluations.jsonl
   int threads = 0;
   std::string scaffolds = "builtin";   // comma-separated: builtin, a built-in harness, a --harness
   std::vector<std::string> harnesses;  // NAME=COMMAND
@@ -272,6 +278,15 @@ int RunEval(const EvalFlags& flags) {
     json["agent_results"] = AgentJson(*agent);
   }
   if (flags.json) std::cout << json.dump() << "\n";
+  if (!flags.save.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(flags.save, ec);
+    auto log = metrics::MetricsWriter::Open(flags.save + "/" + metrics::kEvaluationsFile);
+    if (!log.ok()) return fail(log.status());
+    json["model"] = flags.model;
+    json["config"] = flags.config;
+    if (absl::Status s = log->Write(json); !s.ok()) return fail(s);
+  }
   return kExitOk;
 }
 
@@ -294,6 +309,9 @@ void SetupEval(CLI::App& app, Context& context) {
   cmd->add_option("--temperature", flags->temperature, "Sampling temperature when K > 1")
       ->check(CLI::Range(0.0, 100.0));
   cmd->add_flag("--json", flags->json, "Also print the results as one JSON line");
+  cmd->add_option("--save", flags->save,
+                  "Also append the results, as one JSON line, to RUN_DIR/evaluations.jsonl, "
+                  "which `loom report RUN_DIR` shows as tables");
   cmd->add_option("--scaffolds", flags->scaffolds,
                   "Agent tasks: comma-separated scaffolds, builtin (loom's loop), pi, claude-code, "
                   "codex, opencode (sandbox.harness_dir must hold them) or a --harness name")

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -82,6 +84,7 @@ struct Run {
   std::string dir;
   std::vector<nlohmann::json> lines;
   std::string config;
+  std::vector<nlohmann::json> evaluations;  // `loom eval --save`'s lines
 };
 
 struct Series {
@@ -141,7 +144,14 @@ absl::StatusOr<Run> LoadRun(const std::string& dir) {
   for (const nlohmann::json& line : *lines) any = any || IsStepLine(line) || IsEvalLine(line);
   if (!any) return absl::InvalidArgumentError(path + ": no training step or evaluation to plot");
   auto config = ReadFile(dir + "/config.yaml");
-  return Run{dir, *std::move(lines), config.ok() ? *config : "(no config.yaml)"};
+  Run run{dir, *std::move(lines), config.ok() ? *config : "(no config.yaml)", {}};
+  const std::string evaluations = dir + "/" + kEvaluationsFile;
+  if (fs::exists(evaluations)) {
+    auto read = ReadMetrics(evaluations);
+    if (!read.ok()) return read.status();
+    run.evaluations = *std::move(read);
+  }
+  return run;
 }
 
 // A gnuplot string literal.
@@ -213,6 +223,65 @@ std::string FinalNumbers(const Run& run) {
   return rows;
 }
 
+// `rows` (JSON objects) as an HTML table: a column per key, what a row is
+// (dataset, scaffold, effort) and its headline figures first, then the rest
+// in name order; numbers to 4 significant digits.
+std::string Table(const nlohmann::json& rows) {
+  std::vector<std::string> columns;
+  for (const char* first : {"dataset", "scaffold", "effort", "tasks", "problems", "episodes",
+                            "pass@1", "pass@1_stderr", "pass@K"}) {
+    const bool named = std::any_of(rows.begin(), rows.end(), [&](const nlohmann::json& row) {
+      return row.is_object() && row.contains(first);
+    });
+    if (named) columns.push_back(first);
+  }
+  for (const nlohmann::json& row : rows) {
+    if (!row.is_object()) continue;
+    for (const auto& [key, value] : row.items()) {
+      if (std::find(columns.begin(), columns.end(), key) == columns.end()) columns.push_back(key);
+    }
+  }
+  std::string html = "<table border=\"1\" cellpadding=\"3\">\n<tr>";
+  for (const std::string& column : columns) html += "<th>" + Html(column) + "</th>";
+  html += "</tr>\n";
+  for (const nlohmann::json& row : rows) {
+    if (!row.is_object()) continue;
+    html += "<tr>";
+    for (const std::string& column : columns) {
+      std::string cell;
+      if (const auto it = row.find(column); it != row.end()) {
+        if (it->is_string()) {
+          cell = it->get<std::string>();
+        } else if (it->is_number_float()) {
+          char text[32];
+          std::snprintf(text, sizeof text, "%.4g", it->get<double>());
+          cell = text;
+        } else {
+          cell = it->dump();
+        }
+      }
+      html += "<td>" + Html(cell) + "</td>";
+    }
+    html += "</tr>\n";
+  }
+  return html + "</table>\n";
+}
+
+// The held-out evaluations `loom eval --save` left in the run directory:
+// a table per evaluation, agent rows (dataset × scaffold × effort) first.
+std::string Evaluations(const Run& run) {
+  std::string html;
+  for (const nlohmann::json& evaluation : run.evaluations) {
+    html += "<h2>Held-out evaluation: " + Html(evaluation.value("model", std::string("?"))) + " (" +
+            Html(run.dir) + ")</h2>\n";
+    for (const char* key : {"agent_results", "results"}) {
+      const auto rows = evaluation.find(key);
+      if (rows != evaluation.end() && rows->is_array() && !rows->empty()) html += Table(*rows);
+    }
+  }
+  return html;
+}
+
 }  // namespace
 
 absl::StatusOr<Report> WriteReport(const ReportOptions& options) {
@@ -276,6 +345,7 @@ absl::StatusOr<Report> WriteReport(const ReportOptions& options) {
                      Html(runs[0].dir) +
                      "</title></head><body>\n<h1>loom report: " + Html(runs[0].dir) + "</h1>\n" +
                      figures;
+  for (const Run& run : runs) html += Evaluations(run);
   for (const Run& run : runs) {
     html += "<h2>Final numbers: " + Html(run.dir) + "</h2>\n<table>\n" + FinalNumbers(run) +
             "</table>\n<h2>Config: " + Html(run.dir) + "</h2>\n<pre>" + Html(run.config) +

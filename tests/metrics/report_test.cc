@@ -89,6 +89,42 @@ TEST(ReportTest, WritesAPngPerLoggedPlotAndAnIndex) {
   EXPECT_EQ(ReadAll(run + "/report/data/accuracy-0.dat"), "0 0.1\n10 0.75\n");
 }
 
+// `loom eval --save` lines: a table per evaluation, agent rows first, a
+// column per field.
+TEST(ReportTest, HeldOutEvaluationsAreTables) {
+  TempDir dir;
+  const std::string run = WriteRun(dir, "one", 0.1);
+  std::ofstream(run + "/evaluations.jsonl")
+      << R"({"model":"runs/one/stages/grpo","results":[{"dataset":"add","effort":100,"pass@1":0.5}],)"
+      << R"("agent_results":[{"dataset":"code","scaffold":"builtin","effort":100,"pass@1":0.25,)"
+      << R"("failures_by_cause":{}},{"dataset":"code","scaffold":"pi","effort":100,)"
+      << R"("pass@1":0.123456,"failures_by_cause":{"harness_crashed":1}}]})"
+      << "\n";
+  auto report = WriteReport({{run}, "", "gnuplot", 640, 360});
+  ASSERT_TRUE(report.ok()) << report.status();
+  const std::string html = ReadAll(report->index);
+  const size_t heading = html.find("<h2>Held-out evaluation: runs/one/stages/grpo");
+  ASSERT_NE(heading, std::string::npos) << html;
+  const size_t agent = html.find("<th>scaffold</th>", heading);
+  const size_t single = html.find("<td>add</td>", heading);
+  ASSERT_NE(agent, std::string::npos);
+  ASSERT_NE(single, std::string::npos);
+  EXPECT_LT(agent, single) << "agent rows first";
+  EXPECT_NE(html.find("<td>code</td><td>pi</td><td>100</td><td>0.1235</td>"
+                      "<td>{\"harness_crashed\":1}</td>"),
+            std::string::npos)
+      << html;
+  EXPECT_NE(html.find("<td>code</td><td>builtin</td><td>100</td><td>0.25</td><td>{}</td>"),
+            std::string::npos)
+      << html;
+
+  std::ofstream(run + "/evaluations.jsonl") << "{\"model\": \n";
+  auto malformed = WriteReport({{run}, "", "gnuplot", 640, 360});
+  ASSERT_FALSE(malformed.ok());
+  EXPECT_EQ(malformed.status().message(),
+            run + "/evaluations.jsonl:1: not a JSON object on one line");
+}
+
 TEST(ReportTest, CompareOverlaysRunsLabelledByDirectory) {
   TempDir dir;
   const std::string one = WriteRun(dir, "one", 0.1), two = WriteRun(dir, "two", 0.2);

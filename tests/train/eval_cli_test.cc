@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -88,6 +89,22 @@ TEST_F(EvalCliTest, ARowPerDatasetAndEffortWithTiers) {
 // A cell's samples are seeded by its dataset, effort and problem, not by its
 // place among the cells evaluated with it: the same cell, sampled, gives the
 // same numbers whatever else is evaluated.
+// --save appends the JSON line, with the model and config, to the run
+// directory's evaluations.jsonl (for `loom report`), once per evaluation.
+TEST_F(EvalCliTest, SaveAppendsTheResultsToTheRunDirectory) {
+  const std::string run_dir = dir_ / "run";
+  const nlohmann::json first = Results("--efforts 100 --save " + run_dir);
+  Results("--efforts 25 --save " + run_dir);
+  std::istringstream lines(testing::ReadAll(run_dir + "/evaluations.jsonl"));
+  std::vector<nlohmann::json> saved;
+  for (std::string line; std::getline(lines, line);) saved.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(saved.size(), 2u);
+  EXPECT_EQ(saved[0]["results"], first);
+  EXPECT_EQ(saved[0]["model"], model_);
+  EXPECT_EQ(saved[0]["config"], config_);
+  EXPECT_EQ(saved[1]["results"][0]["effort"], 25);
+}
+
 TEST_F(EvalCliTest, ACellIsTheSameWhateverIsEvaluatedWithIt) {
   const std::string sampled = "--samples 4 --temperature 1.5 ";
   const nlohmann::json alone = Results(sampled + "--datasets add --efforts 60");

@@ -7,7 +7,10 @@
 // over all stages); a key that holds an object (reward_by_effort) gives one
 // series per entry. A plot none of whose keys a run logged is left out.
 // With more than one run (`compare`), every plot overlays their series,
-// labelled by run directory.
+// labelled by run directory. The held-out evaluations `loom eval --save
+// RUN_DIR` appended to RUN_DIR/evaluations.jsonl (a line each: the model,
+// its single-turn rows and its agent rows, dataset × scaffold × effort)
+// follow as tables.
 
 #include <string>
 #include <vector>
@@ -15,6 +18,9 @@
 #include "absl/status/statusor.h"
 
 namespace loom::metrics {
+
+// Where `loom eval --save RUN_DIR` appends its results.
+inline constexpr char kEvaluationsFile[] = "evaluations.jsonl";
 
 struct ReportOptions {
   std::vector<std::string> runs;  // run directories; the first is the report's own
