@@ -13,6 +13,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "loom/base/env_name.h"
 #include "loom/sandbox/verify.h"
 #include "loom/serve/http.h"
 #include "loom/serve/relay.h"
@@ -26,14 +27,6 @@ constexpr size_t kMinKeyLength = 16;
 constexpr size_t kMaxRelayedBody = 3 << 20;
 // The verification's checks after the harness, together.
 constexpr double kVerifyTimeoutS = 300;
-
-bool EnvName(const std::string& name) {
-  if (name.empty() || absl::ascii_isdigit(static_cast<unsigned char>(name[0]))) return false;
-  for (char c : name) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
-  }
-  return true;
-}
 
 absl::Status CheckRun(const SandboxConfig& config, const v1::RunHarness& run) {
   if (absl::StripAsciiWhitespace(run.command()).empty()) {
@@ -50,7 +43,7 @@ absl::Status CheckRun(const SandboxConfig& config, const v1::RunHarness& run) {
   }
   if (run.timeout_s() < 0) return absl::InvalidArgumentError("run_harness.timeout_s: negative");
   for (const auto& [name, value] : run.env()) {
-    if (!EnvName(name)) {
+    if (!IsEnvName(name)) {
       return absl::InvalidArgumentError(
           absl::StrCat("run_harness.env: '", name, "' is not a variable name"));
     }

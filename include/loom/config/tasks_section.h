@@ -6,12 +6,12 @@
 // sandbox workers.
 
 #include <algorithm>
-#include <cctype>
 #include <iterator>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "loom/base/env_name.h"
 #include "loom/config/schema.h"
 
 namespace loom::config {
@@ -246,11 +246,7 @@ struct DatasetSection {
                                                      "OPENAI_BASE_URL",    "OPENAI_API_KEY",
                                                      "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"};
     for (const auto& [name, value] : harness_env) {
-      const bool variable = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
-                            std::all_of(name.begin(), name.end(), [](char c) {
-                              return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-                            });
-      if (!variable) {
+      if (!IsEnvName(name)) {
         errors.Error("harness_env", "'" + name + "' is not a variable name");
       } else if (std::find(std::begin(kEndpointVariables), std::end(kEndpointVariables), name) !=
                  std::end(kEndpointVariables)) {
