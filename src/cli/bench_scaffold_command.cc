@@ -16,6 +16,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "bench/bench_util.h"
 #include "cli/bench_json.h"
 #include "loom/chat/special_tokens.h"
 #include "loom/config/files.h"
@@ -38,23 +39,6 @@ struct ScaffoldBenchFlags {
   int sessions = 16;
   std::string harness_dir = "third_party/npm";
   int threads = 0;
-};
-
-// A scratch directory removed with it.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern = (fs::temp_directory_path() / "loom-bench-scaffold-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data()) == nullptr ? "" : pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
 };
 
 // The first `n` lines of `path`, written to `out`.
@@ -98,7 +82,7 @@ std::string ConfigYaml(const std::string& model, const std::string& tasks,
 absl::StatusOr<nlohmann::json> RunScaffoldBench(const ScaffoldBenchFlags& flags) {
   double load[1] = {0};
   ::getloadavg(load, 1);
-  ScratchDir scratch;
+  bench::ScratchDir scratch("scaffold");
   if (scratch.path().empty()) return absl::InternalError("no scratch directory");
   const std::string model_dir = scratch.path() + "/model";
   model::InitModelOptions init;
