@@ -1,7 +1,6 @@
 #include "loom/agent/harness.h"
 
 #include <algorithm>
-
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -123,11 +122,6 @@ void EpisodeCancel::Cancel() {
   std::lock_guard<std::mutex> lock(mu_);
   cancelled_ = true;
   if (session_ != nullptr) session_->Cancel();
-}
-
-bool EpisodeCancel::cancelled() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return cancelled_;
 }
 
 bool EpisodeCancel::Attach(rpc::WorkerSession* session) {

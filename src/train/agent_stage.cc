@@ -56,8 +56,8 @@ absl::Status AgentStage::StartHarnesses(rollout::RolloutEngine& engine) {
       agent::AddArguments(spec, dataset.harness_args);
     }
     for (const auto& [name, value] : dataset.harness_env) spec.env[name] = value;
-    harness_version_[static_cast<int>(d)] = agent::HarnessVersion(spec, config.sandbox.harness_dir);
-    harness_of_[static_cast<int>(d)] = std::move(spec);
+    std::string version = agent::HarnessVersion(spec, config.sandbox.harness_dir);
+    harness_of_[static_cast<int>(d)] = {std::move(spec), std::move(version)};
   }
   if (harness_of_.empty()) return absl::OkStatus();
   rollout::EngineOptions options = engine.options();
@@ -93,7 +93,7 @@ void AgentStage::Start(const SampleEntry& entry, rollout::SampleRequest request)
   options.temperature = request.sampling.temperature;
   options.max_turn_tokens = sandbox.max_turn_tokens;
   options.timeout_s = sandbox.max_time_s;
-  harnesses_->Start(entry.id, harness->second, Task(entry), std::move(options));
+  harnesses_->Start(entry.id, harness->second.spec, Task(entry), std::move(options));
 }
 
 absl::StatusOr<bool> AgentStage::Resume(const SampleEntry& entry, rollout::SampleRequest request,
@@ -132,7 +132,7 @@ absl::Status AgentStage::TakeHarnessEpisodes(double wait_s, const SampleTable& t
                                      {"dataset", context_.datasets[entry->dataset]->name()},
                                      {"effort", entry->effort},
                                      {"version", context_.policy_version},
-                                     {"harness_version", harness_version_[entry->dataset]},
+                                     {"harness_version", harness_of_.at(entry->dataset).version},
                                      {"sequences", std::move(sequences)},
                                      {"trajectory", agent::HarnessEpisodeJson(episode)}});
         !s.ok()) {

@@ -91,8 +91,11 @@ class AgentStage : public SampleEnvironment {
   std::unique_ptr<agent::AgentEpisodes> episodes_;
   std::unique_ptr<agent::AgentRollout> rollout_;
   std::unique_ptr<agent::HarnessEpisodes> harnesses_;
-  std::map<int, agent::HarnessSpec> harness_of_;  // by dataset index: the external ones
-  std::map<int, std::string> harness_version_;    // their npm packages' versions ("" unknown)
+  struct ExternalHarness {
+    agent::HarnessSpec spec;
+    std::string version;  // its npm package's ("" unknown)
+  };
+  std::map<int, ExternalHarness> harness_of_;  // by dataset index: the external ones
   metrics::MetricsWriter log_;
   std::set<uint64_t> exported_;  // by the latest checkpoint, to attach to again
 };

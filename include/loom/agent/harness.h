@@ -69,7 +69,6 @@ absl::StatusOr<HarnessSpec> BuiltinHarness(const std::string& name, int64_t cont
 class EpisodeCancel {
  public:
   void Cancel();
-  bool cancelled() const;
 
   // RunHarnessEpisode's: the episode's session while it runs (null: none);
   // false when it was cancelled already.
