@@ -30,6 +30,7 @@
 #include "loom/rpc/local_workers.h"
 #include "loom/rpc/worker_pool.h"
 #include "loom/tokenizer/tiny.h"
+#include "testing/json_lines.h"
 #include "testing/loom_process.h"
 #include "testing/temp_dir.h"
 
@@ -64,17 +65,6 @@ class TrainProcess : public testing::LoomProcess {
                bool resume = false, const std::vector<std::string>& extra = {})
       : LoomProcess(TrainArgs(run_dir, model_dir, steps, resume, extra), run_dir + ".out") {}
 };
-
-// The whole lines of a JSONL file a running trainer may be appending to.
-std::vector<Json> ReadJsonl(const std::string& path) {
-  std::vector<Json> records;
-  std::istringstream in(testing::ReadAll(path));
-  for (std::string line; std::getline(in, line);) {
-    if (in.eof()) break;  // no newline yet: still being written
-    if (!line.empty()) records.push_back(Json::parse(line));
-  }
-  return records;
-}
 
 // A `loom worker` process that `parent` started, with its address.
 struct WorkerProcess {
@@ -172,12 +162,12 @@ TEST_F(AgentTrainTest, GrpoStepsRunMultiTurnEpisodesOnRealWorkers) {
   EXPECT_EQ(steps, 3);
   // Episodes that broke their environment are counted as samples.jsonl names them.
   int named_broken = 0;
-  for (const Json& line : ReadJsonl(run_dir + "/samples.jsonl")) {
+  for (const Json& line : testing::ReadJsonLines(run_dir + "/samples.jsonl")) {
     named_broken += !line["episode"]["repercussion"].get<std::string>().empty();
   }
   EXPECT_EQ(broken, named_broken);
 
-  const std::vector<Json> records = ReadJsonl(run_dir + "/trajectories.jsonl");
+  const std::vector<Json> records = testing::ReadJsonLines(run_dir + "/trajectories.jsonl");
   ASSERT_GE(records.size(), 12u);
   for (const Json& record : records) {
     const Json& t = record["trajectory"];
@@ -254,15 +244,15 @@ int WorkerWithAnEpisode(const TrainProcess& train, const std::string& run_dir,
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
   // Two more finished episodes than the run directory had (a resumed run
   // appends to it).
-  const size_t episodes = ReadJsonl(run_dir + "/trajectories.jsonl").size() + 2;
-  while (ReadJsonl(run_dir + "/trajectories.jsonl").size() < episodes &&
+  const size_t episodes = testing::ReadJsonLines(run_dir + "/trajectories.jsonl").size() + 2;
+  while (testing::ReadJsonLines(run_dir + "/trajectories.jsonl").size() < episodes &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   workers = WorkerChildren(train.pid());
   if (workers.size() != 2) {
     ADD_FAILURE() << workers.size() << " workers found after "
-                  << ReadJsonl(run_dir + "/trajectories.jsonl").size() << " episodes\n"
+                  << testing::ReadJsonLines(run_dir + "/trajectories.jsonl").size() << " episodes\n"
                   << testing::ReadAll(run_dir + ".out");
     return -1;
   }
@@ -308,7 +298,7 @@ TEST_F(AgentTrainTest, WorkerKilledMidRunMasksOnlyItsEpisodes) {
   }
   EXPECT_EQ(steps, 4);
   std::set<uint64_t> lost;
-  for (const Json& record : ReadJsonl(run_dir + "/trajectories.jsonl")) {
+  for (const Json& record : testing::ReadJsonLines(run_dir + "/trajectories.jsonl")) {
     const Json& t = record["trajectory"];
     if (!t["penalty"].get<bool>()) continue;
     const std::string reason = t["failure_reason"];
@@ -321,7 +311,7 @@ TEST_F(AgentTrainTest, WorkerKilledMidRunMasksOnlyItsEpisodes) {
   EXPECT_LE(masked, static_cast<int>(lost.size()));
   // The lost episodes were not trained on; the others were.
   int trained = 0;
-  for (const Json& line : ReadJsonl(run_dir + "/samples.jsonl")) {
+  for (const Json& line : testing::ReadJsonLines(run_dir + "/samples.jsonl")) {
     EXPECT_EQ(lost.count(line["id"].get<uint64_t>()), 0u) << line.dump();
     ASSERT_TRUE(line.contains("episode")) << line.dump();
     ++trained;
@@ -377,7 +367,7 @@ TEST_F(AgentTrainTest, SigtermMidEpisodeCheckpointsAndTheResumeStartsItAgain) {
       "preemptions\n",
       finished.size(), running, attempts);
   std::fflush(stdout);  // before the next child inherits the buffer
-  const size_t lines_before = ReadJsonl(run_dir + "/samples.jsonl").size();
+  const size_t lines_before = testing::ReadJsonLines(run_dir + "/samples.jsonl").size();
 
   TrainProcess resumed(run_dir, dir / "model", kSteps, /*resume=*/true, batch_of_8);
   ASSERT_EQ(resumed.Wait(), 0) << testing::ReadAll(run_dir + ".out");
@@ -398,7 +388,7 @@ TEST_F(AgentTrainTest, SigtermMidEpisodeCheckpointsAndTheResumeStartsItAgain) {
   // Finished samples trained after the last resume carry their episodes' records.
   std::set<uint64_t> trained;
   int restored_trained = 0;
-  const std::vector<Json> lines = ReadJsonl(run_dir + "/samples.jsonl");
+  const std::vector<Json> lines = testing::ReadJsonLines(run_dir + "/samples.jsonl");
   for (size_t i = 0; i < lines.size(); ++i) {
     const uint64_t id = lines[i]["id"].get<uint64_t>();
     EXPECT_TRUE(trained.insert(id).second) << "sample " << id << " trained twice";
@@ -488,14 +478,14 @@ class RemoteAgentRun {
          ++attempt) {
       episodes.clear();
       shares_with_episodes.clear();
-      const size_t before = ReadJsonl(run_dir_ + "/trajectories.jsonl").size();
+      const size_t before = testing::ReadJsonLines(run_dir_ + "/trajectories.jsonl").size();
       testing::LoomProcess train = Train(/*resume=*/attempt > 0 || resumed_);
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
       // Two episodes more than before, then one running.
       bool running = false;
       while (!running && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        if (ReadJsonl(run_dir_ + "/trajectories.jsonl").size() < before + 2) continue;
+        if (testing::ReadJsonLines(run_dir_ + "/trajectories.jsonl").size() < before + 2) continue;
         for (const rpc::WorkerLoad& load : pool.Loads()) running |= load.episodes > load.detached;
       }
       EXPECT_TRUE(running) << testing::ReadAll(run_dir_ + ".out");
@@ -561,7 +551,7 @@ int ExpectCarriedOn(const std::string& trajectories, size_t from,
                     const std::map<uint64_t, Json>& episodes,
                     const std::map<uint64_t, Json>& tokens) {
   int continued = 0;
-  const std::vector<Json> logged = ReadJsonl(trajectories);
+  const std::vector<Json> logged = testing::ReadJsonLines(trajectories);
   for (size_t i = from; i < logged.size(); ++i) {
     const uint64_t id = logged[i]["sample"].get<uint64_t>();
     auto episode = episodes.find(id);
@@ -619,7 +609,7 @@ TEST_F(AgentTrainTest, SigtermMidEpisodeThenResumeAttachesToTheRunningEpisodes) 
   for (const auto& [id, episode] : episodes) {
     ASSERT_EQ(tokens.count(id), 1u) << "sample " << id << ": an episode record without tokens";
   }
-  const size_t logged_before = ReadJsonl(run.run_dir() + "/trajectories.jsonl").size();
+  const size_t logged_before = testing::ReadJsonLines(run.run_dir() + "/trajectories.jsonl").size();
 
   testing::LoomProcess resumed = run.Train(/*resume=*/true);
   ASSERT_EQ(resumed.Wait(), 0) << testing::ReadAll(run.run_dir() + ".out");
@@ -640,7 +630,7 @@ TEST_F(AgentTrainTest, SigtermMidEpisodeThenResumeAttachesToTheRunningEpisodes) 
 // The resume events of a metrics file, in order.
 std::vector<Json> ResumeEvents(const std::string& path) {
   std::vector<Json> events;
-  for (const Json& r : ReadJsonl(path)) {
+  for (const Json& r : testing::ReadJsonLines(path)) {
     if (r.value("event", "") == "resume") events.push_back(r);
   }
   return events;
@@ -678,7 +668,7 @@ TEST_F(AgentTrainTest, TwoRankRunPreemptedMidEpisodeResumesOnTwoRanksThenOnOne) 
   for (const Json& r : rank1_state["grpo"]["records"])
     of_rank1 += second.count(r["id"].get<uint64_t>());
   ASSERT_GE(of_rank1, 1u) << "rank 1 had no running episode to take over";
-  const size_t logged_before = ReadJsonl(run.run_dir() + "/trajectories.jsonl").size();
+  const size_t logged_before = testing::ReadJsonLines(run.run_dir() + "/trajectories.jsonl").size();
   testing::LoomProcess on_one = run.Train(/*resume=*/true, /*ranks=*/1);
   ASSERT_EQ(on_one.Wait(), 0) << testing::ReadAll(run.run_dir() + ".out");
   const auto [resume, step] = LastResumeAndStep(run.run_dir());
@@ -748,7 +738,7 @@ TEST_F(AgentTrainTest, WorkerKilledBeforeTheResumeRestoresItsEpisodesFromSnapsho
   EXPECT_EQ(snapshots, static_cast<int>(episodes.size())) << "a running episode has no snapshot";
   const Victim victim = PickVictim(run, episodes);
   run.workers().Kill(victim.index);
-  const size_t logged_before = ReadJsonl(run.run_dir() + "/trajectories.jsonl").size();
+  const size_t logged_before = testing::ReadJsonLines(run.run_dir() + "/trajectories.jsonl").size();
   testing::LoomProcess resumed = run.Train(/*resume=*/true);
   ASSERT_EQ(resumed.Wait(), 0) << testing::ReadAll(run.run_dir() + ".out");
   const auto [resume, step] = LastResumeAndStep(run.run_dir());
@@ -758,7 +748,7 @@ TEST_F(AgentTrainTest, WorkerKilledBeforeTheResumeRestoresItsEpisodesFromSnapsho
   EXPECT_EQ(step["episodes_not_reattached"], victim.episodes - victim.ended) << step;
   const std::string victim_target = run.workers().targets()[victim.index];
   int restored = 0;
-  const std::vector<Json> logged = ReadJsonl(run.run_dir() + "/trajectories.jsonl");
+  const std::vector<Json> logged = testing::ReadJsonLines(run.run_dir() + "/trajectories.jsonl");
   for (size_t i = logged_before; i < logged.size(); ++i) {
     const uint64_t id = logged[i]["sample"].get<uint64_t>();
     auto episode = episodes.find(id);
@@ -798,7 +788,7 @@ std::map<int, Json> StepLines(const std::string& run_dir) {
 
 std::map<uint64_t, Json> LoggedSamples(const std::string& run_dir) {
   std::map<uint64_t, Json> samples;
-  for (const Json& line : ReadJsonl(run_dir + "/trajectories.jsonl")) {
+  for (const Json& line : testing::ReadJsonLines(run_dir + "/trajectories.jsonl")) {
     samples[line["sample"].get<uint64_t>()] = line;
   }
   return samples;
@@ -913,7 +903,7 @@ TEST_F(AgentTrainTest, TwoRanksRunEpisodesLikeOne) {
   const std::map<int, Json> reference = StepLines(one);
   const std::map<int, Json> rank0 = StepLines(two);
   std::map<int, Json> rank1;
-  for (const Json& r : ReadJsonl(two + "/metrics.rank1.jsonl")) {
+  for (const Json& r : testing::ReadJsonLines(two + "/metrics.rank1.jsonl")) {
     if (r.contains("loss")) rank1[r["step"].get<int>()] = r;
   }
   ASSERT_EQ(reference.size(), 5u);
@@ -934,7 +924,7 @@ TEST_F(AgentTrainTest, TwoRanksRunEpisodesLikeOne) {
   auto sequences = [](const std::vector<std::string>& paths) {
     std::multiset<std::vector<int64_t>> all;
     for (const std::string& path : paths) {
-      for (const Json& line : ReadJsonl(path))
+      for (const Json& line : testing::ReadJsonLines(path))
         all.insert(line["tokens"].get<std::vector<int64_t>>());
     }
     return all;
@@ -942,7 +932,7 @@ TEST_F(AgentTrainTest, TwoRanksRunEpisodesLikeOne) {
   const auto want = sequences({one + "/trajectories.jsonl"});
   const auto got = sequences({two + "/trajectories.jsonl", two + "/trajectories.rank1.jsonl"});
   EXPECT_EQ(want.size(), 40u);
-  EXPECT_GE(ReadJsonl(two + "/trajectories.rank1.jsonl").size(), 20u);
+  EXPECT_GE(testing::ReadJsonLines(two + "/trajectories.rank1.jsonl").size(), 20u);
   EXPECT_TRUE(want == got) << "the 2-rank run's episodes differ from the 1-rank run's";
 }
 
@@ -958,7 +948,7 @@ TEST_F(AgentTrainTest, ARankThatLostItsWorkersTrainsOnNothingAndKeepsUp) {
   std::vector<WorkerProcess> workers;
   for (int i = 0; i < 1200; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const std::vector<Json> lines = ReadJsonl(run + "/metrics.jsonl");
+    const std::vector<Json> lines = testing::ReadJsonLines(run + "/metrics.jsonl");
     if (std::none_of(lines.begin(), lines.end(),
                      [](const Json& r) { return r.contains("loss"); })) {
       continue;
@@ -973,7 +963,7 @@ TEST_F(AgentTrainTest, ARankThatLostItsWorkersTrainsOnNothingAndKeepsUp) {
   ASSERT_EQ(launched.Wait(), 0) << testing::ReadAll(run + ".out");
   const std::map<int, Json> rank0 = StepLines(run);
   std::map<int, Json> ranked1;
-  for (const Json& r : ReadJsonl(run + "/metrics.rank1.jsonl")) {
+  for (const Json& r : testing::ReadJsonLines(run + "/metrics.rank1.jsonl")) {
     if (r.contains("loss")) ranked1[r["step"].get<int>()] = r;
   }
   ASSERT_EQ(rank0.size(), 5u);
@@ -1036,7 +1026,7 @@ TEST_F(AgentTrainTest, SftTrainsOnDemonstrationsOfTheAgentTask) {
   }
   EXPECT_EQ(sft_steps, 3);
   EXPECT_EQ(grpo_steps, 1);
-  const std::vector<Json> records = ReadJsonl(dir / "fix/trajectories.jsonl");
+  const std::vector<Json> records = testing::ReadJsonLines(dir / "fix/trajectories.jsonl");
   ASSERT_FALSE(records.empty());
   for (const Json& record : records) {
     const Json& t = record["trajectory"];
@@ -1115,7 +1105,7 @@ TEST_F(AgentTrainTest, TaskFileTasksTrainThroughSftAndGrpo) {
       }
     }
   }
-  const std::vector<Json> records = ReadJsonl(dir / "code/trajectories.jsonl");
+  const std::vector<Json> records = testing::ReadJsonLines(dir / "code/trajectories.jsonl");
   ASSERT_GE(records.size(), 4u);
   for (const Json& record : records) {
     const Json& t = record["trajectory"];

@@ -21,13 +21,13 @@
 #include <map>
 #include <numeric>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "loom/metrics/metrics_writer.h"
 #include "testing/harness_probe.h"
+#include "testing/json_lines.h"
 #include "testing/loom_process.h"
 #include "testing/temp_dir.h"
 
@@ -36,17 +36,6 @@ namespace {
 
 using testing::TempDir;
 using Json = nlohmann::json;
-
-// The whole lines of a JSONL file a running trainer may be appending to.
-std::vector<Json> ReadLines(const std::string& path) {
-  std::vector<Json> lines;
-  std::istringstream in(testing::ReadAll(path));
-  for (std::string line; std::getline(in, line);) {
-    if (in.eof()) break;  // no newline yet: still being written
-    if (!line.empty()) lines.push_back(Json::parse(line));
-  }
-  return lines;
-}
 
 // Two tasks whose verification passes half the time.
 std::string TaskFile(const TempDir& dir) {
@@ -103,7 +92,7 @@ TEST(HarnessTrainTest, GrpoTrainsThroughHarnessesAndTheBuiltinLoopSideBySide) {
   // the sequences hold every token the session's calls generated.
   std::map<int64_t, Json> pi_episodes;  // by sample id
   int probes = 0;
-  for (const Json& line : ReadLines(run_dir + "/trajectories.jsonl")) {
+  for (const Json& line : testing::ReadJsonLines(run_dir + "/trajectories.jsonl")) {
     const Json& t = line["trajectory"];
     if (line["dataset"] == "builtin") {
       EXPECT_FALSE(line.contains("sequences")) << line.dump();
@@ -145,7 +134,7 @@ TEST(HarnessTrainTest, GrpoTrainsThroughHarnessesAndTheBuiltinLoopSideBySide) {
   // and a Pi episode trains all of its generated tokens.
   std::map<std::pair<int, int64_t>, std::set<std::string>> harnesses_of_group;
   int trained_pi = 0;
-  for (const Json& line : ReadLines(run_dir + "/samples.jsonl")) {
+  for (const Json& line : testing::ReadJsonLines(run_dir + "/samples.jsonl")) {
     const std::string harness = line.value("harness", "builtin");
     EXPECT_EQ(harness, line["dataset"]) << line.dump();  // the datasets are named after them
     harnesses_of_group[{line["step"], line["subgroup"]}].insert(harness);
@@ -200,12 +189,12 @@ TEST(HarnessTrainTest, PreemptedWithPiEpisodesInFlightResumesAndTrainsEachOnce) 
   // sample can also be trained, or dropped as stale, before the signal).
   auto pi_ended = [&] {
     int n = 0;
-    for (const Json& line : ReadLines(run_dir + "/trajectories.jsonl"))
+    for (const Json& line : testing::ReadJsonLines(run_dir + "/trajectories.jsonl"))
       n += line["dataset"] == "pi";
     return n;
   };
   auto several = [&](uint64_t id) {
-    for (const Json& line : ReadLines(run_dir + "/trajectories.jsonl")) {
+    for (const Json& line : testing::ReadJsonLines(run_dir + "/trajectories.jsonl")) {
       if (line["sample"].get<uint64_t>() == id) return line["sequences"].size() > 1;
     }
     return false;
@@ -275,12 +264,12 @@ TEST(HarnessTrainTest, PreemptedWithPiEpisodesInFlightResumesAndTrainsEachOnce) 
   EXPECT_EQ(resume["episodes_restarted"].get<int>(), running) << resume.dump();
   EXPECT_EQ(resume["finished_restored"].get<size_t>(), finished.size()) << resume.dump();
   std::map<uint64_t, Json> episodes;  // every ended episode's log line, by sample
-  for (const Json& line : ReadLines(run_dir + "/trajectories.jsonl")) {
+  for (const Json& line : testing::ReadJsonLines(run_dir + "/trajectories.jsonl")) {
     episodes[line["sample"].get<uint64_t>()] = line;
   }
   std::set<uint64_t> trained;
   int restored_pi = 0;
-  for (const Json& line : ReadLines(run_dir + "/samples.jsonl")) {
+  for (const Json& line : testing::ReadJsonLines(run_dir + "/samples.jsonl")) {
     const uint64_t id = line["id"].get<uint64_t>();
     EXPECT_TRUE(trained.insert(id).second) << "sample " << id << " trained twice";
     if (line["step"].get<int>() <= step_before || line.value("harness", "") != "pi") continue;
