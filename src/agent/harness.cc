@@ -228,6 +228,7 @@ nlohmann::json HarnessEpisodeJson(const HarnessEpisode& episode) {
   }
   const std::string& err = done.stderr();
   return {{"harness", episode.harness},
+          {"task_id", episode.task_id},
           {"exit_code", done.exit_code()},
           {"duration_ms", done.duration_ms()},
           {"calls", std::move(calls)},
@@ -248,6 +249,7 @@ HarnessEpisode RunHarnessEpisode(rpc::WorkerPool& pool, serve::Endpoint& endpoin
                                  const HarnessEpisodeOptions& options) {
   HarnessEpisode episode;
   episode.harness = harness.name;
+  episode.task_id = task.id();
   const std::string key = NewKey();
   if (absl::Status s =
           endpoint.OpenSession({key, options.effort, options.temperature, options.max_turn_tokens});

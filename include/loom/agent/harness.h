@@ -98,6 +98,7 @@ struct HarnessEpisodeOptions {
 // harness_crashed (killed by a signal that was not the time limit's).
 struct HarnessEpisode {
   std::string harness;          // HarnessSpec::name
+  std::string task_id;          // v1::Task::id, as the built-in loop's trajectories name it
   v1::HarnessDone done;         // with its verdict
   serve::SessionRecord record;  // segments and calls of its session
   std::string failure;
