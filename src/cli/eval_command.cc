@@ -174,26 +174,6 @@ void PrintAgentTable(const std::vector<train::AgentEvalCell>& cells, int samples
       "harness's own) are left out of pass@1 and pass@K\n");
 }
 
-nlohmann::json AgentJson(const std::vector<train::AgentEvalCell>& cells) {
-  nlohmann::json rows = nlohmann::json::array();
-  for (const train::AgentEvalCell& c : cells) {
-    rows.push_back({{"dataset", c.dataset},
-                    {"scaffold", c.scaffold},
-                    {"effort", c.effort},
-                    {"tasks", c.tasks},
-                    {"episodes", c.episodes},
-                    {"pass@1", c.pass_at_1},
-                    {"pass@1_stderr", c.pass_at_1_stderr},
-                    {"pass@K", c.pass_at_k},
-                    {"mean_turns", c.mean_turns},
-                    {"mean_tokens", c.mean_tokens},
-                    {"format_error_rate", c.format_error_rate},
-                    {"failures", c.failures},
-                    {"failures_by_cause", c.failures_by_cause}});
-  }
-  return rows;
-}
-
 // Whether the evaluation runs agent episodes: a selected sandbox dataset
 // holds tasks out.
 bool HasAgentTasks(const config::RunConfig& config,
@@ -275,7 +255,7 @@ int RunEval(const EvalFlags& flags) {
     auto agent = train::EvaluateAgentTasks(inputs, **model, *options, *clients->pool, *scaffolds);
     if (!agent.ok()) return fail(agent.status());
     PrintAgentTable(*agent, std::max(1, flags.samples));
-    json["agent_results"] = AgentJson(*agent);
+    json["agent_results"] = train::AgentCellsJson(*agent);
   }
   if (flags.json) std::cout << json.dump() << "\n";
   if (!flags.save.empty()) {

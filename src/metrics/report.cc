@@ -43,6 +43,11 @@ const std::vector<PlotSpec>& Plots() {
        "accuracy",
        true,
        {"eval_accuracy", "eval_accuracy_by_dataset/*", "eval_accuracy_by_effort/*"}},
+      {"agent_accuracy",
+       "Held-out agent tasks, pass@1 under each dataset's harness (greedy)",
+       "pass@1",
+       true,
+       {"eval_agent_pass@1_by_dataset/*"}},
       {"length",
        "Response and reasoning length by effort",
        "tokens",
@@ -91,6 +96,9 @@ struct Series {
   std::string label;
   std::vector<std::pair<double, double>> points;
 };
+
+// A training eval line's held-out agent rows (train::AgentCellsJson).
+constexpr char kAgentRows[] = "eval_agent_results";
 
 bool IsEvalLine(const nlohmann::json& line) {
   return !line.contains("event") && line.contains("eval_accuracy");
@@ -202,27 +210,6 @@ absl::Status RunGnuplot(const std::string& gnuplot, const std::string& script,
                                        " failed: " + (text.ok() ? *text : "(no output)"));
 }
 
-// The run's last numbers: the final evaluation and training step, flattened.
-std::string FinalNumbers(const Run& run) {
-  const nlohmann::json* eval = nullptr;
-  const nlohmann::json* step = nullptr;
-  for (const nlohmann::json& line : run.lines) {
-    if (IsEvalLine(line)) eval = &line;
-    if (IsStepLine(line)) step = &line;
-  }
-  std::string rows;
-  for (const nlohmann::json* line : {eval, step}) {
-    if (line == nullptr) continue;
-    const nlohmann::json flat = line->flatten();
-    for (const auto& [key, value] : flat.items()) {
-      if (!value.is_number() && !value.is_string()) continue;
-      rows += "<tr><td>" + Html(key.substr(1)) + "</td><td>" +
-              Html(value.is_string() ? value.get<std::string>() : value.dump()) + "</td></tr>\n";
-    }
-  }
-  return rows;
-}
-
 // `rows` (JSON objects) as an HTML table: a column per key, what a row is
 // (dataset, scaffold, effort) and its headline figures first, then the rest
 // in name order; numbers to 4 significant digits.
@@ -265,6 +252,34 @@ std::string Table(const nlohmann::json& rows) {
     html += "</tr>\n";
   }
   return html + "</table>\n";
+}
+
+// The run's last numbers: the final evaluation and training step,
+// flattened, then the final evaluation's held-out agent rows as a table.
+std::string FinalNumbers(const Run& run) {
+  const nlohmann::json* eval = nullptr;
+  const nlohmann::json* step = nullptr;
+  for (const nlohmann::json& line : run.lines) {
+    if (IsEvalLine(line)) eval = &line;
+    if (IsStepLine(line)) step = &line;
+  }
+  std::string rows;
+  for (const nlohmann::json* line : {eval, step}) {
+    if (line == nullptr) continue;
+    nlohmann::json numbers = *line;
+    numbers.erase(kAgentRows);
+    const nlohmann::json flat = numbers.flatten();
+    for (const auto& [key, value] : flat.items()) {
+      if (!value.is_number() && !value.is_string()) continue;
+      rows += "<tr><td>" + Html(key.substr(1)) + "</td><td>" +
+              Html(value.is_string() ? value.get<std::string>() : value.dump()) + "</td></tr>\n";
+    }
+  }
+  std::string html = "<table>\n" + rows + "</table>\n";
+  if (eval != nullptr && eval->contains(kAgentRows)) {
+    html += "<h3>Held-out agent tasks</h3>\n" + Table(eval->at(kAgentRows));
+  }
+  return html;
 }
 
 // The held-out evaluations `loom eval --save` left in the run directory:
@@ -347,9 +362,8 @@ absl::StatusOr<Report> WriteReport(const ReportOptions& options) {
                      figures;
   for (const Run& run : runs) html += Evaluations(run);
   for (const Run& run : runs) {
-    html += "<h2>Final numbers: " + Html(run.dir) + "</h2>\n<table>\n" + FinalNumbers(run) +
-            "</table>\n<h2>Config: " + Html(run.dir) + "</h2>\n<pre>" + Html(run.config) +
-            "</pre>\n";
+    html += "<h2>Final numbers: " + Html(run.dir) + "</h2>\n" + FinalNumbers(run) +
+            "<h2>Config: " + Html(run.dir) + "</h2>\n<pre>" + Html(run.config) + "</pre>\n";
   }
   html += "</body></html>\n";
   report.index = out + "/index.html";

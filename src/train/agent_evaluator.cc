@@ -295,4 +295,73 @@ absl::StatusOr<std::vector<AgentEvalCell>> EvaluateAgentTasks(
   return cells;
 }
 
+absl::StatusOr<AgentScaffold> DatasetScaffold(const config::DatasetSection& dataset,
+                                              int64_t context_window, int64_t max_new_tokens) {
+  AgentScaffold scaffold;
+  scaffold.name = dataset.harness;
+  if (dataset.harness == "builtin") return scaffold;
+  if (!dataset.harness_command.empty()) {
+    scaffold.harness = agent::CommandHarness(dataset.harness, dataset.harness_command);
+  } else {
+    auto builtin = agent::BuiltinHarness(dataset.harness, context_window, max_new_tokens);
+    if (!builtin.ok()) return builtin.status();
+    scaffold.harness = *std::move(builtin);
+    agent::AddArguments(*scaffold.harness, dataset.harness_args);
+  }
+  for (const auto& [name, value] : dataset.harness_env) scaffold.harness->env[name] = value;
+  return scaffold;
+}
+
+nlohmann::json AgentCellsJson(const std::vector<AgentEvalCell>& cells) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const AgentEvalCell& c : cells) {
+    rows.push_back({{"dataset", c.dataset},
+                    {"scaffold", c.scaffold},
+                    {"effort", c.effort},
+                    {"tasks", c.tasks},
+                    {"episodes", c.episodes},
+                    {"pass@1", c.pass_at_1},
+                    {"pass@1_stderr", c.pass_at_1_stderr},
+                    {"pass@K", c.pass_at_k},
+                    {"mean_turns", c.mean_turns},
+                    {"mean_tokens", c.mean_tokens},
+                    {"format_error_rate", c.format_error_rate},
+                    {"failures", c.failures},
+                    {"failures_by_cause", c.failures_by_cause}});
+  }
+  return rows;
+}
+
+absl::StatusOr<std::unique_ptr<HeldOutAgentTasks>> HeldOutAgentTasks::Create(
+    const EvalInputs& inputs, int64_t context_window) {
+  std::vector<std::pair<int, AgentScaffold>> scaffolds;
+  for (size_t d = 0; d < inputs.datasets.size(); ++d) {
+    const config::DatasetSection& dataset = inputs.config.tasks.datasets[d];
+    if (dataset.environment != "sandbox" || inputs.datasets[d]->Eval().empty()) continue;
+    auto scaffold = DatasetScaffold(dataset, context_window, inputs.config.rollout.max_new_tokens);
+    if (!scaffold.ok()) return scaffold.status();
+    scaffolds.emplace_back(static_cast<int>(d), *std::move(scaffold));
+  }
+  if (scaffolds.empty()) return nullptr;
+  return std::unique_ptr<HeldOutAgentTasks>(new HeldOutAgentTasks(std::move(scaffolds)));
+}
+
+absl::StatusOr<std::vector<AgentEvalCell>> HeldOutAgentTasks::Evaluate(
+    const EvalInputs& inputs, const model::Transformer& model) {
+  if (!clients_) {
+    auto clients = rpc::StartSandboxClients(inputs.config.sandbox);
+    if (!clients.ok()) return clients.status();
+    clients_ = *std::move(clients);
+  }
+  std::vector<AgentEvalCell> cells;
+  for (const auto& [dataset, scaffold] : scaffolds_) {
+    EvalOptions options;
+    options.datasets = {dataset};
+    auto evaluated = EvaluateAgentTasks(inputs, model, options, *clients_->pool, {scaffold});
+    if (!evaluated.ok()) return evaluated.status();
+    cells.insert(cells.end(), evaluated->begin(), evaluated->end());
+  }
+  return cells;
+}
+
 }  // namespace loom::train

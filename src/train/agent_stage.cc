@@ -6,6 +6,7 @@
 #include "loom/config/check.h"
 #include "loom/tasks/agent_jsonl.h"
 #include "loom/tasks/agent_tasks.h"
+#include "loom/train/agent_evaluator.h"
 #include "loom/v1/sandbox.pb.h"
 
 namespace loom::train {
@@ -44,18 +45,10 @@ absl::Status AgentStage::StartHarnesses(rollout::RolloutEngine& engine) {
   const int64_t context_window = context_.model.config().max_position_embeddings;
   for (size_t d = 0; d < config.tasks.datasets.size(); ++d) {
     const config::DatasetSection& dataset = config.tasks.datasets[d];
-    if (dataset.harness == "builtin") continue;
-    agent::HarnessSpec spec;
-    if (!dataset.harness_command.empty()) {
-      spec = agent::CommandHarness(dataset.harness, dataset.harness_command);
-    } else {
-      auto builtin =
-          agent::BuiltinHarness(dataset.harness, context_window, config.rollout.max_new_tokens);
-      if (!builtin.ok()) return builtin.status();
-      spec = *std::move(builtin);
-      agent::AddArguments(spec, dataset.harness_args);
-    }
-    for (const auto& [name, value] : dataset.harness_env) spec.env[name] = value;
+    auto scaffold = DatasetScaffold(dataset, context_window, config.rollout.max_new_tokens);
+    if (!scaffold.ok()) return scaffold.status();
+    if (!scaffold->harness) continue;  // the built-in loop
+    agent::HarnessSpec spec = *std::move(scaffold->harness);
     std::string version = agent::HarnessVersion(spec, config.sandbox.harness_dir);
     harness_of_[static_cast<int>(d)] = {std::move(spec), std::move(version)};
   }
@@ -175,7 +168,7 @@ absl::StatusOr<std::vector<SampleEnvironment::Ended>> AgentStage::Pump(double wa
         !s.ok()) {
       return s;
     }
-    ended.push_back({std::move(result.state), std::move(result.outcome)});
+    ended.push_back({std::move(result.state), std::move(result.outcome), {}});
   }
   return ended;
 }

@@ -28,6 +28,7 @@ namespace loom::train {
 
 class Checkpointer;
 class ControlInbox;
+class HeldOutAgentTasks;
 class LiveConfig;
 
 struct TrainContext {
@@ -46,6 +47,7 @@ struct TrainContext {
   algo::TeacherPool* teachers = nullptr;  // the opd stage's teachers (opd_stage.h); null without
   ControlInbox* control = nullptr;  // live-change requests (control.h); null in multi-rank runs
   dist::Group* group = nullptr;     // the ranks of a multi-rank run (borrowed); null for one rank
+  HeldOutAgentTasks* agent_tasks = nullptr;  // held-out agent tasks; null when none
 
   StepInputs step_inputs() const { return {config, model, tokenizer, special_tokens, group}; }
   EvalInputs eval_inputs() const { return {config, tokenizer, datasets, special_tokens}; }
@@ -53,8 +55,8 @@ struct TrainContext {
   int world_size() const { return group != nullptr ? group->size() : 1; }
   // Evaluates the policy and logs it as `stage`'s step `step` (LogEvaluation).
   absl::Status LogEvaluation(const char* stage, int64_t step) const {
-    return train::LogEvaluation(eval_inputs(), model, group, {stage, step, policy_version},
-                                metrics);
+    return train::LogEvaluation(eval_inputs(), model, group, {stage, step, policy_version}, metrics,
+                                agent_tasks);
   }
   // The gradient all-reduce's bucket size (dist.bucket_mb).
   int64_t bucket_bytes() const { return config.dist.bucket_mb << 20; }

@@ -9,6 +9,7 @@
 
 #include "loom/algo/length_reward.h"
 #include "loom/rollout/engine.h"
+#include "loom/train/agent_evaluator.h"
 #include "train/encoding.h"
 
 namespace loom::train {
@@ -281,7 +282,7 @@ absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Trans
 
 absl::Status LogEvaluation(const EvalInputs& inputs, const model::Transformer& model,
                            dist::Group* group, const EvalPoint& point,
-                           metrics::MetricsWriter& metrics) {
+                           metrics::MetricsWriter& metrics, HeldOutAgentTasks* agents) {
   EvalOptions options;
   options.group = group;
   auto eval = Evaluate(inputs, model, options);
@@ -311,6 +312,19 @@ absl::Status LogEvaluation(const EvalInputs& inputs, const model::Transformer& m
   }
   spdlog::info("{} step {}: held-out accuracy {:.3f} over {} problems (well-formed {:.2f})",
                point.stage, point.step, eval->overall, eval->problems, eval->parse_rate);
+  if (agents != nullptr && (group == nullptr || group->rank() == 0)) {
+    auto cells = agents->Evaluate(inputs, model);
+    if (!cells.ok()) return cells.status();
+    // Cells run efforts ascending within a dataset: the last one is the top.
+    for (const AgentEvalCell& cell : *cells) {
+      record["eval_agent_pass@1_by_dataset"][cell.dataset] = cell.pass_at_1;
+    }
+    for (const auto& [dataset, pass] : record["eval_agent_pass@1_by_dataset"].items()) {
+      spdlog::info("{} step {}: held-out agent tasks of '{}': pass@1 {:.3f}", point.stage,
+                   point.step, dataset, pass.get<double>());
+    }
+    record["eval_agent_results"] = AgentCellsJson(*cells);
+  }
   return metrics.Write(record);
 }
 

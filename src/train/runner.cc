@@ -11,6 +11,7 @@
 #include "loom/dist/group.h"
 #include "loom/model/init.h"
 #include "loom/model/transformer.h"
+#include "loom/train/agent_evaluator.h"
 #include "loom/train/control.h"
 #include "loom/train/live_config.h"
 #include "train/checkpointer.h"
@@ -241,6 +242,10 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
                        *metrics, *special_tokens, **checkpointer, **live,      run_eta};
   context.teachers = teachers->get();
   context.group = group->get();
+  auto agent_tasks =
+      HeldOutAgentTasks::Create(context.eval_inputs(), (*model)->config().max_position_embeddings);
+  if (!agent_tasks.ok()) return agent_tasks.status();
+  context.agent_tasks = agent_tasks->get();
   ControlInbox control(run_dir, **live, *metrics);
   if (rank.distributed()) {
     spdlog::info("live changes (loom ctl) are not taken in multi-rank runs");

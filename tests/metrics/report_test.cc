@@ -52,7 +52,9 @@ std::string WriteRun(const TempDir& dir, const std::string& name, double scale) 
   metrics << R"({"event":"resume","stage":"grpo","inflight_restored":3})"
           << "\n";
   metrics
-      << R"({"stage":"grpo","step":5,"version":10,"eval_accuracy":0.75,"eval_accuracy_by_dataset":{"a":0.75}})"
+      << R"({"stage":"grpo","step":5,"version":10,"eval_accuracy":0.75,"eval_accuracy_by_dataset":{"a":0.75},)"
+      << R"("eval_agent_pass@1_by_dataset":{"code":0.25},"eval_agent_results":[)"
+      << R"({"dataset":"code","scaffold":"pi","effort":100,"tasks":4,"pass@1":0.25,"failures":1}]})"
       << "\n";
   std::ofstream(run + "/config.yaml") << "run:\n  name: " << name << " <&>\n";
   return run;
@@ -70,8 +72,9 @@ TEST(ReportTest, WritesAPngPerLoggedPlotAndAnIndex) {
     EXPECT_GT(std::filesystem::file_size(png), 1000u) << png;
   }
   // No KL, no lengths were logged: no such plots.
-  EXPECT_EQ(names, (std::vector<std::string>{"reward", "accuracy", "reward_by_effort", "inflight",
-                                             "throughput", "time", "loss"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"reward", "accuracy", "agent_accuracy", "reward_by_effort",
+                                      "inflight", "throughput", "time", "loss"}));
   EXPECT_EQ(report->index, run + "/report/index.html");
   const std::string html = ReadAll(report->index);
   for (const std::string& name : names) {
@@ -87,6 +90,14 @@ TEST(ReportTest, WritesAPngPerLoggedPlotAndAnIndex) {
   EXPECT_NE(script.find("title 'loss [grpo]'"), std::string::npos) << script;
   EXPECT_NE(script.find("title 'eval_accuracy'"), std::string::npos) << script;
   EXPECT_EQ(ReadAll(run + "/report/data/accuracy-0.dat"), "0 0.1\n10 0.75\n");
+  EXPECT_NE(script.find("title 'eval_agent_pass@1_by_dataset/code'"), std::string::npos) << script;
+  // The final evaluation's agent rows are a table, not flattened numbers.
+  EXPECT_NE(html.find("<tr><th>dataset</th><th>scaffold</th><th>effort</th><th>tasks</th>"
+                      "<th>pass@1</th><th>failures</th></tr>\n<tr><td>code</td><td>pi</td>"
+                      "<td>100</td><td>4</td><td>0.25</td><td>1</td></tr>"),
+            std::string::npos)
+      << html;
+  EXPECT_EQ(html.find("eval_agent_results/"), std::string::npos);
 }
 
 // `loom eval --save` lines: a table per evaluation, agent rows first, a

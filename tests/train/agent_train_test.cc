@@ -1014,7 +1014,19 @@ TEST_F(AgentTrainTest, SftTrainsOnDemonstrationsOfTheAgentTask) {
   auto metrics = metrics::ReadMetrics(dir / "fix/metrics.jsonl");
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   int sft_steps = 0, grpo_steps = 0;
+  std::vector<std::pair<std::string, int>> evaluated;  // (stage, step)
   for (const Json& r : *metrics) {
+    if (r.contains("eval_agent_results")) {
+      evaluated.emplace_back(r["stage"], r["step"]);
+      ASSERT_EQ(r["eval_agent_results"].size(), 1u) << r.dump();
+      const Json& row = r["eval_agent_results"][0];
+      EXPECT_EQ(row["scaffold"], "builtin");
+      EXPECT_EQ(row["tasks"], 4);  // eval_size of the 48 held out
+      EXPECT_EQ(row["episodes"], 4);
+      EXPECT_EQ(row["failures"], 0) << row.dump();
+      EXPECT_GE(row["mean_turns"].get<double>(), 1.0) << row.dump();
+      EXPECT_EQ(r["eval_agent_pass@1_by_dataset"]["code"], row["pass@1"]);
+    }
     if (!r.contains("loss")) continue;
     if (r["stage"] == "sft") {
       ++sft_steps;
@@ -1047,9 +1059,10 @@ TEST_F(AgentTrainTest, SftTrainsOnDemonstrationsOfTheAgentTask) {
 
 // Agent tasks from files (configs/code.yaml, shortened): SFT on the shipped
 // code tasks' reference solutions, then GRPO episodes on them. Every
-// episode is a training task of the file, asked with its own problem; no
-// held-out task ever runs; a task file with a broken line stops the run
-// before it starts, naming the line.
+// training episode is a training task of the file, asked with its own
+// problem; held-out tasks run only in the evaluations, at the start and end
+// of each stage; a task file with a broken line stops the run before it
+// starts, naming the line.
 TEST_F(AgentTrainTest, TaskFileTasksTrainThroughSftAndGrpo) {
   TempDir dir;
   auto args = [&](const std::string& run, const std::vector<std::string>& extra) {
@@ -1065,10 +1078,10 @@ TEST_F(AgentTrainTest, TaskFileTasksTrainThroughSftAndGrpo) {
         "tasks.datasets[0].path=" LOOM_SOURCE_DIR "/configs/tasks/code-train.jsonl",
         "--set",
         "tasks.datasets[0].eval_path=" LOOM_SOURCE_DIR "/configs/tasks/code-eval.jsonl"};
-    for (const char* s :
-         {"train.sft.steps=2", "train.sft.batch_sequences=2", "train.grpo.steps=1",
-          "effort.samples_per_level=[2]", "async.max_inflight=4", "async.batch_samples=4",
-          "sandbox.max_turn_tokens=32", "rollout.max_new_tokens=64"}) {
+    for (const char* s : {"train.sft.steps=2", "train.sft.batch_sequences=2", "train.grpo.steps=1",
+                          "effort.samples_per_level=[2]", "async.max_inflight=4",
+                          "async.batch_samples=4", "sandbox.max_turn_tokens=32",
+                          "rollout.max_new_tokens=64", "tasks.datasets[0].eval_size=4"}) {
       a.insert(a.end(), {"--set", s});
     }
     a.insert(a.end(), extra.begin(), extra.end());
@@ -1079,7 +1092,19 @@ TEST_F(AgentTrainTest, TaskFileTasksTrainThroughSftAndGrpo) {
   auto metrics = metrics::ReadMetrics(dir / "code/metrics.jsonl");
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   int sft_steps = 0, grpo_steps = 0;
+  std::vector<std::pair<std::string, int>> evaluated;  // (stage, step)
   for (const Json& r : *metrics) {
+    if (r.contains("eval_agent_results")) {
+      evaluated.emplace_back(r["stage"], r["step"]);
+      ASSERT_EQ(r["eval_agent_results"].size(), 1u) << r.dump();
+      const Json& row = r["eval_agent_results"][0];
+      EXPECT_EQ(row["scaffold"], "builtin");
+      EXPECT_EQ(row["tasks"], 4);  // eval_size of the 48 held out
+      EXPECT_EQ(row["episodes"], 4);
+      EXPECT_EQ(row["failures"], 0) << row.dump();
+      EXPECT_GE(row["mean_turns"].get<double>(), 1.0) << row.dump();
+      EXPECT_EQ(r["eval_agent_pass@1_by_dataset"]["code"], row["pass@1"]);
+    }
     if (!r.contains("loss")) continue;
     if (r["stage"] == "sft") {
       ++sft_steps;
@@ -1091,6 +1116,8 @@ TEST_F(AgentTrainTest, TaskFileTasksTrainThroughSftAndGrpo) {
   }
   EXPECT_EQ(sft_steps, 2);
   EXPECT_EQ(grpo_steps, 1);
+  EXPECT_EQ(evaluated,
+            (std::vector<std::pair<std::string, int>>{{"sft", 0}, {"sft", 2}, {"grpo", 1}}));
 
   std::map<std::string, std::string> train_problems;
   std::set<std::string> held_out;

@@ -22,6 +22,7 @@
 #include <numeric>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -170,6 +171,68 @@ TEST(HarnessTrainTest, GrpoTrainsThroughHarnessesAndTheBuiltinLoopSideBySide) {
   }
   EXPECT_EQ(steps, 4);
   EXPECT_EQ(seen, (std::set<std::string>{"builtin", "pi", "probe"}));
+}
+
+// Held-out tasks of every dataset, evaluated during training under the
+// dataset's own scaffold (the built-in loop, Pi, the probe command) at every
+// tasks.eval_every step. The verdicts are fixed by construction (one task
+// always passes, one never does, one's setup fails), so each row is checked
+// against a count by hand whatever the model writes; the held-out episodes
+// never train.
+TEST(HarnessTrainTest, HeldOutTasksAreEvaluatedUnderEachDatasetsHarnessDuringTraining) {
+  if (!PiInstalled()) GTEST_SKIP() << "Pi is not installed: run scripts/setup.sh";
+  TempDir dir;
+  const std::string tasks = TaskFile(dir);
+  std::string lines;
+  for (const auto& [id, verification, setup] :
+       {std::tuple<const char*, const char*, const char*>{"always", "true", ""},
+        {"never", "false", ""},
+        {"broken", "true", "exit 4"}}) {
+    Json task = {{"id", id},
+                 {"problem", "Write hello.txt."},
+                 {"environment", {{"files", {{"probe.py", testing::kHarnessProbe}}}}},
+                 {"verification", {{"command", verification}}}};
+    if (*setup != '\0') task["environment"]["setup"] = setup;
+    lines += task.dump() + "\n";
+  }
+  const std::string held_out = dir.Write("held-out.jsonl", lines);
+  std::vector<std::string> extra = {"--set", "tasks.eval_every=1"};
+  for (int d = 0; d < 3; ++d) {
+    extra.insert(extra.end(),
+                 {"--set", "tasks.datasets[" + std::to_string(d) + "].eval_path=" + held_out});
+  }
+  testing::LoomProcess train(TrainArgs(dir, tasks, 2, false, extra), dir / "train.out");
+  ASSERT_EQ(train.Wait(), 0) << testing::ReadAll(dir / "train.out");
+
+  auto metrics = metrics::ReadMetrics(dir / "run/metrics.jsonl");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  std::vector<int> evaluated_at;
+  for (const Json& r : *metrics) {
+    if (!r.contains("eval_agent_results")) continue;
+    evaluated_at.push_back(r["step"]);
+    const Json& rows = r["eval_agent_results"];
+    ASSERT_EQ(rows.size(), 3u) << rows.dump(1);
+    for (const Json& row : rows) {
+      // configs/test/harnesses.yaml names each dataset after its harness.
+      EXPECT_EQ(row["scaffold"], row["dataset"]) << row.dump();
+      EXPECT_EQ(row["tasks"], 3) << row.dump();
+      EXPECT_EQ(row["episodes"], 3) << row.dump();
+      EXPECT_EQ(row["failures_by_cause"], Json({{"setup_failed", 1}})) << row.dump();
+      EXPECT_DOUBLE_EQ(row["pass@1"].get<double>(), 0.5) << row.dump();
+      EXPECT_DOUBLE_EQ(row["pass@K"].get<double>(), 0.5) << row.dump();
+      if (row["scaffold"] != "builtin") {
+        EXPECT_GE(row["mean_turns"].get<double>(), 1.0) << row.dump();  // each calls the model
+      }
+      if (row["scaffold"] == "probe") EXPECT_EQ(row["mean_turns"], 1.0) << row.dump();
+    }
+    EXPECT_EQ(r["eval_agent_pass@1_by_dataset"],
+              Json({{"builtin", 0.5}, {"pi", 0.5}, {"probe", 0.5}}));
+  }
+  EXPECT_EQ(evaluated_at, (std::vector<int>{1, 2}));
+  for (const Json& line : testing::ReadJsonLines(dir / "run/trajectories.jsonl")) {
+    const std::string id = line["trajectory"].value("task_id", "");
+    EXPECT_TRUE(id == "coin-a" || id == "coin-b") << line["trajectory"].dump();
+  }
 }
 
 // SIGTERM while Pi episodes run: the checkpoint holds the finished Pi

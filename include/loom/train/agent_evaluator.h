@@ -17,6 +17,8 @@
 // cause, and left out of pass@1 and pass@K, exactly as training masks it.
 
 #include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "loom/agent/harness.h"
 #include "loom/model/transformer.h"
+#include "loom/rpc/sandbox_clients.h"
 #include "loom/rpc/worker_pool.h"
 #include "loom/train/evaluator.h"
 
@@ -61,5 +64,43 @@ struct AgentScaffold {
 absl::StatusOr<std::vector<AgentEvalCell>> EvaluateAgentTasks(
     const EvalInputs& inputs, const model::Transformer& model, const EvalOptions& options,
     rpc::WorkerPool& pool, const std::vector<AgentScaffold>& scaffolds = {AgentScaffold()});
+
+// The scaffold a sandbox dataset's episodes run under: the built-in loop, or
+// its `harness` (a built-in harness, its `harness_args` added, or its
+// `harness_command`) with its `harness_env`. `context_window` and
+// `max_new_tokens` size a built-in harness's model (agent::BuiltinHarness).
+absl::StatusOr<AgentScaffold> DatasetScaffold(const config::DatasetSection& dataset,
+                                              int64_t context_window, int64_t max_new_tokens);
+
+// The rows of `loom eval --json`'s agent_results and of a training eval
+// line's eval_agent_results: one object per cell, its fields named as in
+// AgentEvalCell (pass@1, pass@1_stderr, pass@K, ...).
+nlohmann::json AgentCellsJson(const std::vector<AgentEvalCell>& cells);
+
+// The held-out agent tasks of a training run: every sandbox dataset that
+// holds tasks out, evaluated greedily at the training efforts under the
+// dataset's own scaffold, on sandbox workers of its own. They start at the
+// first evaluation and stay for the run (the training episodes' workers
+// belong to the running stage; an SFT stage has none).
+class HeldOutAgentTasks {
+ public:
+  // Null when no sandbox dataset holds tasks out. Errors: a dataset's
+  // harness (DatasetScaffold).
+  static absl::StatusOr<std::unique_ptr<HeldOutAgentTasks>> Create(const EvalInputs& inputs,
+                                                                   int64_t context_window);
+
+  // Cells in dataset order, efforts ascending. Errors: the workers could
+  // not start, or an episode's infrastructure failed beyond the cell's
+  // counting (EvaluateAgentTasks).
+  absl::StatusOr<std::vector<AgentEvalCell>> Evaluate(const EvalInputs& inputs,
+                                                      const model::Transformer& model);
+
+ private:
+  explicit HeldOutAgentTasks(std::vector<std::pair<int, AgentScaffold>> scaffolds)
+      : scaffolds_(std::move(scaffolds)) {}
+
+  std::vector<std::pair<int, AgentScaffold>> scaffolds_;  // (dataset, its scaffold)
+  std::optional<rpc::SandboxClients> clients_;            // from the first evaluation on
+};
 
 }  // namespace loom::train

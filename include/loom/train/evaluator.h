@@ -152,13 +152,18 @@ struct EvalPoint {
   int64_t version;
 };
 
+class HeldOutAgentTasks;
+
 // Evaluates `model` greedily at every training effort level (`group`'s ranks
 // splitting the problems; null for one) and writes the result to the log and
 // to `metrics` as an eval line: {"stage", "step", "version", "eval_accuracy",
 // ...} (at the top effort) with `eval_accuracy_by_effort` and
-// `eval_reasoning_length_by_effort`.
+// `eval_reasoning_length_by_effort`. With `agents` (loom/train/agent_evaluator.h), the
+// first rank also runs the held-out agent tasks, and the line carries
+// `eval_agent_pass@1_by_dataset` (at the top effort) and every cell in
+// `eval_agent_results`.
 absl::Status LogEvaluation(const EvalInputs& inputs, const model::Transformer& model,
                            dist::Group* group, const EvalPoint& point,
-                           metrics::MetricsWriter& metrics);
+                           metrics::MetricsWriter& metrics, HeldOutAgentTasks* agents = nullptr);
 
 }  // namespace loom::train
