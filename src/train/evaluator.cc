@@ -310,8 +310,10 @@ absl::Status LogEvaluation(const EvalInputs& inputs, const model::Transformer& m
     record["eval_accuracy_by_effort"][b] = sums[0] / std::max(sums[2], 1.0);
     record["eval_reasoning_length_by_effort"][b] = sums[1] / std::max(sums[2], 1.0);
   }
-  spdlog::info("{} step {}: held-out accuracy {:.3f} over {} problems (well-formed {:.2f})",
-               point.stage, point.step, eval->overall, eval->problems, eval->parse_rate);
+  if (eval->problems > 0) {  // none when every dataset is an agent one
+    spdlog::info("{} step {}: held-out accuracy {:.3f} over {} problems (well-formed {:.2f})",
+                 point.stage, point.step, eval->overall, eval->problems, eval->parse_rate);
+  }
   if (agents != nullptr && (group == nullptr || group->rank() == 0)) {
     auto cells = agents->Evaluate(inputs, model);
     if (!cells.ok()) return cells.status();
