@@ -1,3 +1,9 @@
+// `loom tasks stats LEDGER|RUN_DIR [--dataset D] [--json]`: the task
+// ledger's pass rates (loom/tasks/ledger.h, LedgerStats): per dataset, with
+// its split by effort and harness and its trend across runs. With --json the
+// last line is LedgerStats' JSON, with every task's row. Exit 2 when the
+// ledger is missing or cannot be read.
+//
 // `loom tasks check FILE... [--local N] [--worker ADDR]... [--auth-token-file F]
 // [--jobs J] [--json]`: reads agent task files (kind agent_jsonl; every
 // malformed line is reported, exit 2) and checks every task in real
@@ -15,9 +21,13 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include <cstdio>
+#include <filesystem>
+
 #include "cli/command.h"
 #include "loom/agent/task_check.h"
 #include "loom/rpc/sandbox_clients.h"
+#include "loom/tasks/ledger.h"
 
 namespace loom::cli {
 namespace {
@@ -117,8 +127,60 @@ int RunCheck(const CheckFlags& flags) {
   return broken.empty() && unchecked.empty() ? kExitOk : kExitFailure;
 }
 
+struct StatsFlags {
+  std::string ledger;  // a ledger file, or a run directory holding ledger.sqlite
+  std::string dataset;
+  bool json = false;
+};
+
+int RunStats(const StatsFlags& flags) {
+  std::string path = flags.ledger;
+  if (std::filesystem::is_directory(path)) path += "/ledger.sqlite";
+  if (!std::filesystem::is_regular_file(path)) {
+    std::cerr << "loom tasks stats: no task ledger at " << path << "\n";
+    return kExitUsage;
+  }
+  auto ledger = tasks::TaskLedger::Open(path);
+  if (!ledger.ok()) {
+    std::cerr << "loom tasks stats: " << ledger.status().message() << "\n";
+    return kExitUsage;
+  }
+  auto attempts = (*ledger)->Read(flags.dataset);
+  if (!attempts.ok()) {
+    std::cerr << "loom tasks stats: " << attempts.status().message() << "\n";
+    return kExitUsage;
+  }
+  const nlohmann::json stats = tasks::LedgerStats(*attempts);
+  std::printf("%-16s %6s %9s %-14s %6s\n", "dataset", "tasks", "attempts", "pass rate", "infra");
+  for (const nlohmann::json& d : stats["datasets"]) {
+    char rate[48];
+    std::snprintf(rate, sizeof rate, "%.3f±%.3f", d["pass_rate"].get<double>(),
+                  d["pass_rate_stderr"].get<double>());
+    // One byte wider than the header: "±" is two bytes in UTF-8.
+    std::printf("%-16s %6lld %9lld %-15s %6lld\n", d["dataset"].get<std::string>().c_str(),
+                d["tasks"].get<long long>(), d["attempts"].get<long long>(), rate,
+                d["infrastructure"].get<long long>());
+    for (const char* split : {"by_effort", "by_harness"}) {
+      for (const auto& [name, t] : d[split].items()) {
+        std::printf("  %-10s %-12s %9lld %.3f\n", split + 3, name.c_str(),
+                    t["attempts"].get<long long>(), t["pass_rate"].get<double>());
+      }
+    }
+    for (const nlohmann::json& run : d["by_run"]) {
+      std::printf("  run %s (versions %lld..%lld): %lld attempts, pass rate %.3f\n",
+                  run["run_id"].get<std::string>().c_str(), run["first_version"].get<long long>(),
+                  run["last_version"].get<long long>(), run["attempts"].get<long long>(),
+                  run["pass_rate"].get<double>());
+    }
+  }
+  std::printf("± one standard error over the tasks; infrastructure failures are left out\n");
+  if (flags.json)
+    std::cout << stats.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  return kExitOk;
+}
+
 void SetupTasks(CLI::App& app, Context& context) {
-  CLI::App* group = GroupCommand(app, "tasks", "Work with agent task files");
+  CLI::App* group = GroupCommand(app, "tasks", "Work with agent task files and the task ledger");
   auto flags = std::make_shared<CheckFlags>();
   CLI::App* check = group->add_subcommand(
       "check", "Check agent tasks in sandboxes: unsolved must fail, the reference must pass");
@@ -135,6 +197,15 @@ void SetupTasks(CLI::App& app, Context& context) {
       ->capture_default_str();
   check->add_flag("--json", flags->json, "Print the summary as JSON too");
   check->callback([flags, &context] { context.exit_code = RunCheck(*flags); });
+
+  auto stats_flags = std::make_shared<StatsFlags>();
+  CLI::App* stats = group->add_subcommand(
+      "stats", "Pass rates from a task ledger: per dataset, effort, harness and run");
+  stats->add_option("ledger", stats_flags->ledger, "Ledger file, or a run directory")->required();
+  stats->add_option("--dataset", stats_flags->dataset, "Only this dataset's attempts");
+  stats->add_flag("--json", stats_flags->json,
+                  "Print the statistics as JSON too, every task's row");
+  stats->callback([stats_flags, &context] { context.exit_code = RunStats(*stats_flags); });
 }
 
 }  // namespace

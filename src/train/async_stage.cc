@@ -13,6 +13,7 @@
 #include "loom/train/preemption.h"
 #include "train/agent_stage.h"
 #include "train/encoding.h"
+#include "train/ledger_writer.h"
 #include "train/stage_checkpoint.h"
 
 namespace loom::train {
@@ -149,7 +150,8 @@ class StepReport {
       }
       if (absl::Status s = samples_.Write(line); !s.ok()) return s;
     }
-    return absl::OkStatus();
+    return context_.ledger != nullptr ? context_.ledger->Trained(batch, context_.tokenizer)
+                                      : absl::OkStatus();
   }
 
   absl::Status operator()(int64_t step, nlohmann::json record) {
@@ -157,6 +159,7 @@ class StepReport {
       record["inflight_by_dataset"][context_.config.tasks.datasets[d].name] =
           loop_.dispatcher().inflight(static_cast<int>(d));
     }
+    if (context_.ledger != nullptr) context_.ledger->AddStepFigures(record);
     if (absl::Status s = context_.metrics.Write(record); !s.ok()) return s;
     const int64_t steps = spec_.optimizer->steps;
     const int64_t eval_every = context_.live.config().tasks.eval_every;

@@ -29,6 +29,7 @@ namespace loom::train {
 class Checkpointer;
 class ControlInbox;
 class HeldOutAgentTasks;
+class LedgerWriter;
 class LiveConfig;
 
 struct TrainContext {
@@ -48,6 +49,7 @@ struct TrainContext {
   ControlInbox* control = nullptr;  // live-change requests (control.h); null in multi-rank runs
   dist::Group* group = nullptr;     // the ranks of a multi-rank run (borrowed); null for one rank
   HeldOutAgentTasks* agent_tasks = nullptr;  // held-out agent tasks; null when none
+  LedgerWriter* ledger = nullptr;            // the task ledger (tasks.ledger); null when off
 
   StepInputs step_inputs() const { return {config, model, tokenizer, special_tokens, group}; }
   EvalInputs eval_inputs() const { return {config, tokenizer, datasets, special_tokens}; }

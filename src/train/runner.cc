@@ -17,6 +17,7 @@
 #include "train/checkpointer.h"
 #include "train/context.h"
 #include "train/grpo_stage.h"
+#include "train/ledger_writer.h"
 #include "train/opd_stage.h"
 #include "train/sft_stage.h"
 #include "train/stages.h"
@@ -246,6 +247,9 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
       HeldOutAgentTasks::Create(context.eval_inputs(), (*model)->config().max_position_embeddings);
   if (!agent_tasks.ok()) return agent_tasks.status();
   context.agent_tasks = agent_tasks->get();
+  auto ledger = LedgerWriter::Open(config, run_dir.path());
+  if (!ledger.ok()) return ledger.status();
+  context.ledger = ledger->get();
   ControlInbox control(run_dir, **live, *metrics);
   if (rank.distributed()) {
     spdlog::info("live changes (loom ctl) are not taken in multi-rank runs");

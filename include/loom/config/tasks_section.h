@@ -277,6 +277,8 @@ struct DatasetSection {
 struct TasksSection {
   std::vector<DatasetSection> datasets;
   int eval_every = 10;  // training steps between evaluations; 0 = never
+  std::string ledger;   // "" = <run dir>/ledger.sqlite; "off" = none
+  std::string ledger_errors = "continue";
 
   template <class V>
   void Visit(V& v) {
@@ -286,6 +288,15 @@ struct TasksSection {
                 "each stage). 0 = only after each stage.")
                 .Unit("steps")
                 .Min(0));
+    v.Field("ledger", ledger,
+            Doc("The task ledger (an SQLite file that runs may share): every trained and "
+                "evaluated sample is appended with its task's content hash, reward and failure "
+                "kind; `loom tasks stats` reads it. Empty: <run dir>/ledger.sqlite. off: none."));
+    v.Field("ledger_errors", ledger_errors,
+            Doc("When the ledger cannot be opened or written (locked by another run past its "
+                "busy timeout, corrupt, or of a newer schema): continue without it, saying so "
+                "in the log and metrics (ledger_errors), or stop the run.")
+                .OneOf({"continue", "stop"}));
   }
 
   void Validate(ErrorSink& errors) const {

@@ -1,0 +1,113 @@
+// The task ledger of real `loom train` runs (configs/test/e2e.yaml's GRPO
+// stage on a tiny model): every trained sample is one attempt, two runs
+// share one ledger, and a ledger that cannot be opened never stops a run
+// that was told to go on (nor loses its training data), while one told to
+// stop does, naming the file.
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "loom/metrics/metrics_writer.h"
+#include "testing/json_lines.h"
+#include "testing/temp_dir.h"
+
+namespace loom {
+namespace {
+
+using Json = nlohmann::json;
+using testing::RunLoom;
+using testing::TempDir;
+
+testing::CommandResult Train(const TempDir& dir, const std::string& run,
+                             const std::string& extra = "") {
+  return RunLoom("train --config configs/test/e2e.yaml --run-dir " + (dir / run) +
+                 " --set model.path=" + (dir / "model") +
+                 " --set train.stages=[grpo] --set train.grpo.steps=2 --set tasks.eval_every=0 " +
+                 extra);
+}
+
+// Trained samples per dataset, from the run's samples.jsonl.
+std::map<std::string, int> TrainedByDataset(const std::string& run_dir) {
+  std::map<std::string, int> count;
+  for (const Json& line : testing::ReadJsonLines(run_dir + "/samples.jsonl")) {
+    ++count[line["dataset"].get<std::string>()];
+  }
+  return count;
+}
+
+Json Stats(const std::string& ledger) {
+  auto stats = RunLoom("tasks stats --json " + ledger);
+  EXPECT_EQ(stats.exit_code, 0) << stats.out << stats.err;
+  const size_t last = stats.out.rfind("\n{");
+  return last == std::string::npos ? Json() : Json::parse(stats.out.substr(last + 1));
+}
+
+TEST(LedgerTrainTest, EveryTrainedSampleIsAnAttemptAndRunsShareALedger) {
+  TempDir dir;
+  ASSERT_EQ(Train(dir, "first").exit_code, 0);
+  const std::map<std::string, int> first = TrainedByDataset(dir / "first");
+  ASSERT_EQ(first.size(), 2u);              // arithmetic and sort
+  const Json stats = Stats(dir / "first");  // the run directory's default ledger
+  ASSERT_EQ(stats["datasets"].size(), 2u) << stats.dump();
+  for (const Json& d : stats["datasets"]) {
+    EXPECT_EQ(d["attempts"], first.at(d["dataset"])) << d.dump();
+    ASSERT_EQ(d["by_run"].size(), 1u);
+    EXPECT_NE(d["by_run"][0]["run_id"].get<std::string>().find("first"), std::string::npos);
+    EXPECT_EQ(d["by_effort"].size(), 2u) << "configs/test/e2e.yaml: levels 50 and 100";
+  }
+  for (const Json& task : stats["tasks"])
+    EXPECT_EQ(task["task_key"].get<std::string>().size(), 64u);
+
+  // A second run appends to the first one's ledger.
+  ASSERT_EQ(Train(dir, "second", "--set tasks.ledger=" + (dir / "first/ledger.sqlite")).exit_code,
+            0);
+  const Json both = Stats(dir / "first/ledger.sqlite");
+  for (const Json& d : both["datasets"]) {
+    ASSERT_EQ(d["by_run"].size(), 2u) << d.dump();
+    EXPECT_NE(d["by_run"][1]["run_id"].get<std::string>().find("second"), std::string::npos);
+    EXPECT_EQ(d["attempts"].get<int>(),
+              first.at(d["dataset"]) + TrainedByDataset(dir / "second").at(d["dataset"]));
+  }
+  // Without --dataset every dataset; with it one.
+  auto only = RunLoom("tasks stats --dataset sort " + (dir / "first"));
+  EXPECT_EQ(only.exit_code, 0);
+  EXPECT_EQ(only.out.find("arithmetic"), std::string::npos) << only.out;
+  EXPECT_NE(only.out.find("sort"), std::string::npos) << only.out;
+}
+
+TEST(LedgerTrainTest, ACorruptLedgerGoesOnWithoutItOrStopsByConfig) {
+  TempDir dir;
+  const std::string corrupt = dir.Write("corrupt.sqlite", std::string(8192, 'x'));
+  auto went_on = Train(dir, "on", "--set tasks.ledger=" + corrupt);
+  ASSERT_EQ(went_on.exit_code, 0) << went_on.err;
+  EXPECT_NE(went_on.err.find("goes on without the ledger"), std::string::npos) << went_on.err;
+  EXPECT_EQ(testing::ReadAll(corrupt), std::string(8192, 'x'));
+  auto metrics = metrics::ReadMetrics(dir / "on/metrics.jsonl");
+  ASSERT_TRUE(metrics.ok());
+  int steps = 0;
+  for (const Json& r : *metrics) {
+    if (!r.contains("loss")) continue;
+    ++steps;
+    EXPECT_EQ(r["ledger_errors"], 1) << r.dump();
+  }
+  EXPECT_EQ(steps, 2);
+  EXPECT_FALSE(TrainedByDataset(dir / "on").empty());  // training data kept
+
+  auto stopped =
+      Train(dir, "stop", "--set tasks.ledger=" + corrupt + " --set tasks.ledger_errors=stop");
+  EXPECT_NE(stopped.exit_code, 0);
+  EXPECT_NE(stopped.err.find(corrupt), std::string::npos) << stopped.err;
+  EXPECT_NE(stopped.err.find("tasks.ledger_errors: stop"), std::string::npos) << stopped.err;
+
+  auto missing = RunLoom("tasks stats " + (dir / "nowhere.sqlite"));
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("no task ledger at"), std::string::npos) << missing.err;
+  auto garbage = RunLoom("tasks stats " + corrupt);
+  EXPECT_EQ(garbage.exit_code, 2);
+  EXPECT_NE(garbage.err.find("not a loom task ledger"), std::string::npos) << garbage.err;
+}
+
+}  // namespace
+}  // namespace loom
