@@ -160,7 +160,7 @@ int RunStats(const StatsFlags& flags) {
     std::printf("%-16s %6lld %9lld %-15s %6lld\n", d["dataset"].get<std::string>().c_str(),
                 d["tasks"].get<long long>(), d["attempts"].get<long long>(), rate,
                 d["infrastructure"].get<long long>());
-    for (const char* split : {"by_effort", "by_harness"}) {
+    for (const char* split : {"by_split", "by_effort", "by_harness"}) {
       for (const auto& [name, t] : d[split].items()) {
         std::printf("  %-10s %-12s %9lld %.3f\n", split + 3, name.c_str(),
                     t["attempts"].get<long long>(), t["pass_rate"].get<double>());

@@ -192,25 +192,34 @@ absl::StatusOr<std::vector<LedgerAttempt>> TaskLedger::Read(const std::string& d
   return attempts;
 }
 
-std::string TaskKey(const Problem& problem) {
-  std::string content;
-  if (problem.agent_task != nullptr) {
-    v1::Task task = problem.agent_task->task;
-    task.clear_id();
+std::string TaskKey(const AgentTask& task) {
+  v1::Task content = task.task;
+  content.clear_id();
+  std::string bytes;
+  {
     // Deterministic: the environment's file map in key order.
-    google::protobuf::io::StringOutputStream out(&content);
+    google::protobuf::io::StringOutputStream out(&bytes);
     google::protobuf::io::CodedOutputStream coded(&out);
     coded.SetSerializationDeterministic(true);
-    task.SerializeToCodedStream(&coded);
-    coded.Trim();  // flushes into `content`
-  } else {
-    content = nlohmann::json({{"messages", problem.messages},
-                              {"answer", problem.answer},
-                              {"verifier", static_cast<int>(problem.verifier)},
-                              {"task_seed", problem.task_seed}})
-                  .dump();
+    content.SerializeToCodedStream(&coded);
   }
-  return Sha256Hex(content);
+  return Sha256Hex(bytes);
+}
+
+std::string TaskKey(const Problem& problem) {
+  if (problem.agent_task != nullptr) return TaskKey(*problem.agent_task);
+  return Sha256Hex(nlohmann::json({{"messages", problem.messages},
+                                   {"answer", problem.answer},
+                                   {"verifier", static_cast<int>(problem.verifier)},
+                                   {"task_seed", problem.task_seed}})
+                       .dump());
+}
+
+std::string FailureKind(bool passed, bool infrastructure, bool limit, bool parsed) {
+  if (passed) return "";
+  if (infrastructure) return "infrastructure";
+  if (limit) return "limit";
+  return parsed ? "agent" : "format";
 }
 
 }  // namespace loom::tasks

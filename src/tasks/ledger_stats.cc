@@ -20,7 +20,9 @@ struct Tally {
     passes += a.passed ? 1 : 0;
   }
   double rate() const { return attempts > 0 ? static_cast<double>(passes) / attempts : 0.0; }
-  nlohmann::json Json() const { return {{"attempts", attempts}, {"pass_rate", rate()}}; }
+  nlohmann::json Json() const {
+    return {{"attempts", attempts}, {"pass_rate", rate()}, {"infrastructure", infrastructure}};
+  }
 };
 
 struct RunTally {
@@ -30,7 +32,7 @@ struct RunTally {
 
 struct DatasetTally {
   Tally tally;
-  std::map<std::string, Tally> by_effort, by_harness;
+  std::map<std::string, Tally> by_split, by_effort, by_harness;
   std::vector<std::pair<std::string, RunTally>> by_run;  // in order of first appearance
 };
 
@@ -56,6 +58,7 @@ nlohmann::json LedgerStats(const std::vector<LedgerAttempt>& attempts) {
   for (const LedgerAttempt& a : attempts) {
     DatasetTally& d = datasets[a.dataset];
     d.tally.Add(a);
+    d.by_split[a.split].Add(a);
     d.by_effort[std::to_string(a.effort)].Add(a);
     d.by_harness[a.harness.empty() ? "single-turn" : a.harness].Add(a);
     auto run = std::find_if(d.by_run.begin(), d.by_run.end(),
@@ -84,6 +87,7 @@ nlohmann::json LedgerStats(const std::vector<LedgerAttempt>& attempts) {
                           {"pass_rate", d.tally.rate()},
                           {"pass_rate_stderr", MeanAndStderr(rates).second},
                           {"infrastructure", d.tally.infrastructure}};
+    for (const auto& [split, t] : d.by_split) row["by_split"][split] = t.Json();
     for (const auto& [effort, t] : d.by_effort) row["by_effort"][effort] = t.Json();
     for (const auto& [harness, t] : d.by_harness) row["by_harness"][harness] = t.Json();
     row["by_run"] = nlohmann::json::array();

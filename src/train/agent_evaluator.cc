@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -60,6 +61,9 @@ EpisodeFigures FiguresOf(const agent::HarnessEpisode& episode) {
   }
   return f;
 }
+
+// Where a finished episode goes: its cell's tally, and the attempts.
+using RecordEpisode = std::function<void(const AgentEvalSample&, const EpisodeFigures&)>;
 
 // What a cell's finished episodes add up to.
 struct AgentTally {
@@ -173,7 +177,7 @@ rollout::EngineOptions EpisodeEngineOptions(const config::RunConfig& config,
 // The built-in loop: `plan`'s episodes, at most `inflight` at once.
 absl::Status RunBuiltin(const EvalInputs& inputs, const model::Transformer& model,
                         rpc::WorkerPool& pool, const std::vector<AgentEvalSample>& plan,
-                        size_t inflight, std::vector<AgentTally>& tallies) {
+                        size_t inflight, const RecordEpisode& record) {
   const config::RunConfig& config = inputs.config;
   auto engine = rollout::RolloutEngine::Create(
       model, EpisodeEngineOptions(config, model, std::min(inflight, plan.size())));
@@ -203,8 +207,7 @@ absl::Status RunBuiltin(const EvalInputs& inputs, const model::Transformer& mode
     }
     const bool idle = (*engine)->num_running() + (*engine)->num_waiting() == 0;
     for (const agent::AgentResult& result : rollout.Pump(idle ? 0.05 : 0)) {
-      const AgentEvalSample& sample = *by_id.at(result.state.id);
-      tallies[sample.cell].Add(sample.task_index, FiguresOf(result));
+      record(*by_id.at(result.state.id), FiguresOf(result));
       --running;
       ++done;
     }
@@ -225,7 +228,7 @@ absl::Status RunBuiltin(const EvalInputs& inputs, const model::Transformer& mode
 absl::Status RunHarness(const EvalInputs& inputs, const model::Transformer& model,
                         rpc::WorkerPool& pool, const agent::HarnessSpec& harness,
                         const std::vector<AgentEvalSample>& plan, size_t inflight,
-                        const EvalOptions& options, std::vector<AgentTally>& tallies) {
+                        const EvalOptions& options, const RecordEpisode& record) {
   const config::RunConfig& config = inputs.config;
   inflight = std::min(inflight, plan.size());
   auto runner = serve::TurnRunner::Start(model, EpisodeEngineOptions(config, model, inflight));
@@ -261,7 +264,7 @@ absl::Status RunHarness(const EvalInputs& inputs, const model::Transformer& mode
                        err.substr(err.size() - std::min<size_t>(err.size(), 500)));
         }
         std::lock_guard<std::mutex> lock(mu);
-        tallies[sample.cell].Add(sample.task_index, FiguresOf(episode));
+        record(sample, FiguresOf(episode));
       }
     });
   }
@@ -281,14 +284,33 @@ absl::StatusOr<std::vector<AgentEvalCell>> EvaluateAgentTasks(
   // At most async.max_inflight episodes at once, as in training: the
   // workers' sandboxes are the limit, not the engine.
   const size_t inflight = static_cast<size_t>(std::max(1, inputs.config.async.max_inflight));
+  auto record = [&](const AgentEvalSample& sample, const EpisodeFigures& f) {
+    tallies[sample.cell].Add(sample.task_index, f);
+    if (options.attempts == nullptr) return;
+    const AgentEvalCell& cell = cells[sample.cell];
+    tasks::LedgerAttempt& a = options.attempts->emplace_back();
+    a.task_key = tasks::TaskKey(*sample.task);
+    a.task_id = sample.task->task.id();
+    a.dataset = cell.dataset;
+    a.split = "eval";
+    a.effort = cell.effort;
+    a.harness = cell.scaffold;
+    a.reward = f.reward;
+    a.passed = f.reward > 0.5;
+    a.failure = f.cause;
+    const bool limit =
+        f.cause == "step_limit" || f.cause == "time_limit" || f.cause == "sandbox_limit";
+    a.failure_kind = tasks::FailureKind(a.passed, f.infrastructure, limit, f.format_errors == 0);
+    a.length = static_cast<int64_t>(f.tokens);
+  };
   for (size_t s = 0; s < scaffolds.size(); ++s) {
     if (plans[s].empty()) continue;
     // A pool of its own: the built-in loop's episodes cancel theirs as they end.
     rpc::WorkerPool workers(pool.options());
     const absl::Status status =
         scaffolds[s].harness ? RunHarness(inputs, model, workers, *scaffolds[s].harness, plans[s],
-                                          inflight, options, tallies)
-                             : RunBuiltin(inputs, model, workers, plans[s], inflight, tallies);
+                                          inflight, options, record)
+                             : RunBuiltin(inputs, model, workers, plans[s], inflight, record);
     if (!status.ok()) return status;
   }
   for (size_t c = 0; c < cells.size(); ++c) tallies[c].Fill(cells[c]);
@@ -347,7 +369,8 @@ absl::StatusOr<std::unique_ptr<HeldOutAgentTasks>> HeldOutAgentTasks::Create(
 }
 
 absl::StatusOr<std::vector<AgentEvalCell>> HeldOutAgentTasks::Evaluate(
-    const EvalInputs& inputs, const model::Transformer& model) {
+    const EvalInputs& inputs, const model::Transformer& model,
+    std::vector<tasks::LedgerAttempt>* attempts) {
   if (!clients_) {
     auto clients = rpc::StartSandboxClients(inputs.config.sandbox);
     if (!clients.ok()) return clients.status();
@@ -357,6 +380,7 @@ absl::StatusOr<std::vector<AgentEvalCell>> HeldOutAgentTasks::Evaluate(
   for (const auto& [dataset, scaffold] : scaffolds_) {
     EvalOptions options;
     options.datasets = {dataset};
+    options.attempts = attempts;
     auto evaluated = EvaluateAgentTasks(inputs, model, options, *clients_->pool, {scaffold});
     if (!evaluated.ok()) return evaluated.status();
     cells.insert(cells.end(), evaluated->begin(), evaluated->end());

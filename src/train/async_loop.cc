@@ -14,13 +14,18 @@ namespace loom::train {
 namespace {}  // namespace
 
 void MaskInfrastructureFailures(std::vector<TrainingSample>& samples,
-                                std::map<std::string, int64_t>& by_cause) {
-  auto masked = [&](const TrainingSample& sample) {
-    if (!sample.info.outcome || !sample.info.outcome->infrastructure) return false;
-    ++by_cause[sample.info.outcome->cause()];
-    return true;
+                                std::map<std::string, int64_t>& by_cause,
+                                std::vector<TrainingSample>* masked) {
+  auto infrastructure = [](const TrainingSample& sample) {
+    return sample.info.outcome && sample.info.outcome->infrastructure;
   };
-  samples.erase(std::remove_if(samples.begin(), samples.end(), masked), samples.end());
+  auto kept = std::stable_partition(samples.begin(), samples.end(),
+                                    [&](const TrainingSample& s) { return !infrastructure(s); });
+  for (auto it = kept; it != samples.end(); ++it) {
+    ++by_cause[it->info.outcome->cause()];
+    if (masked != nullptr) masked->push_back(std::move(*it));
+  }
+  samples.erase(kept, samples.end());
 }
 
 absl::StatusOr<std::unique_ptr<AsyncLoop>> AsyncLoop::Create(const model::Transformer& model,
@@ -140,7 +145,7 @@ absl::StatusOr<std::optional<std::vector<TrainingSample>>> AsyncLoop::NextBatch(
   auto taken = dispatcher_->TakeBatch(policy_version_);
   LOOM_CHECK(taken.has_value(), "a batch the dispatcher called ready could not be taken");
   std::vector<TrainingSample> samples = table_.Take(*taken);
-  MaskInfrastructureFailures(samples, masked_);
+  MaskInfrastructureFailures(samples, masked_, &masked_samples_);
   // All lost to infrastructure: alone, wait for more; among ranks, train on
   // nothing, so that the step's collectives still meet.
   if (samples.empty() && (group_ == nullptr || group_->size() == 1)) return std::nullopt;
@@ -198,9 +203,11 @@ absl::Status AsyncLoop::TrainStep(std::vector<TrainingSample> samples, BatchTrai
   engine_->ParkAll();
   if (offload_parked_) engine_->OffloadParked();
 
-  Batch batch{std::move(samples),       step_,   policy_version_,
-              dispatcher_->TakeStats(), totals_, std::move(masked_)};
+  Batch batch{std::move(samples),        step_,   policy_version_,
+              dispatcher_->TakeStats(),  totals_, std::move(masked_),
+              std::move(masked_samples_)};
   masked_.clear();
+  masked_samples_.clear();
   if (environment_ != nullptr) environment_->BeforeWeightUpdate();
   auto trained = trainer.Train(batch);
   if (!trained.ok()) return trained.status();

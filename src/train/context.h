@@ -17,8 +17,10 @@
 #include "loom/tasks/dataset.h"
 #include "loom/tokenizer/tokenizer.h"
 #include "loom/train/evaluator.h"
+#include "loom/train/live_config.h"
 #include "loom/train/run_dir.h"
 #include "loom/train/step_inputs.h"
+#include "train/ledger_writer.h"
 
 namespace loom::algo {
 class TeacherPool;
@@ -29,8 +31,6 @@ namespace loom::train {
 class Checkpointer;
 class ControlInbox;
 class HeldOutAgentTasks;
-class LedgerWriter;
-class LiveConfig;
 
 struct TrainContext {
   const config::RunConfig& config;
@@ -55,10 +55,19 @@ struct TrainContext {
   EvalInputs eval_inputs() const { return {config, tokenizer, datasets, special_tokens}; }
   int rank() const { return group != nullptr ? group->rank() : 0; }
   int world_size() const { return group != nullptr ? group->size() : 1; }
-  // Evaluates the policy and logs it as `stage`'s step `step` (LogEvaluation).
+  // Evaluates the policy and logs it as `stage`'s step `step` (LogEvaluation),
+  // its samples going to the task ledger.
   absl::Status LogEvaluation(const char* stage, int64_t step) const {
-    return train::LogEvaluation(eval_inputs(), model, group, {stage, step, policy_version}, metrics,
-                                agent_tasks);
+    std::vector<tasks::LedgerAttempt> attempts;
+    if (absl::Status s =
+            train::LogEvaluation(eval_inputs(), model, group, {stage, step, policy_version},
+                                 metrics, agent_tasks, ledger != nullptr ? &attempts : nullptr);
+        !s.ok()) {
+      return s;
+    }
+    return ledger != nullptr
+               ? ledger->Evaluated(std::move(attempts), policy_version, live.version())
+               : absl::OkStatus();
   }
   // The gradient all-reduce's bucket size (dist.bucket_mb).
   int64_t bucket_bytes() const { return config.dist.bucket_mb << 20; }

@@ -219,6 +219,23 @@ int64_t EvalPoolTokens(const rollout::EngineOptions& run_engine, int64_t prompts
   return std::min(run_engine.pool_tokens, running * per_sample);
 }
 
+tasks::LedgerAttempt EvalAttempt(const tasks::Problem& problem, const std::string& dataset,
+                                 int effort, const algo::Judgement& judgement, int64_t length,
+                                 bool limit) {
+  tasks::LedgerAttempt a;
+  a.task_key = tasks::TaskKey(problem);
+  a.task_id = problem.agent_task != nullptr ? problem.agent_task->task.id() : problem.id;
+  a.dataset = dataset;
+  a.split = "eval";
+  a.effort = effort;
+  a.reward = judgement.reward;
+  a.passed = judgement.reward > 0.5;
+  a.failure = judgement.parse_error;
+  a.failure_kind = tasks::FailureKind(a.passed, false, limit, judgement.parsed);
+  a.length = length;
+  return a;
+}
+
 absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Transformer& model,
                                     const EvalOptions& options) {
   const config::RunConfig& config = inputs.config;
@@ -249,6 +266,13 @@ absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Trans
                        std::string(s.message()));
         }
         totals[prompt.cell].AddUnstarted(k == 0);
+        if (options.attempts != nullptr) {
+          const EvalCell& cell = result.cells[prompt.cell];
+          algo::Judgement unstarted;
+          unstarted.parse_error = "could not start: " + std::string(s.message());
+          options.attempts->push_back(
+              EvalAttempt(*prompt.problem, cell.dataset, cell.effort, unstarted, 0, true));
+        }
         continue;
       }
       by_id[request.id] = &prompt;
@@ -262,9 +286,18 @@ absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Trans
       const EvalPrompt& prompt = *by_id.at(sample.id);
       std::vector<int64_t> completion(sample.tokens.begin() + sample.prompt_length,
                                       sample.tokens.end());
-      totals[prompt.cell].Add(prompt.problem_index, completion,
-                              algo::JudgeCompletion(*prompt.problem, completion, inputs.tokenizer),
+      const algo::Judgement judgement =
+          algo::JudgeCompletion(*prompt.problem, completion, inputs.tokenizer);
+      totals[prompt.cell].Add(prompt.problem_index, completion, judgement,
                               inputs.special_tokens.think_end);
+      if (options.attempts != nullptr) {
+        const EvalCell& cell = result.cells[prompt.cell];
+        options.attempts->push_back(
+            EvalAttempt(*prompt.problem, cell.dataset, cell.effort, judgement,
+                        static_cast<int64_t>(completion.size()),
+                        sample.finish == rollout::FinishReason::kMaxNewTokens ||
+                            sample.finish == rollout::FinishReason::kContextLimit));
+      }
     }
   }
   if (options.group != nullptr) {
@@ -282,9 +315,11 @@ absl::StatusOr<EvalResult> Evaluate(const EvalInputs& inputs, const model::Trans
 
 absl::Status LogEvaluation(const EvalInputs& inputs, const model::Transformer& model,
                            dist::Group* group, const EvalPoint& point,
-                           metrics::MetricsWriter& metrics, HeldOutAgentTasks* agents) {
+                           metrics::MetricsWriter& metrics, HeldOutAgentTasks* agents,
+                           std::vector<tasks::LedgerAttempt>* attempts) {
   EvalOptions options;
   options.group = group;
+  options.attempts = attempts;
   auto eval = Evaluate(inputs, model, options);
   if (!eval.ok()) return eval.status();
   nlohmann::json record = {{"stage", point.stage},
@@ -315,7 +350,7 @@ absl::Status LogEvaluation(const EvalInputs& inputs, const model::Transformer& m
                  point.stage, point.step, eval->overall, eval->problems, eval->parse_rate);
   }
   if (agents != nullptr && (group == nullptr || group->rank() == 0)) {
-    auto cells = agents->Evaluate(inputs, model);
+    auto cells = agents->Evaluate(inputs, model, attempts);
     if (!cells.ok()) return cells.status();
     // Cells run efforts ascending within a dataset: the last one is the top.
     for (const AgentEvalCell& cell : *cells) {

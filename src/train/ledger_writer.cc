@@ -38,42 +38,74 @@ absl::Status LedgerWriter::Failed(absl::Status status) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A finished training sample as an attempt at its task, without the run's
+// fields (policy version, run, time).
+tasks::LedgerAttempt Attempt(const TrainingSample& sample, const tokenizer::Tokenizer& tokenizer) {
+  const SampleEntry& info = sample.info;
+  const tasks::Problem& problem = *info.problem;
+  tasks::LedgerAttempt a;
+  a.task_key = tasks::TaskKey(problem);
+  a.task_id = problem.agent_task != nullptr ? problem.agent_task->task.id() : problem.id;
+  a.effort = info.effort;
+  a.length = sample.state.generated;
+  a.config_version = info.config_version;
+  bool parsed = true, limit = false, infrastructure = false;
+  if (info.agent) {
+    const agent::EpisodeOutcome& outcome = *info.outcome;
+    a.reward = outcome.reward;
+    a.failure = outcome.failure_reason;
+    parsed = outcome.parsed();
+    infrastructure = outcome.infrastructure;
+    limit = outcome.cause() == "step_limit" || outcome.cause() == "time_limit";
+    for (const rollout::SampleState& sequence : info.sequences) a.length += sequence.generated;
+  } else {
+    const std::vector<int64_t> completion(sample.state.tokens.begin() + sample.state.prompt_length,
+                                          sample.state.tokens.end());
+    const algo::Judgement judgement = algo::JudgeCompletion(problem, completion, tokenizer);
+    a.reward = judgement.reward;
+    a.failure = judgement.parse_error;
+    parsed = judgement.parsed;
+    limit = sample.state.finish == rollout::FinishReason::kMaxNewTokens ||
+            sample.state.finish == rollout::FinishReason::kContextLimit;
+  }
+  a.passed = a.reward > 0.5;
+  a.failure_kind = tasks::FailureKind(a.passed, infrastructure, limit, parsed);
+  return a;
+}
+
+}  // namespace
+
 absl::Status LedgerWriter::Trained(const Batch& batch, const tokenizer::Tokenizer& tokenizer) {
   if (ledger_ == nullptr) return absl::OkStatus();  // it failed, and the run went on
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::vector<tasks::LedgerAttempt> attempts;
-  for (const TrainingSample& sample : batch.samples) {
-    const SampleEntry& info = sample.info;
-    const config::DatasetSection& dataset = config_.tasks.datasets[info.dataset];
-    tasks::LedgerAttempt& a = attempts.emplace_back();
-    a.task_key = tasks::TaskKey(*info.problem);
-    a.task_id = info.problem->agent_task != nullptr ? info.problem->agent_task->task.id()
-                                                    : info.problem->id;
-    a.dataset = dataset.name;
-    a.effort = info.effort;
-    a.length = sample.state.generated;
-    bool parsed = true;
-    if (info.agent) {
-      a.harness = dataset.harness;
-      const agent::EpisodeOutcome& outcome = *info.outcome;
-      a.reward = outcome.reward;
-      a.failure = outcome.failure_reason;
-      parsed = outcome.parsed();
-      for (const rollout::SampleState& sequence : info.sequences) a.length += sequence.generated;
-    } else {
-      const std::vector<int64_t> completion(
-          sample.state.tokens.begin() + sample.state.prompt_length, sample.state.tokens.end());
-      const algo::Judgement judgement = algo::JudgeCompletion(*info.problem, completion, tokenizer);
-      a.reward = judgement.reward;
-      a.failure = judgement.parse_error;
-      parsed = judgement.parsed;
+  for (const std::vector<TrainingSample>* samples : {&batch.samples, &batch.masked}) {
+    for (const TrainingSample& sample : *samples) {
+      tasks::LedgerAttempt& a = attempts.emplace_back(Attempt(sample, tokenizer));
+      const config::DatasetSection& dataset = config_.tasks.datasets[sample.info.dataset];
+      a.dataset = dataset.name;
+      if (sample.info.agent) a.harness = dataset.harness;
+      a.policy_version = batch.policy_version;
+      a.run_id = run_id_;
+      a.unix_time = now;
     }
-    a.passed = a.reward > 0.5;
-    a.failure_kind = FailureKind(sample, a.passed, parsed);
-    a.policy_version = batch.policy_version;
+  }
+  if (absl::Status s = ledger_->Append(attempts); !s.ok()) return Failed(s);
+  return absl::OkStatus();
+}
+
+absl::Status LedgerWriter::Evaluated(std::vector<tasks::LedgerAttempt> attempts,
+                                     int64_t policy_version, int64_t config_version) {
+  if (ledger_ == nullptr) return absl::OkStatus();
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  for (tasks::LedgerAttempt& a : attempts) {
+    a.policy_version = policy_version;
+    a.config_version = config_version;
     a.run_id = run_id_;
-    a.config_version = info.config_version;
     a.unix_time = now;
   }
   if (absl::Status s = ledger_->Append(attempts); !s.ok()) return Failed(s);
@@ -82,23 +114,6 @@ absl::Status LedgerWriter::Trained(const Batch& batch, const tokenizer::Tokenize
 
 void LedgerWriter::AddStepFigures(nlohmann::json& record) const {
   if (errors_ > 0) record["ledger_errors"] = errors_;
-}
-
-std::string FailureKind(const TrainingSample& sample, bool passed, bool parsed) {
-  if (passed) return "";
-  if (sample.info.agent) {
-    const agent::EpisodeOutcome& outcome = *sample.info.outcome;
-    if (outcome.infrastructure) return "infrastructure";
-    const std::string cause = outcome.cause();
-    if (cause == "step_limit" || cause == "time_limit") return "limit";
-    return parsed ? "agent" : "format";
-  }
-  const rollout::FinishReason finish = sample.state.finish;
-  if (finish == rollout::FinishReason::kMaxNewTokens ||
-      finish == rollout::FinishReason::kContextLimit) {
-    return "limit";
-  }
-  return parsed ? "agent" : "format";
 }
 
 }  // namespace loom::train

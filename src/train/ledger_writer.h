@@ -1,11 +1,13 @@
 #pragma once
 // LedgerWriter: a training run's side of the task ledger (tasks.ledger,
-// loom/tasks/ledger.h). Every trained sample of a GRPO or OPD step is
-// appended as an attempt at its task, with its task reward, failure kind,
-// length, policy version and the run. A ledger that cannot be opened or
-// written never costs training data: with `tasks.ledger_errors: continue`
-// the run says so in its log, counts it (ledger_errors in the step line)
-// and goes on without the ledger; with `stop` the run stops with the error.
+// loom/tasks/ledger.h). Every trained sample of a GRPO or OPD step, every
+// agent sample masked as an infrastructure failure, and every held-out sample
+// of a training evaluation is appended as an attempt at its task, with its
+// task reward, failure kind, length, policy version and the run. A ledger
+// that cannot be opened or written never costs training data: with
+// `tasks.ledger_errors: continue` the run says so in its log, counts it
+// (ledger_errors in the step line) and goes on without the ledger; with
+// `stop` the run stops with the error.
 // Run loop thread only.
 
 #include <memory>
@@ -29,8 +31,13 @@ class LedgerWriter {
   static absl::StatusOr<std::unique_ptr<LedgerWriter>> Open(const config::RunConfig& config,
                                                             const std::string& run_dir);
 
-  // Appends the attempts of `batch`'s trained samples.
+  // Appends the attempts of `batch`'s trained samples, and of the samples
+  // masked as infrastructure failures since the previous step.
   absl::Status Trained(const Batch& batch, const tokenizer::Tokenizer& tokenizer);
+  // Appends an evaluation's attempts (EvalOptions::attempts), made by the
+  // weights of `policy_version` under live config `config_version`.
+  absl::Status Evaluated(std::vector<tasks::LedgerAttempt> attempts, int64_t policy_version,
+                         int64_t config_version);
   // ledger_errors (1 once the ledger failed and the run went on without it;
   // absent before).
   void AddStepFigures(nlohmann::json& record) const;
@@ -46,11 +53,5 @@ class LedgerWriter {
   std::unique_ptr<tasks::TaskLedger> ledger_;  // null once it failed
   int64_t errors_ = 0;
 };
-
-// The ledger's failure kind of a finished sample: "" (solved), "infrastructure",
-// "limit" (an agent's step or time limit, or a completion cut at its length
-// limit), "format" (malformed), else "agent" (a wrong answer or an
-// unsolved task).
-std::string FailureKind(const TrainingSample& sample, bool passed, bool parsed);
 
 }  // namespace loom::train

@@ -256,7 +256,9 @@ TEST(LedgerStatsTest, PassRatesAddUpByHand) {
   EXPECT_DOUBLE_EQ(d["pass_rate"].get<double>(), 0.5);
   // Per-task rates 0.75 and 0: sd 0.5303 (n - 1), over √2.
   EXPECT_NEAR(d["pass_rate_stderr"].get<double>(), 0.375, 1e-12);
-  EXPECT_EQ(d["by_effort"]["50"], nlohmann::json({{"attempts", 1}, {"pass_rate", 0.0}}));
+  EXPECT_EQ(d["by_effort"]["50"],
+            nlohmann::json({{"attempts", 1}, {"pass_rate", 0.0}, {"infrastructure", 0}}));
+  EXPECT_EQ(d["by_split"]["train"]["infrastructure"], 1);
   EXPECT_EQ(d["by_effort"]["100"]["attempts"], 5);
   EXPECT_DOUBLE_EQ(d["by_effort"]["100"]["pass_rate"].get<double>(), 0.6);
   ASSERT_EQ(d["by_run"].size(), 2u);

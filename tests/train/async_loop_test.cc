@@ -216,10 +216,13 @@ TEST(MaskTest, InfrastructureFailuresLeaveTheBatchCountedByCause) {
   }
   samples.emplace_back().state.id = 7;
   std::map<std::string, int64_t> by_cause = {{"worker_lost", 1}};  // from an earlier batch
-  MaskInfrastructureFailures(samples, by_cause);
-  std::vector<uint64_t> kept;
+  std::vector<TrainingSample> masked;
+  MaskInfrastructureFailures(samples, by_cause, &masked);
+  std::vector<uint64_t> kept, taken;
   for (const TrainingSample& s : samples) kept.push_back(s.state.id);
+  for (const TrainingSample& s : masked) taken.push_back(s.state.id);
   EXPECT_EQ(kept, (std::vector<uint64_t>{1, 3, 6, 7})) << "the agent's own failures stay";
+  EXPECT_EQ(taken, (std::vector<uint64_t>{2, 4, 5}));
   EXPECT_EQ(by_cause, (std::map<std::string, int64_t>{{"worker_lost", 3}, {"no_sandbox", 1}}));
 }
 

@@ -120,7 +120,9 @@ TEST(HarnessTrainTest, GrpoTrainsThroughHarnessesAndTheBuiltinLoopSideBySide) {
       const int64_t prompt = sequence["prompt_length"];
       for (size_t i = 0; i < mask.size(); ++i) {
         generated += mask[i];
-        if (static_cast<int64_t>(i) < prompt) EXPECT_EQ(mask[i], 0) << "prompt token " << i;
+        if (static_cast<int64_t>(i) < prompt) {
+          EXPECT_EQ(mask[i], 0) << "prompt token " << i;
+        }
       }
     }
     EXPECT_EQ(generated, called) << t.dump();
@@ -223,12 +225,27 @@ TEST(HarnessTrainTest, HeldOutTasksAreEvaluatedUnderEachDatasetsHarnessDuringTra
       if (row["scaffold"] != "builtin") {
         EXPECT_GE(row["mean_turns"].get<double>(), 1.0) << row.dump();  // each calls the model
       }
-      if (row["scaffold"] == "probe") EXPECT_EQ(row["mean_turns"], 1.0) << row.dump();
+      if (row["scaffold"] == "probe") {
+        EXPECT_EQ(row["mean_turns"], 1.0) << row.dump();
+      }
     }
     EXPECT_EQ(r["eval_agent_pass@1_by_dataset"],
               Json({{"builtin", 0.5}, {"pi", 0.5}, {"probe", 0.5}}));
   }
   EXPECT_EQ(evaluated_at, (std::vector<int>{1, 2}));
+  // The held-out episodes are in the run's task ledger under their harness:
+  // per dataset, two evaluations of two counted tasks and one failed setup.
+  const auto stats = testing::RunLoom("tasks stats --json " + (dir / "run"));
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  const Json ledger = Json::parse(stats.out.substr(stats.out.rfind("\n{") + 1));
+  ASSERT_EQ(ledger["datasets"].size(), 3u);
+  for (const Json& d : ledger["datasets"]) {
+    EXPECT_EQ(d["by_split"]["eval"],
+              Json({{"attempts", 4}, {"pass_rate", 0.5}, {"infrastructure", 2}}))
+        << d.dump();
+    EXPECT_EQ(d["by_harness"].size(), 1u) << d.dump();
+    EXPECT_TRUE(d["by_harness"].contains(d["dataset"].get<std::string>())) << d.dump();
+  }
   for (const Json& line : testing::ReadJsonLines(dir / "run/trajectories.jsonl")) {
     const std::string id = line["trajectory"].value("task_id", "");
     EXPECT_TRUE(id == "coin-a" || id == "coin-b") << line["trajectory"].dump();

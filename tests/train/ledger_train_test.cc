@@ -1,6 +1,6 @@
 // The task ledger of real `loom train` runs (configs/test/e2e.yaml's GRPO
-// stage on a tiny model): every trained sample is one attempt, two runs
-// share one ledger, and a ledger that cannot be opened never stops a run
+// stage on a tiny model): every trained and every evaluated sample is one
+// attempt, two runs share one ledger, and a ledger that cannot be opened never stops a run
 // that was told to go on (nor loses its training data), while one told to
 // stop does, naming the file.
 
@@ -52,7 +52,10 @@ TEST(LedgerTrainTest, EveryTrainedSampleIsAnAttemptAndRunsShareALedger) {
   const Json stats = Stats(dir / "first");  // the run directory's default ledger
   ASSERT_EQ(stats["datasets"].size(), 2u) << stats.dump();
   for (const Json& d : stats["datasets"]) {
-    EXPECT_EQ(d["attempts"], first.at(d["dataset"])) << d.dump();
+    // Every trained sample, then the held-out problems evaluated at the
+    // stage's end: 8 per dataset at each of the two efforts (configs/test/e2e.yaml).
+    EXPECT_EQ(d["by_split"]["train"]["attempts"], first.at(d["dataset"])) << d.dump();
+    EXPECT_EQ(d["by_split"]["eval"]["attempts"], 16) << d.dump();
     ASSERT_EQ(d["by_run"].size(), 1u);
     EXPECT_NE(d["by_run"][0]["run_id"].get<std::string>().find("first"), std::string::npos);
     EXPECT_EQ(d["by_effort"].size(), 2u) << "configs/test/e2e.yaml: levels 50 and 100";
@@ -67,7 +70,7 @@ TEST(LedgerTrainTest, EveryTrainedSampleIsAnAttemptAndRunsShareALedger) {
   for (const Json& d : both["datasets"]) {
     ASSERT_EQ(d["by_run"].size(), 2u) << d.dump();
     EXPECT_NE(d["by_run"][1]["run_id"].get<std::string>().find("second"), std::string::npos);
-    EXPECT_EQ(d["attempts"].get<int>(),
+    EXPECT_EQ(d["by_split"]["train"]["attempts"].get<int>(),
               first.at(d["dataset"]) + TrainedByDataset(dir / "second").at(d["dataset"]));
   }
   // Without --dataset every dataset; with it one.

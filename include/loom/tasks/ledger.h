@@ -79,10 +79,12 @@ class TaskLedger {
 //   {"datasets": [{"dataset", "tasks", "attempts", "pass_rate",
 //                  "pass_rate_stderr" (the spread of the per-task pass rates
 //                  over √tasks), "infrastructure",
-//                  "by_effort": {"100": {"attempts", "pass_rate"}, ...},
-//                  "by_harness": {...},
+//                  "by_split": {"train": {"attempts", "pass_rate",
+//                                         "infrastructure"}, "eval": ...},
+//                  "by_effort": {"100": {...}, ...}, "by_harness": {...},
 //                  "by_run": [{"run_id", "attempts", "pass_rate",
-//                              "first_version", "last_version"}, ...]}],
+//                              "infrastructure", "first_version",
+//                              "last_version"}, ...]}],
 //    "tasks": [{"task_key", "task_id", "dataset", "attempts", "passes",
 //               "pass_rate", "pass_rate_stderr" (binomial: √(p(1-p)/n)),
 //               "infrastructure"}]}
@@ -94,5 +96,11 @@ nlohmann::json LedgerStats(const std::vector<LedgerAttempt>& attempts);
 // environment and verification (its id left out); a single-turn problem's
 // messages, answer and verifier.
 std::string TaskKey(const Problem& problem);
+std::string TaskKey(const AgentTask& task);
+
+// An attempt's failure kind: "" when it passed, else, first that holds:
+// "infrastructure", "limit" (it hit a step, time or length limit), "format"
+// (malformed), "agent".
+std::string FailureKind(bool passed, bool infrastructure, bool limit, bool parsed);
 
 }  // namespace loom::tasks

@@ -89,11 +89,13 @@ class HeldOutAgentTasks {
   static absl::StatusOr<std::unique_ptr<HeldOutAgentTasks>> Create(const EvalInputs& inputs,
                                                                    int64_t context_window);
 
-  // Cells in dataset order, efforts ascending. Errors: the workers could
+  // Cells in dataset order, efforts ascending; each episode appended to
+  // `attempts` when given (EvalOptions::attempts). Errors: the workers could
   // not start, or an episode's infrastructure failed beyond the cell's
   // counting (EvaluateAgentTasks).
-  absl::StatusOr<std::vector<AgentEvalCell>> Evaluate(const EvalInputs& inputs,
-                                                      const model::Transformer& model);
+  absl::StatusOr<std::vector<AgentEvalCell>> Evaluate(
+      const EvalInputs& inputs, const model::Transformer& model,
+      std::vector<tasks::LedgerAttempt>* attempts = nullptr);
 
  private:
   explicit HeldOutAgentTasks(std::vector<std::pair<int, AgentScaffold>> scaffolds)

@@ -58,6 +58,7 @@ struct Batch {
   // Agent samples whose episodes failed for infrastructure reasons, taken
   // out of `samples` since the previous step, by cause.
   std::map<std::string, int64_t> masked_by_cause;
+  std::vector<TrainingSample> masked;  // those samples (for the task ledger)
 };
 
 // Takes agent samples whose episodes failed for reasons outside the policy
@@ -68,7 +69,8 @@ struct Batch {
 // subgroup's baseline. Failures the agent causes (time or step limits,
 // format errors, killed commands) stay: their verdicts are the policy's.
 void MaskInfrastructureFailures(std::vector<TrainingSample>& samples,
-                                std::map<std::string, int64_t>& by_cause);
+                                std::map<std::string, int64_t>& by_cause,
+                                std::vector<TrainingSample>* masked = nullptr);
 
 // What a trainer's optimizer step produced.
 struct TrainedStep {
@@ -237,8 +239,9 @@ class AsyncLoop : private dispatch::RolloutPort {
   SampleTable table_;
   RolloutTotals totals_;
   InflightObservations inflight_;
-  std::map<std::string, int64_t> masked_;  // since the previous step
-  int64_t finished_ = 0;                   // samples finished (or failed) so far
+  std::map<std::string, int64_t> masked_;       // since the previous step
+  std::vector<TrainingSample> masked_samples_;  // the same
+  int64_t finished_ = 0;                        // samples finished (or failed) so far
 };
 
 }  // namespace loom::train

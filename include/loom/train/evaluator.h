@@ -29,6 +29,7 @@
 #include "loom/model/transformer.h"
 #include "loom/rollout/engine.h"
 #include "loom/tasks/dataset.h"
+#include "loom/tasks/ledger.h"
 #include "loom/tokenizer/tokenizer.h"
 
 namespace loom::train {
@@ -41,7 +42,18 @@ struct EvalOptions {
   // The ranks of a multi-rank run (borrowed; null: this process alone): each
   // evaluates every size()-th problem of a cell, and the tallies are summed.
   dist::Group* group = nullptr;
+  // When set, every sample this process evaluated is appended as an attempt
+  // at its task (split "eval"; the run's fields — policy version, run, time —
+  // left for the caller). Borrowed.
+  std::vector<tasks::LedgerAttempt>* attempts = nullptr;
 };
+
+// A held-out sample of `problem` (of `dataset`, at `effort`) as an attempt:
+// `judgement` is its verdict, `length` its generated tokens; `limit` when it
+// could not start or was cut at its length limit.
+tasks::LedgerAttempt EvalAttempt(const tasks::Problem& problem, const std::string& dataset,
+                                 int effort, const algo::Judgement& judgement, int64_t length,
+                                 bool limit);
 
 // One dataset at one effort. Means are per sample; pass@K per problem.
 // Standard errors treat the problems as the sample (a problem's K samples
@@ -161,9 +173,11 @@ class HeldOutAgentTasks;
 // `eval_reasoning_length_by_effort`. With `agents` (loom/train/agent_evaluator.h), the
 // first rank also runs the held-out agent tasks, and the line carries
 // `eval_agent_pass@1_by_dataset` (at the top effort) and every cell in
-// `eval_agent_results`.
+// `eval_agent_results`. With `attempts`, every evaluated sample (single-turn
+// and agent) is appended to it (EvalOptions::attempts).
 absl::Status LogEvaluation(const EvalInputs& inputs, const model::Transformer& model,
                            dist::Group* group, const EvalPoint& point,
-                           metrics::MetricsWriter& metrics, HeldOutAgentTasks* agents = nullptr);
+                           metrics::MetricsWriter& metrics, HeldOutAgentTasks* agents = nullptr,
+                           std::vector<tasks::LedgerAttempt>* attempts = nullptr);
 
 }  // namespace loom::train
