@@ -4,6 +4,12 @@
 // last line is LedgerStats' JSON, with every task's row. Exit 2 when the
 // ledger is missing or cannot be read.
 //
+// `loom tasks audit LEDGER|RUN_DIR [--dataset D] [--min-attempts N]
+// [--jump J] [--json]`: the ledger's flagged tasks (LedgerAudit): always or
+// never solved, broken, a jump in reward, won without work, failing for the
+// infrastructure. A line per flag and a count per kind; with --json the last
+// line is LedgerAudit's JSON. Exit 2 when the ledger is missing or unreadable.
+//
 // `loom tasks check FILE... [--local N] [--worker ADDR]... [--auth-token-file F]
 // [--jobs J] [--json]`: reads agent task files (kind agent_jsonl; every
 // malformed line is reported, exit 2) and checks every task in real
@@ -39,7 +45,46 @@ struct CheckFlags {
   int local = 2;
   int jobs = 2;
   bool json = false;
+  std::string ledger;   // "" = none
+  std::string dataset;  // the ledger's dataset name for these tasks
 };
+
+// What `loom tasks check` found, for the task ledger: per checked task, the
+// episode that did nothing (split "unsolved") and the reference's
+// ("reference"). `tasks` and `checks` are in the same order.
+absl::Status AppendChecks(const CheckFlags& flags, const std::vector<tasks::AgentTask>& tasks,
+                          const std::vector<agent::TaskCheck>& checks) {
+  auto ledger = tasks::TaskLedger::Open(flags.ledger);
+  if (!ledger.ok()) return ledger.status();
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::string dataset = flags.dataset.empty()
+                                  ? std::filesystem::path(flags.files.front()).stem().string()
+                                  : flags.dataset;
+  std::vector<tasks::LedgerAttempt> attempts;
+  for (size_t i = 0; i < checks.size(); ++i) {
+    const agent::TaskCheck& check = checks[i];
+    if (!check.checked()) continue;
+    for (const auto& [split, trajectory] :
+         {std::pair<const char*, const v1::Trajectory*>{"unsolved", &check.unsolved},
+          {"reference", &check.reference}}) {
+      if (trajectory == &check.reference && !check.has_reference) continue;
+      tasks::LedgerAttempt& a = attempts.emplace_back();
+      a.task_key = tasks::TaskKey(tasks[i]);
+      a.task_id = check.id;
+      a.dataset = dataset;
+      a.split = split;
+      a.harness = "check";
+      a.reward = trajectory->verdict().reward();
+      a.passed = trajectory->verdict().passed();
+      a.failure = a.passed ? "" : trajectory->verdict().details().substr(0, 500);
+      a.failure_kind = tasks::FailureKind(a.passed, false, false, true);
+      a.run_id = "loom tasks check";
+      a.unix_time = now;
+    }
+  }
+  return (*ledger)->Append(attempts);
+}
 
 // Every task of every file; the files' errors all together.
 absl::StatusOr<std::vector<tasks::AgentTask>> ReadAll(const std::vector<std::string>& files) {
@@ -101,6 +146,12 @@ int RunCheck(const CheckFlags& flags) {
       CheckAll(*clients->pool, *tasks, rpc::ScaffoldOptionsFrom(sandbox), flags.jobs);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!flags.ledger.empty()) {
+    if (absl::Status s = AppendChecks(flags, *tasks, checks); !s.ok()) {
+      std::cerr << "loom tasks check: " << s.message() << "\n";
+      return kExitFailure;
+    }
+  }
 
   nlohmann::ordered_json broken = nlohmann::json::array(), unchecked = nlohmann::json::array();
   int without_reference = 0;
@@ -133,19 +184,22 @@ struct StatsFlags {
   bool json = false;
 };
 
-int RunStats(const StatsFlags& flags) {
-  std::string path = flags.ledger;
+// The attempts of the ledger at `ledger` (a file, or a run directory with
+// ledger.sqlite), only `dataset`'s when it is not empty; never creates one.
+absl::StatusOr<std::vector<tasks::LedgerAttempt>> ReadLedger(const std::string& ledger,
+                                                             const std::string& dataset) {
+  std::string path = ledger;
   if (std::filesystem::is_directory(path)) path += "/ledger.sqlite";
   if (!std::filesystem::is_regular_file(path)) {
-    std::cerr << "loom tasks stats: no task ledger at " << path << "\n";
-    return kExitUsage;
+    return absl::InvalidArgumentError("no task ledger at " + path);
   }
-  auto ledger = tasks::TaskLedger::Open(path);
-  if (!ledger.ok()) {
-    std::cerr << "loom tasks stats: " << ledger.status().message() << "\n";
-    return kExitUsage;
-  }
-  auto attempts = (*ledger)->Read(flags.dataset);
+  auto opened = tasks::TaskLedger::Open(path);
+  if (!opened.ok()) return opened.status();
+  return (*opened)->Read(dataset);
+}
+
+int RunStats(const StatsFlags& flags) {
+  auto attempts = ReadLedger(flags.ledger, flags.dataset);
   if (!attempts.ok()) {
     std::cerr << "loom tasks stats: " << attempts.status().message() << "\n";
     return kExitUsage;
@@ -179,6 +233,35 @@ int RunStats(const StatsFlags& flags) {
   return kExitOk;
 }
 
+struct AuditFlags {
+  std::string ledger;
+  std::string dataset;
+  tasks::AuditOptions options;
+  bool json = false;
+};
+
+int RunAudit(const AuditFlags& flags) {
+  auto attempts = ReadLedger(flags.ledger, flags.dataset);
+  if (!attempts.ok()) {
+    std::cerr << "loom tasks audit: " << attempts.status().message() << "\n";
+    return kExitUsage;
+  }
+  const nlohmann::json audit = tasks::LedgerAudit(*attempts, flags.options);
+  for (const nlohmann::json& f : audit["flags"]) {
+    std::printf("%-17s %-16s %-24s %s\n", f["flag"].get<std::string>().c_str(),
+                f["dataset"].get<std::string>().c_str(), f["task_id"].get<std::string>().c_str(),
+                f["detail"].get<std::string>().c_str());
+  }
+  std::printf("%lld tasks audited", audit["tasks"].get<long long>());
+  for (const auto& [flag, count] : audit["counts"].items()) {
+    std::printf(", %lld %s", count.get<long long>(), flag.c_str());
+  }
+  std::printf("\n");
+  if (flags.json)
+    std::cout << audit.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  return kExitOk;
+}
+
 void SetupTasks(CLI::App& app, Context& context) {
   CLI::App* group = GroupCommand(app, "tasks", "Work with agent task files and the task ledger");
   auto flags = std::make_shared<CheckFlags>();
@@ -196,6 +279,12 @@ void SetupTasks(CLI::App& app, Context& context) {
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   check->add_flag("--json", flags->json, "Print the summary as JSON too");
+  check->add_option("--ledger", flags->ledger,
+                    "Task ledger to record each task's two episodes in, for `loom tasks audit`");
+  check
+      ->add_option("--dataset", flags->dataset,
+                   "The dataset name the ledger records the tasks under (as in a run's config)")
+      ->default_str("the first file's name without .jsonl");
   check->callback([flags, &context] { context.exit_code = RunCheck(*flags); });
 
   auto stats_flags = std::make_shared<StatsFlags>();
@@ -206,6 +295,25 @@ void SetupTasks(CLI::App& app, Context& context) {
   stats->add_flag("--json", stats_flags->json,
                   "Print the statistics as JSON too, every task's row");
   stats->callback([stats_flags, &context] { context.exit_code = RunStats(*stats_flags); });
+
+  auto audit_flags = std::make_shared<AuditFlags>();
+  CLI::App* audit = group->add_subcommand(
+      "audit", "Flag tasks in a task ledger: always or never solved, broken, suspicious wins");
+  audit->add_option("ledger", audit_flags->ledger, "Ledger file, or a run directory")->required();
+  audit->add_option("--dataset", audit_flags->dataset, "Only this dataset's tasks");
+  audit
+      ->add_option("--min-attempts", audit_flags->options.min_attempts,
+                   "Attempts a task needs before it is called always or never solved")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  audit
+      ->add_option("--jump", audit_flags->options.jump,
+                   "Change in pass rate between a task's earlier and later attempts that is "
+                   "flagged")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  audit->add_flag("--json", audit_flags->json, "Print the flags as JSON too");
+  audit->callback([audit_flags, &context] { context.exit_code = RunAudit(*audit_flags); });
 }
 
 }  // namespace

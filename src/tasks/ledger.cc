@@ -25,6 +25,7 @@ CREATE TABLE IF NOT EXISTS attempts (
   failure_kind TEXT NOT NULL,
   failure TEXT NOT NULL,
   length INTEGER NOT NULL,
+  steps INTEGER NOT NULL,
   policy_version INTEGER NOT NULL,
   run_id TEXT NOT NULL,
   config_version INTEGER NOT NULL,
@@ -34,7 +35,7 @@ CREATE INDEX IF NOT EXISTS attempts_by_task ON attempts (task_key);
 
 constexpr char kColumns[] =
     "task_key, task_id, dataset, split, effort, harness, reward, passed, failure_kind, failure, "
-    "length, policy_version, run_id, config_version, unix_time";
+    "length, steps, policy_version, run_id, config_version, unix_time";
 
 // `rc` of a call on `db` as a status naming the ledger's path.
 absl::Status Error(sqlite3* db, int rc, const std::string& path, const std::string& doing) {
@@ -128,7 +129,7 @@ absl::Status TaskLedger::Append(const std::vector<LedgerAttempt>& attempts) {
   if (absl::Status s = Exec(db_, "BEGIN IMMEDIATE", path_, "appending"); !s.ok()) return s;
   auto append = [&]() -> absl::Status {
     const std::string sql = absl::StrCat("INSERT INTO attempts (", kColumns,
-                                         ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                                         ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     Statement insert(db_, sql.c_str());
     if (insert.rc() != SQLITE_OK) return Error(db_, insert.rc(), path_, "appending");
     sqlite3_stmt* stmt = insert.get();
@@ -145,6 +146,7 @@ absl::Status TaskLedger::Append(const std::vector<LedgerAttempt>& attempts) {
       sqlite3_bind_text(stmt, ++column, a.failure_kind.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_text(stmt, ++column, a.failure.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_int64(stmt, ++column, a.length);
+      sqlite3_bind_int(stmt, ++column, a.steps);
       sqlite3_bind_int64(stmt, ++column, a.policy_version);
       sqlite3_bind_text(stmt, ++column, a.run_id.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_int64(stmt, ++column, a.config_version);
@@ -183,10 +185,11 @@ absl::StatusOr<std::vector<LedgerAttempt>> TaskLedger::Read(const std::string& d
     a.failure_kind = Text(stmt, 8);
     a.failure = Text(stmt, 9);
     a.length = sqlite3_column_int64(stmt, 10);
-    a.policy_version = sqlite3_column_int64(stmt, 11);
-    a.run_id = Text(stmt, 12);
-    a.config_version = sqlite3_column_int64(stmt, 13);
-    a.unix_time = sqlite3_column_double(stmt, 14);
+    a.steps = sqlite3_column_int(stmt, 11);
+    a.policy_version = sqlite3_column_int64(stmt, 12);
+    a.run_id = Text(stmt, 13);
+    a.config_version = sqlite3_column_int64(stmt, 14);
+    a.unix_time = sqlite3_column_double(stmt, 15);
   }
   if (rc != SQLITE_DONE) return Error(db_, rc, path_, "reading");
   return attempts;

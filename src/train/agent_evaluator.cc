@@ -35,6 +35,7 @@ struct EpisodeFigures {
   bool infrastructure = false;  // masked: counted apart, by cause
   std::string cause;
   double turns = 0, format_errors = 0, tokens = 0;
+  double tool_calls = 0;  // the turns that called tools
 };
 
 EpisodeFigures FiguresOf(const agent::AgentResult& result) {
@@ -43,6 +44,7 @@ EpisodeFigures FiguresOf(const agent::AgentResult& result) {
   f.infrastructure = result.outcome.infrastructure;
   f.cause = result.outcome.cause();
   f.turns = result.trajectory.value("steps", 0);
+  f.tool_calls = result.outcome.steps;
   f.format_errors = result.outcome.format_errors;
   f.tokens = static_cast<double>(
       std::count(result.state.loss_mask.begin(), result.state.loss_mask.end(), 1));
@@ -55,6 +57,7 @@ EpisodeFigures FiguresOf(const agent::HarnessEpisode& episode) {
   f.infrastructure = episode.infrastructure;
   f.cause = episode.failure.substr(0, episode.failure.find(':'));
   f.turns = static_cast<double>(episode.record.calls.size());
+  f.tool_calls = agent::OutcomeOf(episode).steps;
   for (const serve::CallRecord& call : episode.record.calls) {
     f.format_errors += call.format_error;
     f.tokens += static_cast<double>(call.completion_tokens);
@@ -302,6 +305,7 @@ absl::StatusOr<std::vector<AgentEvalCell>> EvaluateAgentTasks(
         f.cause == "step_limit" || f.cause == "time_limit" || f.cause == "sandbox_limit";
     a.failure_kind = tasks::FailureKind(a.passed, f.infrastructure, limit, f.format_errors == 0);
     a.length = static_cast<int64_t>(f.tokens);
+    a.steps = static_cast<int>(f.tool_calls);
   };
   for (size_t s = 0; s < scaffolds.size(); ++s) {
     if (plans[s].empty()) continue;

@@ -59,6 +59,7 @@ tasks::LedgerAttempt Attempt(const TrainingSample& sample, const tokenizer::Toke
     parsed = outcome.parsed();
     infrastructure = outcome.infrastructure;
     limit = outcome.cause() == "step_limit" || outcome.cause() == "time_limit";
+    a.steps = outcome.steps;
     for (const rollout::SampleState& sequence : info.sequences) a.length += sequence.generated;
   } else {
     const std::vector<int64_t> completion(sample.state.tokens.begin() + sample.state.prompt_length,

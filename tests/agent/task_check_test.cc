@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "testing/temp_dir.h"
@@ -65,7 +66,8 @@ TEST(TaskCheckTest, BrokenTasksAreNamedWithWhatIsWrong) {
   for (const Json& task : tasks) text += task.dump() + "\n";
   const std::string path = dir.Write("tasks.jsonl", text);
 
-  const auto run = testing::RunLoom("tasks check --json " + path);
+  const auto run =
+      testing::RunLoom("tasks check --json --ledger " + (dir / "ledger.sqlite") + " " + path);
   EXPECT_EQ(run.exit_code, 1) << run.out << run.err;
   const Json summary = Summary(run.out);
   ASSERT_FALSE(summary.is_discarded()) << run.out;
@@ -83,6 +85,20 @@ TEST(TaskCheckTest, BrokenTasksAreNamedWithWhatIsWrong) {
   EXPECT_EQ(problems[tasks[3]["id"]],
             "its environment's setup_failed: exit status 3: no such service\n");
   EXPECT_EQ(problems.count(tasks[0]["id"]), 0u);
+
+  // The ledger holds both episodes of each task; its audit finds the same
+  // three broken tasks, under the file's name.
+  const auto audit = testing::RunLoom("tasks audit --json " + (dir / "ledger.sqlite"));
+  ASSERT_EQ(audit.exit_code, 0) << audit.err;
+  const Json flags = Summary(audit.out);
+  EXPECT_EQ(flags["tasks"], 4);
+  std::set<std::string> broken;
+  for (const Json& f : flags["flags"]) {
+    EXPECT_EQ(f["flag"], "broken") << f.dump();
+    EXPECT_EQ(f["dataset"], "tasks") << f.dump();
+    broken.insert(f["task_id"].get<std::string>());
+  }
+  EXPECT_EQ(broken, (std::set<std::string>{tasks[1]["id"], tasks[2]["id"], tasks[3]["id"]}));
 }
 
 TEST(TaskCheckTest, AMalformedFileIsRefusedBeforeAnySandbox) {

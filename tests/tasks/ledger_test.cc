@@ -58,6 +58,7 @@ TEST(TaskLedgerTest, AttemptsRoundTripAcrossReopening) {
   odd.harness = "pi";
   odd.split = "eval";
   odd.effort = 50;
+  odd.steps = 4;
   {
     auto ledger = TaskLedger::Open(path);
     ASSERT_TRUE(ledger.ok()) << ledger.status();
@@ -77,6 +78,8 @@ TEST(TaskLedgerTest, AttemptsRoundTripAcrossReopening) {
   EXPECT_EQ(back.failure_kind, "limit");
   EXPECT_EQ(back.failure, "time_limit");
   EXPECT_EQ(back.length, 17);
+  EXPECT_EQ(back.steps, 4);
+  EXPECT_EQ((*read)[0].steps, -1);
   EXPECT_EQ(back.policy_version, 3);
   EXPECT_EQ(back.unix_time, 1.5e9);
   EXPECT_TRUE((*read)[0].passed);
@@ -273,6 +276,84 @@ TEST(LedgerStatsTest, PassRatesAddUpByHand) {
   EXPECT_EQ(a["passes"], 3);
   EXPECT_NEAR(a["pass_rate_stderr"].get<double>(), std::sqrt(0.75 * 0.25 / 4), 1e-12);
   EXPECT_EQ(stats["tasks"][1]["infrastructure"], 1);
+}
+
+}  // namespace
+}  // namespace loom::tasks
+
+namespace loom::tasks {
+namespace {
+
+// A hand-built history with one task per flag (and one with none), each
+// task's attempts under its own key; the audit must flag exactly those.
+TEST(LedgerAuditTest, FlagsExactlyTheTasksBuiltToBeFlagged) {
+  std::vector<LedgerAttempt> attempts;
+  auto add = [&](const std::string& task, bool passed, int64_t version, int steps = 3,
+                 const std::string& split = "train", const std::string& kind = "") {
+    LedgerAttempt a = Attempt(task, passed, "run-a", kind);
+    a.policy_version = version;
+    a.steps = steps;
+    a.split = split;
+    attempts.push_back(a);
+  };
+  for (int v = 0; v < 6; ++v) add("easy", true, v);
+  for (int v = 0; v < 6; ++v) add("hard", false, v);
+  // Learnt, or hacked: 0 of 3, then 3 of 3. Also not always nor never.
+  for (int v = 0; v < 6; ++v) add("jumpy", v >= 3, v);
+  // Mixed and steady: nothing to flag.
+  for (int v = 0; v < 6; ++v) add("fine", v % 2 == 0, v);
+  // Won once with no tool call (and otherwise mixed).
+  add("lazy", true, 0, /*steps=*/0);
+  add("lazy", false, 1);
+  add("lazy", true, 2);
+  add("lazy", false, 3);
+  // A third of its attempts lost to the infrastructure.
+  add("flaky", true, 0);
+  add("flaky", false, 1);
+  add("flaky", false, 2, 3, "train", "infrastructure");
+  // `loom tasks check`: its reference fails (recorded under the file's name,
+  // the same key), and nothing is trained on it.
+  LedgerAttempt reference = Attempt("broken", false);
+  reference.split = "reference";
+  reference.dataset = "code-train";
+  attempts.push_back(reference);
+  add("broken", true, 0);
+  add("broken", false, 1);
+  // A check whose unsolved episode passed.
+  LedgerAttempt unsolved = Attempt("trivial", true);
+  unsolved.split = "unsolved";
+  attempts.push_back(unsolved);
+
+  const nlohmann::json audit = LedgerAudit(attempts);
+  EXPECT_EQ(audit["tasks"], 8);
+  std::vector<std::pair<std::string, std::string>> found;  // (task, flag)
+  for (const nlohmann::json& f : audit["flags"]) found.emplace_back(f["task_id"], f["flag"]);
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"broken", "broken"},     {"easy", "always_solved"}, {"flaky", "infrastructure"},
+      {"hard", "never_solved"}, {"jumpy", "reward_jump"},  {"lazy", "won_without_work"},
+      {"trivial", "broken"}};
+  EXPECT_EQ(found, expected) << audit.dump(1);
+  for (const nlohmann::json& f : audit["flags"]) {
+    if (f["task_id"] == "broken") {
+      EXPECT_EQ(f["dataset"], "code") << "named by its training attempts, not its check";
+      EXPECT_EQ(f["detail"], "its reference solution fails its verification");
+    }
+    if (f["flag"] == "reward_jump") {
+      EXPECT_EQ(f["detail"], "pass rate 0.00 over versions 0..2, then 1.00 over 3..5");
+    }
+    if (f["flag"] == "infrastructure") {
+      EXPECT_EQ(f["attempts"], 2);
+    }
+  }
+  EXPECT_EQ(audit["counts"]["broken"], 2);
+  // Fewer attempts than --min-attempts: neither always nor never solved.
+  AuditOptions strict;
+  strict.min_attempts = 7;
+  for (const nlohmann::json& f : LedgerAudit(attempts, strict)["flags"]) {
+    EXPECT_NE(f["flag"], "always_solved");
+    EXPECT_NE(f["flag"], "never_solved");
+    EXPECT_NE(f["flag"], "reward_jump") << "halves of 3 are below 7 / 2";
+  }
 }
 
 }  // namespace

@@ -7,8 +7,8 @@
 //
 // Schema 1 (`PRAGMA user_version` = 1), one table:
 //   attempts(task_key, task_id, dataset, split, effort, harness, reward,
-//            passed, failure_kind, failure, length, policy_version, run_id,
-//            config_version, unix_time)
+//            passed, failure_kind, failure, length, steps, policy_version,
+//            run_id, config_version, unix_time)
 // A ledger of a newer schema is refused, never rewritten.
 
 #include <cstdint>
@@ -40,6 +40,7 @@ struct LedgerAttempt {
   std::string failure_kind;
   std::string failure;  // the detail ("time_limit", a worker's reason)
   int64_t length = 0;   // generated tokens
+  int steps = -1;       // agent tasks: the tool calls the agent made; -1 for single-turn
   int64_t policy_version = 0;
   std::string run_id;  // the run's name and start time
   int64_t config_version = 0;
@@ -91,6 +92,31 @@ class TaskLedger {
 // Datasets by name, runs in the order they first appear, tasks by dataset
 // then id.
 nlohmann::json LedgerStats(const std::vector<LedgerAttempt>& attempts);
+
+// What `loom tasks audit` flags in a ledger, per task (its attempts of
+// every run; a task's splits "reference" and "unsolved" are what `loom tasks
+// check --ledger` recorded):
+//  - always_solved / never_solved: every one, or none, of at least
+//    `min_attempts` counted attempts (infrastructure failures left out)
+//    passed;
+//  - broken: its reference solution failed its own verification, or doing
+//    nothing passed it;
+//  - reward_jump: its pass rate moved by at least `jump` between the earlier
+//    and the later half of its attempts (by policy version), each half of at
+//    least min_attempts / 2: learning, or possible reward hacking;
+//  - won_without_work: an agent attempt passed without a single tool call;
+//  - infrastructure: at least `infrastructure_rate` of its attempts failed
+//    for the infrastructure.
+struct AuditOptions {
+  int min_attempts = 4;
+  double jump = 0.5;
+  double infrastructure_rate = 0.2;
+};
+// {"tasks": audited, "counts": {flag: tasks}, "flags": [{"flag", "task_id",
+//  "task_key", "dataset", "attempts", "passes", "detail"}, ...]}, by
+// dataset and task id, a task's flags in the order above.
+nlohmann::json LedgerAudit(const std::vector<LedgerAttempt>& attempts,
+                           const AuditOptions& options = {});
 
 // The content hash of a task (hex SHA-256): an agent task's problem,
 // environment and verification (its id left out); a single-turn problem's
