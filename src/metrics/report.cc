@@ -14,6 +14,7 @@
 #include "loom/base/child_process.h"
 #include "loom/config/files.h"
 #include "loom/metrics/metrics_writer.h"
+#include "loom/tasks/ledger.h"
 
 namespace loom::metrics {
 namespace {
@@ -90,6 +91,10 @@ struct Run {
   std::vector<nlohmann::json> lines;
   std::string config;
   std::vector<nlohmann::json> evaluations;  // `loom eval --save`'s lines
+  // Its task ledger's per-task pass rates by dataset (training and
+  // evaluation attempts), when the run directory holds ledger.sqlite.
+  std::map<std::string, std::vector<double>> task_pass_rates;
+  std::string ledger_error;  // why the ledger could not be read ("" = it was, or none)
 };
 
 struct Series {
@@ -152,14 +157,43 @@ absl::StatusOr<Run> LoadRun(const std::string& dir) {
   for (const nlohmann::json& line : *lines) any = any || IsStepLine(line) || IsEvalLine(line);
   if (!any) return absl::InvalidArgumentError(path + ": no training step or evaluation to plot");
   auto config = ReadFile(dir + "/config.yaml");
-  Run run{dir, *std::move(lines), config.ok() ? *config : "(no config.yaml)", {}};
+  Run run{dir, *std::move(lines), config.ok() ? *config : "(no config.yaml)", {}, {}, ""};
   const std::string evaluations = dir + "/" + kEvaluationsFile;
   if (fs::exists(evaluations)) {
     auto read = ReadMetrics(evaluations);
     if (!read.ok()) return read.status();
     run.evaluations = *std::move(read);
   }
+  const std::string ledger = dir + "/ledger.sqlite";
+  if (fs::exists(ledger)) {
+    auto opened = tasks::TaskLedger::Open(ledger);
+    auto attempts = opened.ok()
+                        ? (*opened)->Read()
+                        : absl::StatusOr<std::vector<tasks::LedgerAttempt>>(opened.status());
+    if (!attempts.ok()) {
+      run.ledger_error = std::string(attempts.status().message());
+      return run;
+    }
+    std::vector<tasks::LedgerAttempt> runs_own;
+    for (tasks::LedgerAttempt& a : *attempts) {
+      if (a.split == "train" || a.split == "eval") runs_own.push_back(std::move(a));
+    }
+    const nlohmann::json stats = tasks::LedgerStats(runs_own);
+    for (const nlohmann::json& task : stats["tasks"]) {
+      if (task["attempts"].get<int64_t>() == 0) continue;
+      run.task_pass_rates[task["dataset"]].push_back(task["pass_rate"].get<double>());
+    }
+  }
   return run;
+}
+
+// The histogram of `rates` in [0, 1]: tasks per tenth, the last tenth
+// holding 1.0 too; as (bin centre, tasks).
+std::vector<std::pair<double, double>> Histogram(const std::vector<double>& rates) {
+  std::vector<std::pair<double, double>> bins;
+  for (int b = 0; b < 10; ++b) bins.emplace_back(0.05 + 0.1 * b, 0.0);
+  for (double r : rates) bins[std::clamp(static_cast<int>(r * 10), 0, 9)].second += 1;
+  return bins;
 }
 
 // A gnuplot string literal.
@@ -349,6 +383,39 @@ absl::StatusOr<Report> WriteReport(const ReportOptions& options) {
     figures += "<h2>" + Html(plot.title) + "</h2>\n<img src=\"" + std::string(plot.file) +
                ".png\" width=\"" + std::to_string(options.width) + "\" height=\"" +
                std::to_string(options.height) + "\">\n";
+  }
+  // The task ledger: how many tasks of each dataset pass how often.
+  std::vector<Series> pass_rates;
+  for (const Run& run : runs) {
+    for (const auto& [dataset, rates] : run.task_pass_rates) {
+      pass_rates.push_back({(runs.size() > 1 ? run.dir + ": " : "") + dataset, Histogram(rates)});
+    }
+  }
+  if (!pass_rates.empty()) {
+    const std::string png = out + "/task_pass_rates.png";
+    script += "set output " + Quoted(png) +
+              "\nset title 'Tasks by pass rate (task ledger: training and held-out attempts)'" +
+              "\nset ylabel 'tasks'\nset xlabel 'pass rate'\nset xrange [0:1]\n" +
+              "set style fill transparent solid 0.4\nset boxwidth 0.1\nplot ";
+    for (size_t i = 0; i < pass_rates.size(); ++i) {
+      const std::string data = out + "/data/task_pass_rates-" + std::to_string(i) + ".dat";
+      std::ofstream file(data);
+      for (const auto& [x, y] : pass_rates[i].points) file << x << " " << y << "\n";
+      if (!file) return absl::UnavailableError("cannot write " + data);
+      script += std::string(i == 0 ? "" : ", ") + Quoted(data) + " using 1:2 with boxes title " +
+                Quoted(pass_rates[i].label);
+    }
+    script += "\n";
+    report.plots.push_back(png);
+    figures += "<h2>Tasks by pass rate</h2>\n<img src=\"task_pass_rates.png\" width=\"" +
+               std::to_string(options.width) + "\" height=\"" + std::to_string(options.height) +
+               "\">\n";
+  }
+  for (const Run& run : runs) {
+    if (!run.ledger_error.empty()) {
+      figures +=
+          "<p>Task ledger of " + Html(run.dir) + " not read: " + Html(run.ledger_error) + "</p>\n";
+    }
   }
   const std::string script_path = out + "/data/plots.gp";
   if (absl::Status s = WriteFileAtomic(script_path, script); !s.ok()) return s;

@@ -4,11 +4,13 @@
 // errors for what is missing or malformed.
 
 #include "loom/metrics/report.h"
+#include "loom/tasks/ledger.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "testing/temp_dir.h"
 
@@ -134,6 +136,59 @@ TEST(ReportTest, HeldOutEvaluationsAreTables) {
   ASSERT_FALSE(malformed.ok());
   EXPECT_EQ(malformed.status().message(),
             run + "/evaluations.jsonl:1: not a JSON object on one line");
+}
+
+// The run's task ledger: a histogram of its tasks' pass rates per dataset
+// (training and held-out attempts; a check's are not the run's). An
+// unreadable ledger is named on the page, and the rest is reported.
+TEST(ReportTest, TheTaskLedgerIsAHistogramOfPassRates) {
+  TempDir dir;
+  const std::string run = WriteRun(dir, "one", 0.1);
+  {
+    auto ledger = tasks::TaskLedger::Open(run + "/ledger.sqlite");
+    ASSERT_TRUE(ledger.ok()) << ledger.status();
+    std::vector<tasks::LedgerAttempt> attempts;
+    // (task, split, passed): a 2 of 2, b 0 of 2, c 1 of 2, d 1 of 3; e only checked.
+    for (const auto& [task, split, passed] :
+         std::vector<std::tuple<std::string, std::string, bool>>{{"a", "train", true},
+                                                                 {"a", "eval", true},
+                                                                 {"b", "train", false},
+                                                                 {"b", "train", false},
+                                                                 {"c", "train", true},
+                                                                 {"c", "eval", false},
+                                                                 {"d", "train", true},
+                                                                 {"d", "train", false},
+                                                                 {"d", "train", false},
+                                                                 {"e", "reference", true}}) {
+      tasks::LedgerAttempt& a = attempts.emplace_back();
+      a.task_key = task;
+      a.task_id = task;
+      a.dataset = "code";
+      a.split = split;
+      a.passed = passed;
+      a.reward = passed ? 1 : 0;
+    }
+    ASSERT_TRUE((*ledger)->Append(attempts).ok());
+  }
+  auto report = WriteReport({{run}, "", "gnuplot", 640, 360});
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(std::filesystem::path(report->plots.back()).filename(), "task_pass_rates.png");
+  EXPECT_EQ(PngSize(report->plots.back()), std::make_pair(640, 360));
+  // Tenths: 0 (b), 0.333 (d), 0.5 (c), 1.0 (a, in the last tenth).
+  EXPECT_EQ(ReadAll(run + "/report/data/task_pass_rates-0.dat"),
+            "0.05 1\n0.15 0\n0.25 0\n0.35 1\n0.45 0\n0.55 1\n0.65 0\n0.75 0\n0.85 0\n"
+            "0.95 1\n");
+  EXPECT_NE(ReadAll(report->index).find("<img src=\"task_pass_rates.png\""), std::string::npos);
+
+  std::ofstream(run + "/ledger.sqlite", std::ios::trunc) << std::string(8192, 'x');
+  std::filesystem::remove(run + "/ledger.sqlite-wal");
+  std::filesystem::remove(run + "/ledger.sqlite-shm");
+  auto unread = WriteReport({{run}, "", "gnuplot", 640, 360});
+  ASSERT_TRUE(unread.ok()) << unread.status();
+  const std::string html = ReadAll(unread->index);
+  EXPECT_NE(html.find("Task ledger of " + run + " not read: task ledger " + run + "/ledger.sqlite"),
+            std::string::npos)
+      << html;
 }
 
 TEST(ReportTest, CompareOverlaysRunsLabelledByDirectory) {
