@@ -10,6 +10,12 @@
 // infrastructure. A line per flag and a count per kind; with --json the last
 // line is LedgerAudit's JSON. Exit 2 when the ledger is missing or unreadable.
 //
+// `loom tasks dedup FILE... [--threshold 0.8] [--json]`: near-duplicate
+// tasks across agent task files (loom/tasks/dedup.h): a line per pair with
+// its exact Jaccard and MinHash estimate; with --json the last line is
+// {"tasks", "threshold", "pairs": [{"a", "b", "source_a", "source_b",
+// "jaccard", "estimate"}]}. Exit 2 for a bad file.
+//
 // `loom tasks check FILE... [--local N] [--worker ADDR]... [--auth-token-file F]
 // [--jobs J] [--json]`: reads agent task files (kind agent_jsonl; every
 // malformed line is reported, exit 2) and checks every task in real
@@ -33,6 +39,7 @@
 #include "cli/command.h"
 #include "loom/agent/task_check.h"
 #include "loom/rpc/sandbox_clients.h"
+#include "loom/tasks/dedup.h"
 #include "loom/tasks/ledger.h"
 
 namespace loom::cli {
@@ -262,6 +269,44 @@ int RunAudit(const AuditFlags& flags) {
   return kExitOk;
 }
 
+struct DedupFlags {
+  std::vector<std::string> files;
+  double threshold = 0.8;
+  bool json = false;
+};
+
+int RunDedup(const DedupFlags& flags) {
+  auto tasks = ReadAll(flags.files);
+  if (!tasks.ok()) {
+    std::cerr << "loom tasks dedup: " << tasks.status().message() << "\n";
+    return kExitUsage;
+  }
+  std::vector<std::string> texts;
+  for (const tasks::AgentTask& task : *tasks) texts.push_back(tasks::TaskText(task));
+  tasks::DedupOptions options;
+  options.threshold = flags.threshold;
+  nlohmann::json pairs = nlohmann::json::array();
+  for (const tasks::DuplicatePair& p : tasks::FindNearDuplicates(texts, options)) {
+    const tasks::AgentTask &a = (*tasks)[p.a], &b = (*tasks)[p.b];
+    std::printf("Jaccard %.3f (MinHash %.3f): %s (%s) ~ %s (%s)\n", p.jaccard, p.estimate,
+                a.task.id().c_str(), a.source.c_str(), b.task.id().c_str(), b.source.c_str());
+    pairs.push_back({{"a", a.task.id()},
+                     {"b", b.task.id()},
+                     {"source_a", a.source},
+                     {"source_b", b.source},
+                     {"jaccard", p.jaccard},
+                     {"estimate", p.estimate}});
+  }
+  std::printf("%zu tasks, %zu near-duplicate pairs (Jaccard >= %.2f)\n", tasks->size(),
+              pairs.size(), flags.threshold);
+  if (flags.json) {
+    const nlohmann::json out = {
+        {"tasks", tasks->size()}, {"threshold", flags.threshold}, {"pairs", pairs}};
+    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+  return kExitOk;
+}
+
 void SetupTasks(CLI::App& app, Context& context) {
   CLI::App* group = GroupCommand(app, "tasks", "Work with agent task files and the task ledger");
   auto flags = std::make_shared<CheckFlags>();
@@ -314,6 +359,18 @@ void SetupTasks(CLI::App& app, Context& context) {
       ->capture_default_str();
   audit->add_flag("--json", audit_flags->json, "Print the flags as JSON too");
   audit->callback([audit_flags, &context] { context.exit_code = RunAudit(*audit_flags); });
+
+  auto dedup_flags = std::make_shared<DedupFlags>();
+  CLI::App* dedup = group->add_subcommand(
+      "dedup", "Find near-duplicate tasks across agent task files (MinHash over word shingles)");
+  dedup->add_option("files", dedup_flags->files, "agent_jsonl task files")->required();
+  dedup
+      ->add_option("--threshold", dedup_flags->threshold,
+                   "Jaccard similarity of word 3-shingles from which two tasks are duplicates")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  dedup->add_flag("--json", dedup_flags->json, "Print the pairs as JSON too");
+  dedup->callback([dedup_flags, &context] { context.exit_code = RunDedup(*dedup_flags); });
 }
 
 }  // namespace
