@@ -1,17 +1,19 @@
 // `loom eval --model DIR --config F [--set k=v]... [--datasets a,b] [--efforts 25,50,max]
 // [--samples K] [--temperature T] [--scaffolds builtin,pi,...] [--harness NAME=CMD]...
-// [--json] [--save RUN_DIR]`: held-out evaluation of any model on a
+// [--json] [--save RUN_DIR] [--ledger FILE]`: held-out evaluation of any model on a
 // config's datasets at chosen efforts — the code path training evaluates with.
 // Held-out agent tasks (sandbox datasets of kind agent_jsonl) run as episodes
 // on the config's sandbox workers under each scaffold: the built-in loop or
 // an external harness (loom/train/agent_evaluator.h), in a second table. A table on stdout; with
 // --json the last line is {"results": [...], "agent_results": [...]} (the latter only with agent
 // tasks); with --save RUN_DIR the same line, with the model and config, is appended to
-// RUN_DIR/evaluations.jsonl for `loom report`. Exit 2 for a bad config, dataset or effort, 1 when
+// RUN_DIR/evaluations.jsonl for `loom report`; with --ledger every evaluated
+// sample goes to that task ledger (split eval). Exit 2 for a bad config, dataset or effort, 1 when
 // the model cannot be evaluated.
 
 #include <ATen/Parallel.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -28,6 +30,7 @@
 #include "loom/metrics/report.h"
 #include "loom/rpc/sandbox_clients.h"
 #include "loom/tasks/dataset.h"
+#include "loom/tasks/ledger.h"
 #include "loom/train/agent_evaluator.h"
 #include "loom/train/evaluator.h"
 
@@ -47,6 +50,7 @@ struct EvalFlags {
   int threads = 0;
   std::string scaffolds = "builtin";   // comma-separated: builtin, a built-in harness, a --harness
   std::vector<std::string> harnesses;  // NAME=COMMAND
+  std::string ledger;  // a task ledger: every evaluated sample is appended as an attempt
 };
 
 std::vector<std::string> SplitCommas(const std::string& text) {
@@ -240,6 +244,14 @@ int RunEval(const EvalFlags& flags) {
   auto datasets = tasks::LoadDatasets(config->tasks, static_cast<uint64_t>(config->run.seed));
   if (!datasets.ok()) return fail(datasets.status());
   const train::EvalInputs inputs{*config, **tokenizer, *datasets, *special};
+  std::unique_ptr<tasks::TaskLedger> ledger;  // opened first: a bad ledger costs no evaluation
+  std::vector<tasks::LedgerAttempt> attempts;
+  if (!flags.ledger.empty()) {
+    auto opened = tasks::TaskLedger::Open(flags.ledger);
+    if (!opened.ok()) return fail(opened.status());
+    ledger = *std::move(opened);
+    options->attempts = &attempts;
+  }
   auto result = train::Evaluate(inputs, **model, *options);
   if (!result.ok()) return fail(result.status());
   if (!result->cells.empty()) PrintTable(*result, std::max(1, flags.samples));
@@ -256,6 +268,15 @@ int RunEval(const EvalFlags& flags) {
     if (!agent.ok()) return fail(agent.status());
     PrintAgentTable(*agent, std::max(1, flags.samples));
     json["agent_results"] = train::AgentCellsJson(*agent);
+  }
+  if (ledger != nullptr) {
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    for (tasks::LedgerAttempt& a : attempts) {
+      a.run_id = "loom eval " + flags.model;
+      a.unix_time = now;
+    }
+    if (absl::Status s = ledger->Append(attempts); !s.ok()) return fail(s);
   }
   if (flags.json) std::cout << json.dump() << "\n";
   if (!flags.save.empty()) {
@@ -292,6 +313,9 @@ void SetupEval(CLI::App& app, Context& context) {
   cmd->add_option("--save", flags->save,
                   "Also append the results, as one JSON line, to RUN_DIR/evaluations.jsonl, "
                   "which `loom report RUN_DIR` shows as tables");
+  cmd->add_option("--ledger", flags->ledger,
+                  "Also append every evaluated sample to this task ledger (`loom tasks stats`, "
+                  "`loom tasks audit`)");
   cmd->add_option("--scaffolds", flags->scaffolds,
                   "Agent tasks: comma-separated scaffolds, builtin (loom's loop), pi, claude-code, "
                   "codex, opencode (sandbox.harness_dir must hold them) or a --harness name")

@@ -150,6 +150,32 @@ TEST_F(EvalCliTest, KSamplesGivePassAtKAtLeastPassAtOne) {
   }
 }
 
+// --ledger: every evaluated sample is an attempt (11 problems × 4 samples),
+// and the ledger's pass rate per dataset is the table's pass@1.
+TEST_F(EvalCliTest, LedgerReceivesEverySampleAndAgreesWithTheTable) {
+  const std::string ledger = dir_ / "ledger.sqlite";
+  const nlohmann::json results =
+      Results("--samples 4 --temperature 1.5 --efforts 100 --ledger " + ledger);
+  auto stats = RunLoom("tasks stats --json " + ledger);
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  const nlohmann::json ledger_stats =
+      nlohmann::json::parse(stats.out.substr(stats.out.rfind("\n{") + 1));
+  ASSERT_EQ(ledger_stats["datasets"].size(), 2u);
+  for (const nlohmann::json& d : ledger_stats["datasets"]) {
+    const nlohmann::json& row = results[d["dataset"] == "add" ? 0 : 1];
+    ASSERT_EQ(row["dataset"], d["dataset"]);
+    EXPECT_EQ(d["by_split"]["eval"]["attempts"], row["problems"].get<int>() * 4) << d.dump();
+    EXPECT_NEAR(d["pass_rate"].get<double>(), row["pass@1"].get<double>(), 1e-12) << d.dump();
+    EXPECT_EQ(d["tasks"], row["problems"]);
+  }
+  // A ledger that cannot be opened stops the evaluation before it runs.
+  const std::string corrupt = dir_.Write("corrupt.sqlite", std::string(8192, 'x'));
+  auto refused =
+      RunLoom("eval --model " + model_ + " --config " + config_ + " --ledger " + corrupt);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.err.find(corrupt), std::string::npos) << refused.err;
+}
+
 // `loom generate --effort` takes the same tiers: a tier is its number.
 TEST_F(EvalCliTest, GenerateTakesTiersAsTheirNumbers) {
   const std::string base =
