@@ -1014,19 +1014,7 @@ TEST_F(AgentTrainTest, SftTrainsOnDemonstrationsOfTheAgentTask) {
   auto metrics = metrics::ReadMetrics(dir / "fix/metrics.jsonl");
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   int sft_steps = 0, grpo_steps = 0;
-  std::vector<std::pair<std::string, int>> evaluated;  // (stage, step)
   for (const Json& r : *metrics) {
-    if (r.contains("eval_agent_results")) {
-      evaluated.emplace_back(r["stage"], r["step"]);
-      ASSERT_EQ(r["eval_agent_results"].size(), 1u) << r.dump();
-      const Json& row = r["eval_agent_results"][0];
-      EXPECT_EQ(row["scaffold"], "builtin");
-      EXPECT_EQ(row["tasks"], 4);  // eval_size of the 48 held out
-      EXPECT_EQ(row["episodes"], 4);
-      EXPECT_EQ(row["failures"], 0) << row.dump();
-      EXPECT_GE(row["mean_turns"].get<double>(), 1.0) << row.dump();
-      EXPECT_EQ(r["eval_agent_pass@1_by_dataset"]["code"], row["pass@1"]);
-    }
     if (!r.contains("loss")) continue;
     if (r["stage"] == "sft") {
       ++sft_steps;
