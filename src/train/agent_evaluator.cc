@@ -301,9 +301,8 @@ absl::StatusOr<std::vector<AgentEvalCell>> EvaluateAgentTasks(
     a.reward = f.reward;
     a.passed = f.reward > 0.5;
     a.failure = f.cause;
-    const bool limit =
-        f.cause == "step_limit" || f.cause == "time_limit" || f.cause == "sandbox_limit";
-    a.failure_kind = tasks::FailureKind(a.passed, f.infrastructure, limit, f.format_errors == 0);
+    a.failure_kind = tasks::FailureKind(a.passed, f.infrastructure, tasks::IsLimitCause(f.cause),
+                                        f.format_errors == 0);
     a.length = static_cast<int64_t>(f.tokens);
     a.steps = static_cast<int>(f.tool_calls);
   };
@@ -369,23 +368,21 @@ absl::StatusOr<std::unique_ptr<HeldOutAgentTasks>> HeldOutAgentTasks::Create(
     scaffolds.emplace_back(static_cast<int>(d), *std::move(scaffold));
   }
   if (scaffolds.empty()) return nullptr;
-  return std::unique_ptr<HeldOutAgentTasks>(new HeldOutAgentTasks(std::move(scaffolds)));
+  auto clients = rpc::StartSandboxClients(inputs.config.sandbox);
+  if (!clients.ok()) return clients.status();
+  return std::unique_ptr<HeldOutAgentTasks>(
+      new HeldOutAgentTasks(std::move(scaffolds), *std::move(clients)));
 }
 
 absl::StatusOr<std::vector<AgentEvalCell>> HeldOutAgentTasks::Evaluate(
     const EvalInputs& inputs, const model::Transformer& model,
     std::vector<tasks::LedgerAttempt>* attempts) {
-  if (!clients_) {
-    auto clients = rpc::StartSandboxClients(inputs.config.sandbox);
-    if (!clients.ok()) return clients.status();
-    clients_ = *std::move(clients);
-  }
   std::vector<AgentEvalCell> cells;
   for (const auto& [dataset, scaffold] : scaffolds_) {
     EvalOptions options;
     options.datasets = {dataset};
     options.attempts = attempts;
-    auto evaluated = EvaluateAgentTasks(inputs, model, options, *clients_->pool, {scaffold});
+    auto evaluated = EvaluateAgentTasks(inputs, model, options, *clients_.pool, {scaffold});
     if (!evaluated.ok()) return evaluated.status();
     cells.insert(cells.end(), evaluated->begin(), evaluated->end());
   }

@@ -243,8 +243,13 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
                        *metrics, *special_tokens, **checkpointer, **live,      run_eta};
   context.teachers = teachers->get();
   context.group = group->get();
-  auto agent_tasks =
-      HeldOutAgentTasks::Create(context.eval_inputs(), (*model)->config().max_position_embeddings);
+  // The first rank alone evaluates agent tasks (LogEvaluation).
+  absl::StatusOr<std::unique_ptr<HeldOutAgentTasks>> agent_tasks =
+      std::unique_ptr<HeldOutAgentTasks>();
+  if (rank.rank == 0) {
+    agent_tasks = HeldOutAgentTasks::Create(context.eval_inputs(),
+                                            (*model)->config().max_position_embeddings);
+  }
   if (!agent_tasks.ok()) return agent_tasks.status();
   context.agent_tasks = agent_tasks->get();
   auto ledger = LedgerWriter::Open(config, run_dir.path());

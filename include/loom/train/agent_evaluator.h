@@ -79,30 +79,33 @@ nlohmann::json AgentCellsJson(const std::vector<AgentEvalCell>& cells);
 
 // The held-out agent tasks of a training run: every sandbox dataset that
 // holds tasks out, evaluated greedily at the training efforts under the
-// dataset's own scaffold, on sandbox workers of its own. They start at the
-// first evaluation and stay for the run (the training episodes' workers
-// belong to the running stage; an SFT stage has none).
+// dataset's own scaffold, on sandbox workers of its own. They start with it
+// and stay for the run (the training episodes' workers belong to the running
+// stage; an SFT stage has none). Not lazily: starting a local worker forks,
+// and a fork while another thread is in an OpenBLAS call deadlocks in
+// OpenBLAS's fork handler, as harness episodes' model calls would be during
+// an evaluation.
 class HeldOutAgentTasks {
  public:
   // Null when no sandbox dataset holds tasks out. Errors: a dataset's
-  // harness (DatasetScaffold).
+  // harness (DatasetScaffold), the workers could not start.
   static absl::StatusOr<std::unique_ptr<HeldOutAgentTasks>> Create(const EvalInputs& inputs,
                                                                    int64_t context_window);
 
   // Cells in dataset order, efforts ascending; each episode appended to
-  // `attempts` when given (EvalOptions::attempts). Errors: the workers could
-  // not start, or an episode's infrastructure failed beyond the cell's
-  // counting (EvaluateAgentTasks).
+  // `attempts` when given (EvalOptions::attempts). Errors: an episode's
+  // infrastructure failed beyond the cell's counting (EvaluateAgentTasks).
   absl::StatusOr<std::vector<AgentEvalCell>> Evaluate(
       const EvalInputs& inputs, const model::Transformer& model,
       std::vector<tasks::LedgerAttempt>* attempts = nullptr);
 
  private:
-  explicit HeldOutAgentTasks(std::vector<std::pair<int, AgentScaffold>> scaffolds)
-      : scaffolds_(std::move(scaffolds)) {}
+  HeldOutAgentTasks(std::vector<std::pair<int, AgentScaffold>> scaffolds,
+                    rpc::SandboxClients clients)
+      : scaffolds_(std::move(scaffolds)), clients_(std::move(clients)) {}
 
   std::vector<std::pair<int, AgentScaffold>> scaffolds_;  // (dataset, its scaffold)
-  std::optional<rpc::SandboxClients> clients_;            // from the first evaluation on
+  rpc::SandboxClients clients_;
 };
 
 }  // namespace loom::train
