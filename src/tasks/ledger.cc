@@ -95,29 +95,53 @@ absl::StatusOr<std::unique_ptr<TaskLedger>> TaskLedger::Open(const std::string& 
   std::unique_ptr<TaskLedger> ledger(new TaskLedger(db, path));
   if (rc != SQLITE_OK) return Error(db, rc, path, "opening");
   sqlite3_busy_timeout(db, busy_timeout_ms);
-  int schema = 0;
-  {  // finalised before the journal changes: a statement in progress is a transaction
-    Statement version(db, "PRAGMA user_version");
-    if (version.rc() != SQLITE_OK) return Error(db, version.rc(), path, "reading its schema");
-    const int step = sqlite3_step(version.get());
-    if (step != SQLITE_ROW) return Error(db, step, path, "reading its schema");
-    schema = sqlite3_column_int(version.get(), 0);
-  }
-  if (schema > kSchema) {
-    return absl::FailedPreconditionError(absl::StrCat("task ledger ", path, ": schema ", schema,
-                                                      " is newer than this loom's (", kSchema,
-                                                      "); use a newer loom, or another ledger"));
-  }
+  // Finalised at once: a statement in progress holds a transaction open.
+  auto query = [&](const char* sql, const char* doing) -> absl::StatusOr<int64_t> {
+    Statement statement(db, sql);
+    if (statement.rc() != SQLITE_OK) return Error(db, statement.rc(), path, doing);
+    const int step = sqlite3_step(statement.get());
+    if (step != SQLITE_ROW) return Error(db, step, path, doing);
+    return sqlite3_column_int64(statement.get(), 0);
+  };
+  // A database of schema 0 with tables is someone else's: left as it is.
+  auto check = [&]() -> absl::StatusOr<int64_t> {
+    auto schema = query("PRAGMA user_version", "reading its schema");
+    if (!schema.ok()) return schema.status();
+    if (*schema > kSchema) {
+      return absl::FailedPreconditionError(absl::StrCat("task ledger ", path, ": schema ", *schema,
+                                                        " is newer than this loom's (", kSchema,
+                                                        "); use a newer loom, or another ledger"));
+    }
+    if (*schema == 0) {
+      auto tables = query("SELECT count(*) FROM sqlite_master", "reading its tables");
+      if (!tables.ok()) return tables.status();
+      if (*tables > 0) {
+        return absl::DataLossError(absl::StrCat(
+            "task ledger ", path,
+            ": not a loom task ledger (an SQLite database with tables of its own); left as it is"));
+      }
+    }
+    return schema;
+  };
+  auto schema = check();
+  if (!schema.ok()) return schema.status();
   if (absl::Status s = Exec(db, "PRAGMA journal_mode=WAL", path, "setting its journal"); !s.ok()) {
     return s;
   }
-  if (schema < kSchema) {
-    const std::string create =
-        absl::StrCat("BEGIN IMMEDIATE;", kCreate, "PRAGMA user_version=", kSchema, ";COMMIT;");
-    if (absl::Status s = Exec(db, create.c_str(), path, "creating its schema"); !s.ok()) {
-      sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
-      return s;
-    }
+  if (*schema == kSchema) return ledger;
+  // A new ledger. Another run may be creating it too: look again inside
+  // the write transaction.
+  if (absl::Status s = Exec(db, "BEGIN IMMEDIATE", path, "creating its schema"); !s.ok()) return s;
+  auto create = [&]() -> absl::Status {
+    auto now = check();
+    if (!now.ok()) return now.status();
+    if (*now == kSchema) return Exec(db, "COMMIT", path, "creating its schema");
+    const std::string sql = absl::StrCat(kCreate, "PRAGMA user_version=", kSchema, ";COMMIT;");
+    return Exec(db, sql.c_str(), path, "creating its schema");
+  };
+  if (absl::Status s = create(); !s.ok()) {
+    sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+    return s;
   }
   return ledger;
 }
@@ -216,6 +240,10 @@ std::string TaskKey(const Problem& problem) {
                                    {"verifier", static_cast<int>(problem.verifier)},
                                    {"task_seed", problem.task_seed}})
                        .dump());
+}
+
+bool IsLimitCause(const std::string& cause) {
+  return cause == "step_limit" || cause == "time_limit" || cause == "sandbox_limit";
 }
 
 std::string FailureKind(bool passed, bool infrastructure, bool limit, bool parsed) {

@@ -58,7 +58,7 @@ tasks::LedgerAttempt Attempt(const TrainingSample& sample, const tokenizer::Toke
     a.failure = outcome.failure_reason;
     parsed = outcome.parsed();
     infrastructure = outcome.infrastructure;
-    limit = outcome.cause() == "step_limit" || outcome.cause() == "time_limit";
+    limit = tasks::IsLimitCause(outcome.cause());
     a.steps = outcome.steps;
     for (const rollout::SampleState& sequence : info.sequences) a.length += sequence.generated;
   } else {

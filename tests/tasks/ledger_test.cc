@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -88,12 +89,12 @@ TEST(TaskLedgerTest, AttemptsRoundTripAcrossReopening) {
   EXPECT_TRUE(other->empty());
 }
 
-// Two processes, each appending 100 attempts in 50 transactions, at once:
-// every row of both is there, each process's in its own order.
+// Two processes, each creating the ledger and appending 100 attempts in 50
+// transactions, at once: every row of both is there, each process's in its
+// own order.
 TEST(TaskLedgerTest, TwoProcessesAppendAtOnceAndLoseNothing) {
   TempDir dir;
   const std::string path = dir / "ledger.sqlite";
-  ASSERT_TRUE(TaskLedger::Open(path).ok());
   std::vector<pid_t> children;
   for (const char* run : {"run-a", "run-b"}) {
     const pid_t pid = fork();
@@ -204,6 +205,26 @@ TEST(TaskLedgerTest, ANewerSchemaIsRefusedAndLeftAsItWas) {
   EXPECT_NE(ledger.status().message().find(path), std::string::npos);
   EXPECT_NE(ledger.status().message().find("schema 2"), std::string::npos) << ledger.status();
   EXPECT_EQ(ReadBytes(path), before);
+}
+
+// Someone else's SQLite database is not taken over: refused, and left
+// byte for byte (its journal mode included).
+TEST(TaskLedgerTest, AnotherSqliteDatabaseIsRefusedAndLeftAsItWas) {
+  TempDir dir;
+  const std::string path = dir / "app.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE users (name TEXT); INSERT INTO users VALUES ('ada')",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  const std::string before = ReadBytes(path);
+  auto ledger = TaskLedger::Open(path);
+  ASSERT_FALSE(ledger.ok());
+  EXPECT_EQ(ledger.status().code(), absl::StatusCode::kDataLoss) << ledger.status();
+  EXPECT_NE(ledger.status().message().find("tables of its own"), std::string::npos);
+  EXPECT_EQ(ReadBytes(path), before);
+  EXPECT_FALSE(std::filesystem::exists(path + "-wal"));
 }
 
 Problem AgentProblem(const std::string& id, const std::string& verification,

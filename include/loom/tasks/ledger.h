@@ -128,5 +128,8 @@ std::string TaskKey(const AgentTask& task);
 // "infrastructure", "limit" (it hit a step, time or length limit), "format"
 // (malformed), "agent".
 std::string FailureKind(bool passed, bool infrastructure, bool limit, bool parsed);
+// Whether an agent episode's failure cause (its reason's leading word) is
+// a limit: step_limit, time_limit or sandbox_limit.
+bool IsLimitCause(const std::string& cause);
 
 }  // namespace loom::tasks
