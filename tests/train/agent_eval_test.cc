@@ -189,5 +189,54 @@ TEST_F(HarnessEvalTest, PiRunsHeldOutTasksThroughTheEndpoint) {
   EXPECT_LE(row["mean_tokens"].get<double>(), 16.0 * row["mean_turns"].get<double>());
 }
 
+// `loom tasks calibrate` on the held-out file as a training file: the task
+// that always passes is estimated 1, the one that never does 0, and the one
+// whose setup fails is unknown (its samples are infrastructure failures).
+// The band keeps the first alone, tagged with its estimate.
+TEST_F(HarnessEvalTest, CalibrateKeepsTheTasksInTheBandTaggedWithTheirEstimate) {
+  const std::string out = dir_ / "calibrated";
+  const auto run =
+      RunLoom("tasks calibrate --threads 1 --model " + model_ +
+              " --config " LOOM_SOURCE_DIR "/configs/code.yaml --set model.path=" + model_ +
+              " --set tasks.datasets[0].path=" + held_out_ +
+              " --set sandbox.max_turn_tokens=16"
+              " --set sandbox.max_steps=1 --samples 2 --band 0.5,1 --out " +
+              out + " --ledger " + (dir_ / "ledger.sqlite"));
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_NE(run.out.find("code: 3 tasks, 1 kept with pass rate in [0.50, 1.00] (2 samples each), 1 "
+                         "unknown"),
+            std::string::npos)
+      << run.out;
+  std::map<std::string, Json> estimates;
+  std::ifstream in(out + "/code.calibration.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const Json e = Json::parse(line);
+    estimates[e["id"]] = e;
+  }
+  ASSERT_EQ(estimates.size(), 3u);
+  EXPECT_EQ(estimates["always"]["pass_rate"], 1.0);
+  EXPECT_EQ(estimates["always"]["samples"], 2);
+  EXPECT_EQ(estimates["always"]["kept"], true);
+  EXPECT_EQ(estimates["never"]["pass_rate"], 0.0);
+  EXPECT_EQ(estimates["never"]["kept"], false);
+  EXPECT_TRUE(estimates["broken"]["pass_rate"].is_null());
+  std::ifstream kept(out + "/code.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(kept, line));
+  const Json task = Json::parse(line);
+  EXPECT_EQ(task["id"], "always");
+  EXPECT_EQ(task["tags"].back(), "pass_rate:1.000");
+  EXPECT_FALSE(std::getline(kept, line)) << "only one task kept";
+  // The kept file is a task file loom reads back.
+  EXPECT_EQ(RunLoom("tasks dedup " + out + "/code.jsonl").exit_code, 0);
+
+  // A dataset that is not a file is refused by name.
+  const auto generator = RunLoom(
+      "tasks calibrate --model " + model_ +
+      " --config " LOOM_SOURCE_DIR "/configs/quickstart.yaml --datasets arithmetic --out " + out);
+  EXPECT_EQ(generator.exit_code, 2) << generator.err;
+  EXPECT_NE(generator.err.find("is not a file"), std::string::npos) << generator.err;
+}
+
 }  // namespace
 }  // namespace loom

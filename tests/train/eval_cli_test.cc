@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -174,6 +175,38 @@ TEST_F(EvalCliTest, LedgerReceivesEverySampleAndAgreesWithTheTable) {
       RunLoom("eval --model " + model_ + " --config " + config_ + " --ledger " + corrupt);
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_NE(refused.err.find(corrupt), std::string::npos) << refused.err;
+}
+
+// `loom tasks calibrate` on a single-turn file: every line asked K times;
+// with the band [0, 1] the kept file is the input, line for line.
+TEST_F(EvalCliTest, CalibrateAsksEveryLineOfASingleTurnFile) {
+  std::string lines;
+  for (int i = 1; i <= 3; ++i) {
+    lines +=
+        nlohmann::json({{"messages", {{{"role", "user"}, {"content", std::to_string(i) + "+1"}}}},
+                        {"answer", std::to_string(i + 1)}})
+            .dump() +
+        "\n";
+  }
+  const std::string file = dir_.Write("qa.jsonl", lines);
+  const std::string config = dir_.Write(
+      "qa.yaml", "base: " + config_ +
+                     "\ntasks:\n  datasets:\n    - {name: qa, kind: jsonl, path: " + file + "}\n");
+  const std::string out = dir_ / "calibrated";
+  const auto run = RunLoom("tasks calibrate --threads 1 --model " + model_ + " --config " + config +
+                           " --samples 3 --band 0,1 --out " + out);
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_EQ(testing::ReadAll(out + "/qa.jsonl"), lines);
+  std::ifstream in(out + "/qa.calibration.jsonl");
+  int tasks = 0;
+  for (std::string line; std::getline(in, line); ++tasks) {
+    const nlohmann::json e = nlohmann::json::parse(line);
+    EXPECT_EQ(e["samples"], 3) << line;
+    EXPECT_EQ(e["source"], file + ":" + std::to_string(tasks + 1)) << line;
+    const double rate = e["pass_rate"];
+    EXPECT_TRUE(rate == 0 || rate == 1.0 / 3 || rate == 2.0 / 3 || rate == 1) << line;
+  }
+  EXPECT_EQ(tasks, 3);
 }
 
 // `loom generate --effort` takes the same tiers: a tier is its number.
