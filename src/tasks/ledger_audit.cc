@@ -59,7 +59,10 @@ nlohmann::json LedgerAudit(const std::vector<LedgerAttempt>& attempts,
   nlohmann::json flags = nlohmann::json::array();
   std::map<std::string, int64_t> counts;
   for (auto& [key, history] : tasks) {
-    const auto& [dataset, task_id, task_key] = key;
+    // Named, not bound: a lambda may not capture a structured binding in C++17.
+    const std::string& dataset = std::get<0>(key);
+    const std::string& task_id = std::get<1>(key);
+    const std::string& task_key = std::get<2>(key);
     TaskHistory& t = *history;
     const int64_t n = static_cast<int64_t>(t.counted.size());
     auto flag = [&](const char* name, const std::string& detail) {
