@@ -1,9 +1,12 @@
 #include "sandbox/netns_endpoint.h"
 
 #include <fcntl.h>
+#include <net/if.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -56,9 +59,21 @@ absl::StatusOr<pid_t> ReadChildPid(int info_fd, const std::atomic<bool>& ended) 
   return static_cast<pid_t>(pid);
 }
 
-// A socket listening on 127.0.0.1:port in the network namespace `netns`:
-// made on a thread of its own that enters the namespace and ends there (a
-// socket stays in the namespace it was made in; no other thread moves).
+// Whether the current network namespace's loopback is up. Bubblewrap's
+// child reports its pid before it sets loopback up (its address first, then
+// the link), so a listener made at once can find no 127.0.0.1 to bind.
+bool LoopbackUp() {
+  UniqueFd probe(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!probe.ok()) return false;
+  ifreq request{};
+  std::strncpy(request.ifr_name, "lo", IFNAMSIZ - 1);
+  return ::ioctl(probe.get(), SIOCGIFFLAGS, &request) == 0 && (request.ifr_flags & IFF_UP) != 0;
+}
+
+// A socket listening on 127.0.0.1:port in the network namespace `netns`,
+// once its loopback is up (waited for up to 5 s): made on a thread of its
+// own that enters the namespace and ends there (a socket stays in the
+// namespace it was made in; no other thread moves).
 absl::StatusOr<int> ListenIn(int netns, int port) {
   absl::StatusOr<int> socket = absl::UnknownError("not run");
   std::thread([&] {
@@ -66,6 +81,9 @@ absl::StatusOr<int> ListenIn(int netns, int port) {
       socket = absl::UnavailableError(
           absl::StrCat("cannot enter the sandbox's network namespace: ", std::strerror(errno)));
       return;
+    }
+    for (int wait = 0; wait < 500 && !LoopbackUp(); ++wait) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     socket = serve::ListenSocket("127.0.0.1", port);
   }).join();
