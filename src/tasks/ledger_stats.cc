@@ -3,6 +3,7 @@
 #include <map>
 #include <tuple>
 
+#include "loom/base/stats.h"
 #include "loom/tasks/ledger.h"
 
 namespace loom::tasks {
@@ -35,19 +36,6 @@ struct DatasetTally {
   std::map<std::string, Tally> by_split, by_effort, by_harness;
   std::vector<std::pair<std::string, RunTally>> by_run;  // in order of first appearance
 };
-
-// The mean of `values` and its standard error (n - 1 denominator; 0 below 2).
-std::pair<double, double> MeanAndStderr(const std::vector<double>& values) {
-  const double n = static_cast<double>(values.size());
-  if (values.empty()) return {0.0, 0.0};
-  double sum = 0;
-  for (double v : values) sum += v;
-  const double mean = sum / n;
-  if (values.size() < 2) return {mean, 0.0};
-  double squares = 0;
-  for (double v : values) squares += (v - mean) * (v - mean);
-  return {mean, std::sqrt(squares / (n - 1)) / std::sqrt(n)};
-}
 
 }  // namespace
 

@@ -187,18 +187,6 @@ std::vector<double> EvalTally::ProblemPassAt1() const {
   return means;
 }
 
-std::pair<double, double> MeanAndStderr(const std::vector<double>& values) {
-  const double n = static_cast<double>(values.size());
-  if (values.empty()) return {0.0, 0.0};
-  double mean = 0;
-  for (double v : values) mean += v;
-  mean /= n;
-  if (values.size() < 2) return {mean, 0.0};
-  double squares = 0;
-  for (double v : values) squares += (v - mean) * (v - mean);
-  return {mean, std::sqrt(squares / (n - 1) / n)};
-}
-
 void FillChange(const EvalTally& lower, int lower_effort, const EvalTally& higher, EvalCell& cell) {
   const std::vector<double> from = lower.ProblemPassAt1(), to = higher.ProblemPassAt1();
   std::vector<double> differences;

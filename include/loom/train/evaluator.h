@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "loom/algo/judge.h"
+#include "loom/base/stats.h"
 #include "loom/chat/special_tokens.h"
 #include "loom/config/run_config.h"
 #include "loom/dist/group.h"
@@ -125,10 +126,6 @@ std::vector<int> EvalEfforts(const config::RunConfig& config, const EvalOptions&
 // samples' ids (key · K + k), hence their seeds, are too. Fields: dataset
 // 16 bits, effort 8, problem 24.
 uint64_t EvalPromptKey(size_t dataset, int effort, size_t problem);
-
-// The mean of `values` and its standard error, sd / √n with the n - 1
-// denominator (0 for fewer than two values).
-std::pair<double, double> MeanAndStderr(const std::vector<double>& values);
 
 // `higher`'s pass@1 minus `lower`'s over the same problems, paired by
 // problem: the mean difference and its standard error. Sets the change
