@@ -11,7 +11,9 @@
 // line is LedgerAudit's JSON. Exit 2 when the ledger is missing or unreadable.
 //
 // `loom tasks dedup FILE... [--threshold 0.8] [--json]`: near-duplicate
-// tasks across agent task files (loom/tasks/dedup.h): a line per pair with
+// tasks across task files, agent task files (kind agent_jsonl) or
+// single-turn JSONL files (compared by their prompts; named by their `id`,
+// else file:line) (loom/tasks/dedup.h): a line per pair with
 // its exact Jaccard and MinHash estimate; with --json the last line is
 // {"tasks", "threshold", "pairs": [{"a", "b", "source_a", "source_b",
 // "jaccard", "estimate"}]}. Exit 2 for a bad file.
@@ -35,11 +37,13 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "cli/command.h"
 #include "loom/agent/task_check.h"
 #include "loom/rpc/sandbox_clients.h"
 #include "loom/tasks/dedup.h"
+#include "loom/tasks/jsonl.h"
 #include "loom/tasks/ledger.h"
 
 namespace loom::cli {
@@ -275,23 +279,71 @@ struct DedupFlags {
   bool json = false;
 };
 
+// A task as dedup compares it.
+struct DedupItem {
+  std::string id, source, text;
+};
+
+// Whether `file`'s first line is a single-turn problem (it has "messages").
+bool SingleTurnFile(const std::string& file) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line) && line.find_first_not_of(" \t\r") == std::string::npos) {
+  }
+  const nlohmann::json first = nlohmann::json::parse(line, nullptr, false);
+  return first.is_object() && first.contains("messages");
+}
+
+// The tasks of every file; every file's errors together.
+absl::StatusOr<std::vector<DedupItem>> ReadDedupItems(const std::vector<std::string>& files) {
+  std::vector<DedupItem> items;
+  std::vector<std::string> agent_files;
+  std::string errors;
+  for (const std::string& file : files) {
+    if (!SingleTurnFile(file)) {
+      agent_files.push_back(file);
+      continue;
+    }
+    auto problems = tasks::ReadJsonlProblems(file, "dedup");
+    if (!problems.ok()) {
+      errors += (errors.empty() ? "" : "\n") + std::string(problems.status().message());
+      continue;
+    }
+    for (const tasks::Problem& p : *problems) {
+      std::string text;
+      for (const nlohmann::json& m : p.messages) text += m.at("content").get<std::string>() + "\n";
+      items.push_back({p.line_id.empty() ? p.source : p.line_id, p.source, text});
+    }
+  }
+  auto agent_tasks = ReadAll(agent_files);
+  if (!agent_tasks.ok()) {
+    errors += (errors.empty() ? "" : "\n") + std::string(agent_tasks.status().message());
+  } else {
+    for (const tasks::AgentTask& t : *agent_tasks) {
+      items.push_back({t.task.id(), t.source, tasks::TaskText(t)});
+    }
+  }
+  if (!errors.empty()) return absl::InvalidArgumentError(errors);
+  return items;
+}
+
 int RunDedup(const DedupFlags& flags) {
-  auto tasks = ReadAll(flags.files);
+  auto tasks = ReadDedupItems(flags.files);
   if (!tasks.ok()) {
     std::cerr << "loom tasks dedup: " << tasks.status().message() << "\n";
     return kExitUsage;
   }
   std::vector<std::string> texts;
-  for (const tasks::AgentTask& task : *tasks) texts.push_back(tasks::TaskText(task));
+  for (const DedupItem& task : *tasks) texts.push_back(task.text);
   tasks::DedupOptions options;
   options.threshold = flags.threshold;
   nlohmann::json pairs = nlohmann::json::array();
   for (const tasks::DuplicatePair& p : tasks::FindNearDuplicates(texts, options)) {
-    const tasks::AgentTask &a = (*tasks)[p.a], &b = (*tasks)[p.b];
+    const DedupItem &a = (*tasks)[p.a], &b = (*tasks)[p.b];
     std::printf("Jaccard %.3f (MinHash %.3f): %s (%s) ~ %s (%s)\n", p.jaccard, p.estimate,
-                a.task.id().c_str(), a.source.c_str(), b.task.id().c_str(), b.source.c_str());
-    pairs.push_back({{"a", a.task.id()},
-                     {"b", b.task.id()},
+                a.id.c_str(), a.source.c_str(), b.id.c_str(), b.source.c_str());
+    pairs.push_back({{"a", a.id},
+                     {"b", b.id},
                      {"source_a", a.source},
                      {"source_b", b.source},
                      {"jaccard", p.jaccard},
@@ -362,7 +414,7 @@ void SetupTasks(CLI::App& app, Context& context) {
 
   auto dedup_flags = std::make_shared<DedupFlags>();
   CLI::App* dedup = group->add_subcommand(
-      "dedup", "Find near-duplicate tasks across agent task files (MinHash over word shingles)");
+      "dedup", "Find near-duplicate tasks across task files (MinHash over word shingles)");
   dedup->add_option("files", dedup_flags->files, "agent_jsonl task files")->required();
   dedup
       ->add_option("--threshold", dedup_flags->threshold,

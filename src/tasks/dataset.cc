@@ -13,6 +13,12 @@
 #include "tasks/random.h"
 
 namespace loom::tasks {
+
+std::string Problem::TaskId() const {
+  if (agent_task != nullptr) return agent_task->task.id();
+  return line_id.empty() ? id : line_id;
+}
+
 namespace {
 
 // Attempts at finding a problem on the wanted side of the split before
@@ -185,6 +191,8 @@ class JsonlDataset : public Dataset {
     problem.id = name_ + "/train/" + std::to_string(index);
     return problem;
   }
+
+  uint64_t TrainSize() const override { return train_.size(); }
 
  private:
   // Position `i` of epoch `epoch`'s shuffle (Fisher-Yates from a per-epoch

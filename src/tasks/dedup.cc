@@ -100,4 +100,53 @@ std::vector<DuplicatePair> FindNearDuplicates(const std::vector<std::string>& te
   return pairs;
 }
 
+std::string ProblemText(const Problem& problem) {
+  if (problem.agent_task != nullptr) return TaskText(*problem.agent_task);
+  std::string text;
+  for (const nlohmann::json& m : problem.messages) {
+    if (m.contains("content") && m["content"].is_string())
+      text += m["content"].get<std::string>() + "\n";
+  }
+  return text;
+}
+
+std::vector<HeldOutLeak> FindHeldOutLeaks(const std::vector<std::unique_ptr<Dataset>>& datasets,
+                                          const DedupOptions& options) {
+  struct Entry {
+    size_t dataset;
+    bool held_out;
+    std::string id;
+  };
+  std::vector<Entry> entries;
+  std::vector<std::string> texts;
+  for (size_t d = 0; d < datasets.size(); ++d) {
+    const Dataset& dataset = *datasets[d];
+    if (dataset.TrainSize() == 0) continue;
+    for (uint64_t i = 0; i < dataset.TrainSize(); ++i) {  // one epoch: every training problem
+      const Problem problem = dataset.Train(i);
+      entries.push_back({d, false, problem.TaskId()});
+      texts.push_back(ProblemText(problem));
+    }
+    for (const Problem& problem : dataset.Eval()) {
+      entries.push_back({d, true, problem.TaskId()});
+      texts.push_back(ProblemText(problem));
+    }
+  }
+  std::map<size_t, std::set<size_t>> leaked;  // dataset -> its held-out entries
+  std::map<size_t, std::pair<std::string, double>> example;
+  for (const DuplicatePair& p : FindNearDuplicates(texts, options)) {
+    const Entry &a = entries[p.a], &b = entries[p.b];
+    if (a.held_out == b.held_out) continue;
+    const Entry& held_out = a.held_out ? a : b;
+    const Entry& trained = a.held_out ? b : a;
+    leaked[held_out.dataset].insert(a.held_out ? p.a : p.b);
+    example.emplace(held_out.dataset, std::make_pair(held_out.id + " ~ " + trained.id, p.jaccard));
+  }
+  std::vector<HeldOutLeak> leaks;
+  for (const auto& [d, held_out] : leaked) {
+    leaks.push_back({datasets[d]->name(), held_out.size(), example[d].first, example[d].second});
+  }
+  return leaks;
+}
+
 }  // namespace loom::tasks

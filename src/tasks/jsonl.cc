@@ -68,12 +68,19 @@ absl::StatusOr<Problem> ParseProblemLine(const std::string& line) {
   if (!object.is_object()) return absl::InvalidArgumentError("not a JSON object");
   for (const auto& item : object.items()) {
     if (item.key() != "messages" && item.key() != "answer" && item.key() != "verifier" &&
-        item.key() != "effort") {
+        item.key() != "effort" && item.key() != "id") {
       return absl::InvalidArgumentError("unknown key \"" + item.key() +
-                                        "\" (expected messages, answer, verifier, effort)");
+                                        "\" (expected messages, answer, verifier, effort, id)");
     }
   }
   Problem problem;
+  if (object.contains("id")) {
+    const json& id = object["id"];
+    if (!id.is_string() || id.get<std::string>().empty()) {
+      return absl::InvalidArgumentError("\"id\" must be a non-empty string, not " + id.dump());
+    }
+    problem.line_id = id.get<std::string>();
+  }
   if (!object.contains("messages")) return absl::InvalidArgumentError("missing \"messages\"");
   if (auto status = SetMessages(object["messages"], problem); !status.ok()) return status;
   auto answer = AnswerText(object);

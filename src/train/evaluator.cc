@@ -212,7 +212,7 @@ tasks::LedgerAttempt EvalAttempt(const tasks::Problem& problem, const std::strin
                                  bool limit) {
   tasks::LedgerAttempt a;
   a.task_key = tasks::TaskKey(problem);
-  a.task_id = problem.agent_task != nullptr ? problem.agent_task->task.id() : problem.id;
+  a.task_id = problem.TaskId();
   a.dataset = dataset;
   a.split = "eval";
   a.effort = effort;

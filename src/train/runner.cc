@@ -11,6 +11,7 @@
 #include "loom/dist/group.h"
 #include "loom/model/init.h"
 #include "loom/model/transformer.h"
+#include "loom/tasks/dedup.h"
 #include "loom/train/agent_evaluator.h"
 #include "loom/train/control.h"
 #include "loom/train/live_config.h"
@@ -173,6 +174,18 @@ absl::StatusOr<std::vector<std::unique_ptr<tasks::Dataset>>> LoadDatasets(
   return datasets;
 }
 
+// Held-out problems that near-duplicate training ones make held-out accuracy
+// measure recall: a warning per dataset (`loom tasks dedup` lists them all).
+void WarnAboutLeaks(const std::vector<std::unique_ptr<tasks::Dataset>>& datasets) {
+  for (const tasks::HeldOutLeak& leak : tasks::FindHeldOutLeaks(datasets)) {
+    spdlog::warn(
+        "dataset '{}': {} held-out problems near-duplicate training problems (word-shingle "
+        "Jaccard >= 0.8; e.g. {}, {:.2f}): its held-out accuracy overstates generalisation "
+        "(loom tasks dedup lists the pairs)",
+        leak.dataset, leak.held_out, leak.example, leak.jaccard);
+  }
+}
+
 // Runs the stages from the checkpoint's on; rank 0 saves each stage's weights.
 absl::Status RunEachStage(TrainContext& context, const std::optional<RunCursor>& cursor,
                           const dist::RankInfo& rank) {
@@ -229,6 +242,7 @@ absl::Status RunStages(const config::RunConfig& config, const RunDir& run_dir,
   if (!special_tokens.ok()) return special_tokens.status();
   auto datasets = LoadDatasets(config);
   if (!datasets.ok()) return datasets.status();
+  if (rank.rank == 0) WarnAboutLeaks(*datasets);
   auto metrics = metrics::MetricsWriter::Open(run_dir.metrics_path());
   if (!metrics.ok()) return metrics.status();
   if (rank.rank == 0) {

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <set>
 
+#include "testing/temp_dir.h"
+
 namespace loom::tasks {
 namespace {
 
@@ -72,6 +74,53 @@ TEST(DedupTest, PlantedNearDuplicatesAreFoundAgainstExactJaccard) {
   EXPECT_EQ(got, truth);  // recall and precision both 1
   for (size_t k = 0; k < 12; ++k) EXPECT_EQ(got.count({k, originals + k}), 1u) << k;
   for (size_t k = 12; k < 16; ++k) EXPECT_EQ(got.count({k, originals + k}), 0u) << k;
+}
+
+}  // namespace
+}  // namespace loom::tasks
+
+namespace loom::tasks {
+namespace {
+
+// A run's warning about leaks: the held-out problems of a file dataset that
+// near-duplicate its training problems (or another dataset's), and nothing
+// for datasets that do not.
+TEST(DedupTest, HeldOutProblemsThatNearDuplicateTrainingOnesAreFound) {
+  testing::TempDir dir;
+  auto line = [](const std::string& id, const std::string& prompt) {
+    return R"({"id":")" + id + R"(","messages":[{"role":"user","content":")" + prompt +
+           R"("}],"answer":"1"})" + "\n";
+  };
+  const std::string train =
+      dir.Write("train.jsonl", line("t1", "Sort the numbers 4 9 1 7 3 in ascending order now") +
+                                   line("t2", "Reverse the letters of the word planet please") +
+                                   line("t3", "Name the capital city of the country of France"));
+  const std::string eval = dir.Write(
+      "eval.jsonl", line("e1", "Sort the numbers 4 9 1 7 3 in ascending order now!") +
+                        line("e2", "Count the vowels in the sentence the quick brown fox"));
+  const std::string clean =
+      dir.Write("clean.jsonl", line("c1", "What is the square root of eighty one exactly") +
+                                   line("c2", "Spell the number seventeen in words for me"));
+  const std::string clean_eval =
+      dir.Write("clean-eval.jsonl", line("c3", "How many legs does a spider have in total"));
+  std::vector<std::unique_ptr<Dataset>> datasets;
+  for (const auto& [name, eval_path] : {std::pair<std::string, std::string>{"leaky", eval},
+                                        std::pair<std::string, std::string>{"clean", clean_eval}}) {
+    config::DatasetSection spec;
+    spec.name = name;
+    spec.kind = "jsonl";
+    spec.path = name == "leaky" ? train : clean;
+    spec.eval_path = eval_path;
+    auto dataset = LoadDataset(spec, 1);
+    ASSERT_TRUE(dataset.ok()) << dataset.status();
+    datasets.push_back(*std::move(dataset));
+  }
+  const std::vector<HeldOutLeak> leaks = FindHeldOutLeaks(datasets);
+  ASSERT_EQ(leaks.size(), 1u);
+  EXPECT_EQ(leaks[0].dataset, "leaky");
+  EXPECT_EQ(leaks[0].held_out, 1u);
+  EXPECT_EQ(leaks[0].example, "e1 ~ t1");
+  EXPECT_DOUBLE_EQ(leaks[0].jaccard, 1.0);  // the "!" is not a word
 }
 
 }  // namespace

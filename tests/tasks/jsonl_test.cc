@@ -47,6 +47,20 @@ TEST(JsonlTest, AProblemMayCarryItsOwnEffort) {
   EXPECT_EQ(p->effort, 60);
 }
 
+TEST(JsonlTest, ALineMayNameItselfAndThatNameIsItsTaskId) {
+  auto named = ParseProblemLine(
+      R"({"id":"trivial-007","messages":[{"role":"user","content":"hi"}],"answer":"x"})");
+  ASSERT_TRUE(named.ok()) << named.status();
+  named->id = "d/train/3";
+  EXPECT_EQ(named->line_id, "trivial-007");
+  EXPECT_EQ(named->TaskId(), "trivial-007");
+  auto anonymous =
+      ParseProblemLine(R"({"messages":[{"role":"user","content":"hi"}],"answer":"x"})");
+  ASSERT_TRUE(anonymous.ok());
+  anonymous->id = "d/train/3";
+  EXPECT_EQ(anonymous->TaskId(), "d/train/3");
+}
+
 TEST(JsonlTest, MalformedLinesSayWhatIsWrong) {
   EXPECT_EQ(ErrorOf("{not json"), "not valid JSON");
   EXPECT_EQ(ErrorOf("[1,2]"), "not a JSON object");
@@ -64,7 +78,11 @@ TEST(JsonlTest, MalformedLinesSayWhatIsWrong) {
   EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"q"}],"answer":"1","verifier":"x"})"),
             "unknown verifier 'x' (expected exact, numeric or regex)");
   EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"q"}],"answer":"1","extra":1})"),
-            "unknown key \"extra\" (expected messages, answer, verifier, effort)");
+            "unknown key \"extra\" (expected messages, answer, verifier, effort, id)");
+  EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"q"}],"answer":"1","id":7})"),
+            "\"id\" must be a non-empty string, not 7");
+  EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"q"}],"answer":"1","id":""})"),
+            "\"id\" must be a non-empty string, not \"\"");
   EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"q"}],"answer":"1","effort":0})"),
             "\"effort\" must be an integer in 1..100, not 0");
   EXPECT_EQ(ErrorOf(R"({"messages":[{"role":"user","content":"q"}],"answer":"1","effort":7.5})"),

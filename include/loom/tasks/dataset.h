@@ -39,6 +39,10 @@ class Dataset {
   // The i-th training problem (any i >= 0).
   virtual Problem Train(uint64_t index) const = 0;
 
+  // Distinct training problems: a file's training lines; 0 for the
+  // unbounded generators.
+  virtual uint64_t TrainSize() const { return 0; }
+
   // The held-out problems, in a fixed order.
   const std::vector<Problem>& Eval() const { return eval_; }
 

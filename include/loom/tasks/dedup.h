@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "loom/tasks/agent_jsonl.h"
+#include "loom/tasks/dataset.h"
 
 namespace loom::tasks {
 
@@ -45,5 +46,21 @@ struct DuplicatePair {
 // LSH candidates, by (a, b).
 std::vector<DuplicatePair> FindNearDuplicates(const std::vector<std::string>& texts,
                                               const DedupOptions& options = {});
+
+// What a problem is compared by: an agent task's TaskText, a single-turn
+// problem's prompt (its messages' contents).
+std::string ProblemText(const Problem& problem);
+
+// Held-out problems of a dataset that near-duplicate a training problem of
+// any of the datasets (file datasets: a generator has no finite training
+// set to compare with): they measure recall more than generalisation.
+struct HeldOutLeak {
+  std::string dataset;
+  size_t held_out = 0;  // its held-out problems with a near-duplicate in training
+  std::string example;  // "held-out id ~ training id"
+  double jaccard = 0;   // the example's
+};
+std::vector<HeldOutLeak> FindHeldOutLeaks(const std::vector<std::unique_ptr<Dataset>>& datasets,
+                                          const DedupOptions& options = {});
 
 }  // namespace loom::tasks

@@ -29,8 +29,9 @@ struct Problem {
   // The SFT target: {"role": "assistant", "reasoning_content": ..., "content": ...};
   // absent for JSONL lines without a trailing assistant message.
   std::optional<nlohmann::json> reference;
-  int difficulty = 0;  // generators only; 0 for files
-  std::string source;  // JSONL datasets: "path:line" of the problem; empty for generators
+  int difficulty = 0;   // generators only; 0 for files
+  std::string source;   // JSONL datasets: "path:line" of the problem; empty for generators
+  std::string line_id;  // JSONL datasets: the line's own "id", if it has one
   // Datasets with `environment: sandbox`: the seed of the built-in agentic
   // task (the worker gets the task; `messages` only describes it).
   uint64_t task_seed = 0;
@@ -44,6 +45,10 @@ struct Problem {
   // The problem for messages: its id, and where it came from when known
   // ("arith/train/5", "jsonl/train/3 (data.jsonl:12)").
   std::string Describe() const { return source.empty() ? id : id + " (" + source + ")"; }
+
+  // How people know the task across runs and files: an agent task's id, a
+  // JSONL line's id, else the problem's id.
+  std::string TaskId() const;
 
   // The reward of a response (its final content, reasoning stripped): 1 or 0.
   double Score(const std::string& response) const { return Verify(verifier, answer, response); }
