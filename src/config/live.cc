@@ -109,10 +109,18 @@ absl::StatusOr<RunConfig> Rebind(const RunConfig& config,
 }  // namespace
 
 const std::vector<std::string>& LiveKeyPatterns() {
-  static const std::vector<std::string> patterns = {
-      "tasks.datasets.*.weight",  "tasks.datasets.*.active", "tasks.datasets.*.max_inflight",
-      "tasks.datasets.*.teacher", "tasks.eval_every",        "opd.teachers",
-      "opd.teachers.*.name",      "opd.teachers.*.path",     "opd.teachers.*.config"};
+  static const std::vector<std::string> patterns = {"tasks.datasets.*.weight",
+                                                    "tasks.datasets.*.active",
+                                                    "tasks.datasets.*.max_inflight",
+                                                    "tasks.datasets.*.teacher",
+                                                    "tasks.eval_every",
+                                                    "opd.teachers",
+                                                    "opd.teachers.*.name",
+                                                    "opd.teachers.*.path",
+                                                    "opd.teachers.*.config",
+                                                    "tasks.datasets.*.filter.min_pass",
+                                                    "tasks.datasets.*.filter.max_pass",
+                                                    "tasks.datasets.*.filter.after_attempts"};
   return patterns;
 }
 

@@ -20,6 +20,12 @@ absl::Status CheckOptions(const DispatchOptions& o, int group_size) {
                  " samples = sum of effort.samples_per_level) exceeds async.max_inflight (" +
                  std::to_string(o.max_inflight) + ")");
   }
+  for (const DatasetQuota& d : o.datasets) {
+    if (d.filter.on() && !o.problem_key) {
+      return error("dispatch: dataset '" + d.name +
+                   "' has a difficulty filter but no problem keys");
+    }
+  }
   if (o.policy == "sync" && SyncWaveSamples(o.batch_samples, group_size) > o.max_inflight) {
     return error("dispatch: sync generates a whole batch at once: async.batch_samples (" +
                  std::to_string(o.batch_samples) + ", rounded up to whole groups) exceeds " +
@@ -33,7 +39,10 @@ absl::Status CheckOptions(const DispatchOptions& o, int group_size) {
 std::vector<DatasetQuota> QuotasFromConfig(const config::TasksSection& tasks) {
   std::vector<DatasetQuota> quotas;
   for (const auto& d : tasks.datasets) {
-    quotas.push_back({d.name, d.active ? d.weight : 0.0, d.max_inflight});
+    quotas.push_back({d.name,
+                      d.active ? d.weight : 0.0,
+                      d.max_inflight,
+                      {d.filter.min_pass, d.filter.max_pass, d.filter.after_attempts}});
   }
   return quotas;
 }
@@ -46,6 +55,12 @@ absl::Status CheckDatasets(const std::vector<DatasetQuota>& datasets, int group_
           "dispatch: dataset '" + d.name + "' has max_inflight " + std::to_string(d.max_inflight) +
           ", below one prompt's group (" + std::to_string(group_size) +
           " samples): it could never be dispatched");
+    }
+    if (!(d.filter.min_pass >= 0 && d.filter.min_pass <= d.filter.max_pass &&
+          d.filter.max_pass <= 1 && d.filter.after_attempts >= 0)) {
+      return absl::InvalidArgumentError("dispatch: dataset '" + d.name +
+                                        "' has a difficulty filter outside 0 <= min_pass <= "
+                                        "max_pass <= 1, after_attempts >= 0");
     }
     any = any || d.weight > 0;
   }
@@ -90,7 +105,9 @@ Dispatcher::Dispatcher(DispatchOptions options, std::unique_ptr<DispatchPolicy> 
       policy_(std::move(policy)),
       rng_state_(Mix64(options_.seed ^ 0x64697370ULL)),
       dataset_inflight_(options_.datasets.size(), 0),
-      cursors_(options_.datasets.size(), 0) {
+      cursors_(options_.datasets.size(), 0),
+      filter_(options_.datasets.size()),
+      exhausted_(options_.datasets.size(), false) {
   for (const auto& e : options_.efforts) group_size_ += e.samples;
   budget_ = policy_->InitialBudget(View());
 }
@@ -118,7 +135,7 @@ std::optional<int> Dispatcher::PickDataset() {
     const auto& quota = options_.datasets[d];
     const bool room =
         quota.max_inflight == 0 || dataset_inflight_[d] + group_size_ <= quota.max_inflight;
-    weights[d] = room ? std::max(0.0, quota.weight) : 0.0;
+    weights[d] = room && !exhausted_[d] ? std::max(0.0, quota.weight) : 0.0;
     total += weights[d];
   }
   if (total <= 0) return std::nullopt;
@@ -137,12 +154,56 @@ std::optional<int> Dispatcher::PickDataset() {
 std::optional<std::pair<int, uint64_t>> Dispatcher::PickInRound() {
   std::optional<std::pair<int, uint64_t>> mine;
   for (int j = 0; j < options_.ranks; ++j) {
-    const std::optional<int> dataset = PickDataset();
-    if (!dataset) return std::nullopt;
-    const uint64_t index = cursors_[*dataset]++;
-    if (j == options_.rank) mine = {*dataset, index};
+    std::optional<int> dataset;
+    std::optional<uint64_t> index;
+    while (!index) {
+      dataset = PickDataset();
+      if (!dataset) return std::nullopt;
+      index = NextProblem(*dataset);
+    }
+    if (j == options_.rank) mine = {*dataset, *index};
   }
   return mine;
+}
+
+std::optional<uint64_t> Dispatcher::NextProblem(int dataset) {
+  if (filter_.retired(dataset) == 0) return cursors_[dataset]++;
+  // Every 2N consecutive cursor indices hold a whole epoch of N problems.
+  constexpr uint64_t kUnboundedDraws = 10000;
+  const uint64_t problems = options_.datasets[dataset].problems;
+  const uint64_t draws = problems > 0 ? 2 * problems : kUnboundedDraws;
+  for (uint64_t i = 0; i < draws; ++i) {
+    const uint64_t index = cursors_[dataset]++;
+    if (!filter_.Retired(dataset, options_.problem_key(dataset, index))) return index;
+    ++stats_.problems_skipped;
+  }
+  exhausted_[dataset] = true;
+  return std::nullopt;
+}
+
+std::vector<FilterBand> Dispatcher::Bands() const {
+  std::vector<FilterBand> bands;
+  for (const DatasetQuota& d : options_.datasets) bands.push_back(d.filter);
+  return bands;
+}
+
+void Dispatcher::RecordVerdicts(const std::vector<TaskVerdict>& verdicts) {
+  filter_.Record(verdicts, Bands());
+}
+
+void Dispatcher::SeedFilter(int dataset, const std::string& key, const std::string& name,
+                            int64_t attempts, int64_t passes) {
+  filter_.Seed(dataset, key, name, attempts, passes);
+}
+
+void Dispatcher::RetireOutsideBands() { filter_.Reconsider(Bands()); }
+
+std::vector<std::string> Dispatcher::ExhaustedDatasets() const {
+  std::vector<std::string> names;
+  for (size_t d = 0; d < exhausted_.size(); ++d) {
+    if (exhausted_[d]) names.push_back(options_.datasets[d].name);
+  }
+  return names;
 }
 
 PromptGroup Dispatcher::NewGroup(int dataset, uint64_t problem_index, int64_t version) {
@@ -204,7 +265,15 @@ absl::Status Dispatcher::SetDatasets(std::vector<DatasetQuota> datasets) {
     }
   }
   if (absl::Status s = CheckDatasets(datasets, group_size_); !s.ok()) return s;
+  for (size_t d = 0; d < datasets.size(); ++d) {
+    datasets[d].problems = options_.datasets[d].problems;  // the data, not the mix
+    if (datasets[d].filter.on() && !options_.problem_key) {
+      return absl::InvalidArgumentError("dispatch: dataset '" + datasets[d].name +
+                                        "' has a difficulty filter but no problem keys");
+    }
+  }
   options_.datasets = std::move(datasets);
+  filter_.Reconsider(Bands());  // a narrower band retires what it now excludes
   return absl::OkStatus();
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
+#include "loom/config/check.h"
 #include "loom/dispatch/dispatcher.h"
 
 namespace loom::dispatch {
@@ -94,7 +95,9 @@ json Dispatcher::ExportState() const {
           {"cursors", cursors_},
           {"prompts", prompts},
           {"samples", samples},
-          {"ready", ready}};
+          {"ready", ready},
+          {"filter", filter_.Export()},
+          {"exhausted", exhausted_}};
 }
 
 // Everything ExportState() writes, parsed and checked for consistency.
@@ -106,6 +109,8 @@ struct Dispatcher::ParsedState {
   std::map<uint64_t, PromptState> prompts;
   std::map<uint64_t, InflightSample> samples;
   std::vector<ReadySubgroup> ready;
+  nlohmann::json filter;  // null: a checkpoint from before difficulty filters
+  std::vector<bool> exhausted;
 };
 
 absl::StatusOr<Dispatcher::ParsedState> Dispatcher::ParseState(const json& state) const {
@@ -154,6 +159,17 @@ absl::StatusOr<Dispatcher::ParsedState> Dispatcher::ParseState(const json& state
     parsed.finished_total = state.at("finished_total").get<int64_t>();
     parsed.next_id = state.at("next_id").get<uint64_t>();
     parsed.rng_state = state.at("rng_state").get<uint64_t>();
+    if (state.contains("filter")) {
+      parsed.filter = state.at("filter");
+      parsed.exhausted = state.at("exhausted").get<std::vector<bool>>();
+      DifficultyFilter check(options_.datasets.size());
+      if (absl::Status s = check.Import(parsed.filter); !s.ok()) return s;
+    }
+    if (parsed.exhausted.empty()) parsed.exhausted.assign(options_.datasets.size(), false);
+    if (parsed.exhausted.size() != options_.datasets.size()) {
+      return absl::DataLossError("dispatch state: exhausted lists " +
+                                 std::to_string(parsed.exhausted.size()) + " datasets");
+    }
     if (parsed.inflight != static_cast<int64_t>(parsed.samples.size())) {
       return absl::DataLossError("dispatch state: inflight " + std::to_string(parsed.inflight) +
                                  " but " + std::to_string(parsed.samples.size()) +
@@ -180,7 +196,17 @@ absl::Status Dispatcher::ImportState(const json& state) {
   prompts_ = std::move(parsed->prompts);
   samples_ = std::move(parsed->samples);
   ready_ = std::move(parsed->ready);
+  ImportFilter(*parsed);
   return absl::OkStatus();
+}
+
+void Dispatcher::ImportFilter(const ParsedState& parsed) {
+  filter_ = DifficultyFilter(options_.datasets.size());
+  if (!parsed.filter.is_null()) {
+    const absl::Status s = filter_.Import(parsed.filter);
+    LOOM_CHECK(s.ok(), "a filter state ParseState accepted fails: " << s.message());
+  }
+  exhausted_ = parsed.exhausted;
 }
 
 absl::Status Dispatcher::AdoptState(const json& state) {
@@ -211,6 +237,7 @@ absl::Status Dispatcher::ContinueStreamOf(const json& state) {
   next_id_ = std::max(next_id_, parsed->next_id);
   cursors_ = std::move(parsed->cursors);
   rng_state_ = parsed->rng_state;
+  ImportFilter(*parsed);  // every rank's is the same: each records every rank's verdicts
   return absl::OkStatus();
 }
 

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "loom/config/check.h"
 #include "loom/metrics/progress.h"
 
@@ -182,6 +183,15 @@ absl::Status AsyncLoop::Run(PromptSource& source, BatchTrainer& trainer, int64_t
       const int64_t episodes = environment_ != nullptr ? environment_->inflight() : 0;
       if (engine_->num_samples() == 0 && admitted == 0 && episodes == 0 &&
           finished_ == finished_before) {
+        const std::vector<std::string> exhausted = dispatcher_->ExhaustedDatasets();
+        if (!exhausted.empty()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "nothing left to train on: the difficulty filter (tasks.datasets[].filter) "
+              "retired every task of ",
+              absl::StrJoin(exhausted, ", "),
+              " and no other dataset can be drawn (see retired_tasks.jsonl; widen the band "
+              "or add tasks)"));
+        }
         return absl::InternalError(absl::StrCat(
             "run loop stalled: nothing in flight, nothing to dispatch, no batch ready (the "
             "dispatcher counts ",

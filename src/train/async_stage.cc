@@ -15,6 +15,7 @@
 #include "train/encoding.h"
 #include "train/ledger_writer.h"
 #include "train/stage_checkpoint.h"
+#include "train/task_filter.h"
 
 namespace loom::train {
 namespace {
@@ -103,18 +104,20 @@ class DatasetPrompts : public PromptSource {
 class StepReport {
  public:
   StepReport(TrainContext& context, const AsyncLoop& loop, const AsyncStageSpec& spec,
-             metrics::MetricsWriter& samples)
+             metrics::MetricsWriter& samples, const TaskFilter& filter)
       : context_(context),
         loop_(loop),
         spec_(spec),
         samples_(samples),
+        filter_(filter),
         progress_(context.rank() == 0 ? stdout : nullptr,
                   {static_cast<bool>(::isatty(1)), 0.2, 30.0}) {}
   ~StepReport() { progress_.Finish(); }
 
   // samples.jsonl: where each trained sample came from, the config version
-  // it was dispatched under, (opd) its teacher and (agents) its episode.
-  absl::Status Trained(const Batch& batch) {
+  // it was dispatched under, (opd) its teacher and (agents) its episode; and
+  // the step's attempts (BatchAttempts) into the task ledger.
+  absl::Status Trained(const Batch& batch, std::vector<tasks::LedgerAttempt> attempts) {
     const std::vector<algo::TeacherSpec>& teachers = context_.live.teacher_slots();
     for (const TrainingSample& sample : batch.samples) {
       const SampleEntry& info = sample.info;
@@ -150,7 +153,7 @@ class StepReport {
       }
       if (absl::Status s = samples_.Write(line); !s.ok()) return s;
     }
-    return context_.ledger != nullptr ? context_.ledger->Trained(batch, context_.tokenizer)
+    return context_.ledger != nullptr ? context_.ledger->Trained(std::move(attempts))
                                       : absl::OkStatus();
   }
 
@@ -160,6 +163,7 @@ class StepReport {
           loop_.dispatcher().inflight(static_cast<int>(d));
     }
     if (context_.ledger != nullptr) context_.ledger->AddStepFigures(record);
+    filter_.AddStepFigures(record, loop_.dispatcher());
     if (absl::Status s = context_.metrics.Write(record); !s.ok()) return s;
     const int64_t steps = spec_.optimizer->steps;
     const int64_t eval_every = context_.live.config().tasks.eval_every;
@@ -182,6 +186,7 @@ class StepReport {
   const AsyncLoop& loop_;
   const AsyncStageSpec& spec_;
   metrics::MetricsWriter& samples_;
+  const TaskFilter& filter_;
   metrics::ProgressLine progress_;
 };
 
@@ -218,6 +223,8 @@ absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
   options.dispatch = dispatch::DispatchOptions::FromConfig(
       config.async, config.effort, config.tasks, static_cast<uint64_t>(config.run.seed));
   options.dispatch.datasets = context.live.datasets();  // the live mix, not the file's
+  TaskFilter filter(context);
+  filter.Configure(options.dispatch);
   if (absl::Status s = ShareAmongRanks(options.dispatch, context.rank(), context.world_size());
       !s.ok()) {
     return s;
@@ -237,11 +244,12 @@ absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
   auto trainer = spec.make_trainer(optimizer);
   if (!trainer.ok()) return trainer.status();
   DatasetPrompts prompts(context, spec.teachers);
+  if (absl::Status s = filter.Seed((*loop)->dispatcher()); !s.ok()) return s;
   AsyncStageState state{spec.stage, **loop, optimizer.adamw()};
   if (absl::Status s = RestoreAsync(context, state, prompts); !s.ok()) return s;
   auto samples = metrics::MetricsWriter::Open(context.run_dir.samples_path());
   if (!samples.ok()) return samples.status();
-  StepReport report(context, **loop, spec, *samples);
+  StepReport report(context, **loop, spec, *samples, filter);
   LoopHooks hooks;
   hooks.boundary = [&](bool after_step) {
     if (context.control != nullptr && context.control->Poll(context.policy_version)) {
@@ -249,7 +257,17 @@ absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
     }
     return AsyncBoundary(context, state, after_step);
   };
-  hooks.trained = [&](const Batch& batch) { return report.Trained(batch); };
+  hooks.trained = [&](const Batch& batch) {
+    std::vector<tasks::LedgerAttempt> attempts;  // each sample judged once, for both
+    if (context.ledger != nullptr || filter.on()) {
+      attempts = BatchAttempts(batch, config, context.tokenizer);
+    }
+    if (absl::Status s = filter.Trained(batch, attempts, (*loop)->dispatcher(), batch.step + 1);
+        !s.ok()) {
+      return s;
+    }
+    return report.Trained(batch, std::move(attempts));
+  };
   hooks.after_step = [&](int64_t done, const nlohmann::json& record) {
     context.policy_version = (*loop)->policy_version();  // the loop counts them while it runs
     return report(done, record);

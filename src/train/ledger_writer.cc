@@ -47,7 +47,7 @@ tasks::LedgerAttempt Attempt(const TrainingSample& sample, const tokenizer::Toke
   const tasks::Problem& problem = *info.problem;
   tasks::LedgerAttempt a;
   a.task_key = tasks::TaskKey(problem);
-  a.task_id = problem.agent_task != nullptr ? problem.agent_task->task.id() : problem.id;
+  a.task_id = problem.TaskId();
   a.effort = info.effort;
   a.length = sample.state.generated;
   a.config_version = info.config_version;
@@ -78,24 +78,38 @@ tasks::LedgerAttempt Attempt(const TrainingSample& sample, const tokenizer::Toke
 
 }  // namespace
 
-absl::Status LedgerWriter::Trained(const Batch& batch, const tokenizer::Tokenizer& tokenizer) {
-  if (ledger_ == nullptr) return absl::OkStatus();  // it failed, and the run went on
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+std::vector<tasks::LedgerAttempt> BatchAttempts(const Batch& batch, const config::RunConfig& config,
+                                                const tokenizer::Tokenizer& tokenizer) {
   std::vector<tasks::LedgerAttempt> attempts;
   for (const std::vector<TrainingSample>* samples : {&batch.samples, &batch.masked}) {
     for (const TrainingSample& sample : *samples) {
       tasks::LedgerAttempt& a = attempts.emplace_back(Attempt(sample, tokenizer));
-      const config::DatasetSection& dataset = config_.tasks.datasets[sample.info.dataset];
+      const config::DatasetSection& dataset = config.tasks.datasets[sample.info.dataset];
       a.dataset = dataset.name;
       if (sample.info.agent) a.harness = dataset.harness;
       a.policy_version = batch.policy_version;
-      a.run_id = run_id_;
-      a.unix_time = now;
     }
+  }
+  return attempts;
+}
+
+absl::Status LedgerWriter::Trained(std::vector<tasks::LedgerAttempt> attempts) {
+  if (ledger_ == nullptr) return absl::OkStatus();  // it failed, and the run went on
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  for (tasks::LedgerAttempt& a : attempts) {
+    a.run_id = run_id_;
+    a.unix_time = now;
   }
   if (absl::Status s = ledger_->Append(attempts); !s.ok()) return Failed(s);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<tasks::LedgerAttempt>> LedgerWriter::History() const {
+  if (ledger_ == nullptr) {
+    return absl::FailedPreconditionError("the task ledger is not open (see the log)");
+  }
+  return ledger_->Read();
 }
 
 absl::Status LedgerWriter::Evaluated(std::vector<tasks::LedgerAttempt> attempts,

@@ -24,6 +24,13 @@
 
 namespace loom::train {
 
+// The attempts of a training step: `batch`'s trained samples, in order, then
+// the samples masked as infrastructure failures since the previous step; each
+// judged once, with its dataset, harness and policy version (not the run's
+// fields, which LedgerWriter adds).
+std::vector<tasks::LedgerAttempt> BatchAttempts(const Batch& batch, const config::RunConfig& config,
+                                                const tokenizer::Tokenizer& tokenizer);
+
 class LedgerWriter {
  public:
   // Null with `tasks.ledger: off`. `run_dir` holds the default ledger and
@@ -31,13 +38,14 @@ class LedgerWriter {
   static absl::StatusOr<std::unique_ptr<LedgerWriter>> Open(const config::RunConfig& config,
                                                             const std::string& run_dir);
 
-  // Appends the attempts of `batch`'s trained samples, and of the samples
-  // masked as infrastructure failures since the previous step.
-  absl::Status Trained(const Batch& batch, const tokenizer::Tokenizer& tokenizer);
+  // Appends a training step's attempts (BatchAttempts).
+  absl::Status Trained(std::vector<tasks::LedgerAttempt> attempts);
   // Appends an evaluation's attempts (EvalOptions::attempts), made by the
   // weights of `policy_version` under live config `config_version`.
   absl::Status Evaluated(std::vector<tasks::LedgerAttempt> attempts, int64_t policy_version,
                          int64_t config_version);
+  // Every attempt the ledger holds (FAILED_PRECONDITION once it failed).
+  absl::StatusOr<std::vector<tasks::LedgerAttempt>> History() const;
   // ledger_errors (1 once the ledger failed and the run went on without it;
   // absent before).
   void AddStepFigures(nlohmann::json& record) const;

@@ -104,7 +104,9 @@ TEST(LiveConfigKeysTest, RejectionsSayWhichKeyAndWhatWasExpected) {
             "model.path: not live-changeable (live keys: tasks.datasets.*.weight, "
             "tasks.datasets.*.active, tasks.datasets.*.max_inflight, tasks.datasets.*.teacher, "
             "tasks.eval_every, opd.teachers, opd.teachers.*.name, opd.teachers.*.path, "
-            "opd.teachers.*.config); change it in the config and restart with --resume auto");
+            "opd.teachers.*.config, tasks.datasets.*.filter.min_pass, "
+            "tasks.datasets.*.filter.max_pass, tasks.datasets.*.filter.after_attempts); change "
+            "it in the config and restart with --resume auto");
   EXPECT_EQ(RefusalText(ApplyLiveChange(current, {"tasks.datasets.sort.weight=-1"}, changes)),
             "tasks.datasets[1].weight: out of range: expected a value >= 0, got -1");
   EXPECT_EQ(RefusalText(ApplyLiveChange(current, {"tasks.datasets.sort.wieght=1"}, changes)),
@@ -132,7 +134,9 @@ TEST(LiveConfigKeysTest, RejectionsSayWhichKeyAndWhatWasExpected) {
             "rollout.temperature: not live-changeable (live keys: tasks.datasets.*.weight, "
             "tasks.datasets.*.active, tasks.datasets.*.max_inflight, tasks.datasets.*.teacher, "
             "tasks.eval_every, opd.teachers, opd.teachers.*.name, opd.teachers.*.path, "
-            "opd.teachers.*.config); change it in the config and restart with --resume auto");
+            "opd.teachers.*.config, tasks.datasets.*.filter.min_pass, "
+            "tasks.datasets.*.filter.max_pass, tasks.datasets.*.filter.after_attempts); change "
+            "it in the config and restart with --resume auto");
   EXPECT_TRUE(changes.empty());
 }
 
@@ -143,13 +147,37 @@ TEST(LiveConfigKeysTest, LiveAssignmentsRestoreTheLiveValuesOverTheFilesOnes) {
       file,
       {"tasks.datasets.arith.weight=0.25", "tasks.datasets.sort.max_inflight=8",
        "+opd.teachers={name: t3, path: '/models/t 3'}", "tasks.datasets.sort.teacher=t3",
-       "tasks.eval_every=3", "tasks.datasets.arith.active=false"},
+       "tasks.eval_every=3", "tasks.datasets.arith.active=false",
+       "tasks.datasets.sort.filter.after_attempts=8", "tasks.datasets.sort.filter.max_pass=0.9"},
       changes);
   ASSERT_TRUE(live.ok()) << live.status();
   auto restored = ReapplyLive(file, LiveAssignments(*live));
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ(ResolvedYaml(*restored), ResolvedYaml(*live));
   EXPECT_NE(ResolvedYaml(file), ResolvedYaml(*live));
+}
+
+TEST(LiveConfigKeysTest, DifficultyFilterBandsAreLiveItsLedgerStartIsNot) {
+  const RunConfig current = TwoDatasets();
+  std::vector<LiveChange> changes;
+  auto next = ApplyLiveChange(
+      current,
+      {"tasks.datasets.sort.filter.after_attempts=8", "tasks.datasets.sort.filter.min_pass=0.1",
+       "tasks.datasets.sort.filter.max_pass=0.9"},
+      changes);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->tasks.datasets[1].filter.after_attempts, 8);
+  EXPECT_DOUBLE_EQ(next->tasks.datasets[1].filter.max_pass, 0.9);
+  EXPECT_EQ(changes.size(), 3u);
+  EXPECT_EQ(RefusalText(ApplyLiveChange(current,
+                                        {"tasks.datasets.sort.filter.min_pass=0.95",
+                                         "tasks.datasets.sort.filter.max_pass=0.5"},
+                                        changes)),
+            "tasks.datasets[1].filter.min_pass: must be <= max_pass (0.500000)");
+  EXPECT_NE(RefusalText(
+                ApplyLiveChange(current, {"tasks.datasets.sort.filter.from_ledger=true"}, changes))
+                .find("tasks.datasets.sort.filter.from_ledger: not live-changeable"),
+            std::string::npos);
 }
 
 TEST(LiveConfigKeysTest, PatternsMatchWholeComponents) {

@@ -16,6 +16,45 @@
 
 namespace loom::config {
 
+// Online difficulty filtering of one dataset's training tasks.
+struct DatasetFilterSection {
+  double min_pass = 0;
+  double max_pass = 1;
+  int after_attempts = 0;  // 0 = off
+  bool from_ledger = false;
+
+  template <class V>
+  void Visit(V& v) {
+    v.Field("min_pass", min_pass,
+            Doc("A task whose running pass rate falls below this, after `after_attempts` "
+                "attempts, is retired for the rest of the run (its GRPO subgroups would all "
+                "fail and teach nothing).")
+                .Range(0, 1));
+    v.Field("max_pass", max_pass,
+            Doc("A task whose running pass rate rises above this, after `after_attempts` "
+                "attempts, is retired for the rest of the run (every sample solves it).")
+                .Range(0, 1));
+    v.Field("after_attempts", after_attempts,
+            Doc("Trained samples of a task (every effort and step counted; infrastructure "
+                "failures not) before its pass rate can retire it. 0 turns the filter off. "
+                "One GRPO group's worth (the sum of effort.samples_per_level) judges a task on "
+                "its first group.")
+                .Unit("samples")
+                .Min(0));
+    v.Field("from_ledger", from_ledger,
+            Doc("Start each task's tally from its attempts in the task ledger (tasks.ledger: "
+                "earlier runs, any dataset, training and evaluation splits, infrastructure "
+                "failures left out), so a task the ledger already shows outside the band is "
+                "retired before the run draws it. Read once, when the stage starts afresh."));
+  }
+
+  void Validate(ErrorSink& errors) const {
+    if (min_pass > max_pass) {
+      errors.Error("min_pass", "must be <= max_pass (" + std::to_string(max_pass) + ")");
+    }
+  }
+};
+
 // One dataset of the mix.
 struct DatasetSection {
   std::string name;  // required; unique; names metrics and problem ids
@@ -45,6 +84,7 @@ struct DatasetSection {
   std::string harness_command;                     // a harness not built in: its bash command
   std::string harness_args;                        // a built-in harness: more arguments
   std::map<std::string, std::string> harness_env;  // an external harness: more environment
+  DatasetFilterSection filter;                     // online difficulty filtering
 
   template <class V>
   void Visit(V& v) {
@@ -210,6 +250,13 @@ struct DatasetSection {
     v.Field("teacher", teacher,
             Doc("The opd stage distils this dataset's samples from this teacher (a name in "
                 "opd.teachers); required for every dataset when train.stages has opd."));
+    v.Section("filter", filter,
+              Doc("Online difficulty filtering (GRPO and OPD): the dispatcher retires training "
+                  "tasks whose running pass rate leaves [min_pass, max_pass] and skips them "
+                  "for the rest of the run. Recorded in <run dir>/retired_tasks.jsonl and the "
+                  "step line (tasks_retired_by_dataset, problems_skipped); its effect shows in "
+                  "informative_subgroup_fraction. Live: min_pass, max_pass, after_attempts "
+                  "(docs/tasks.md)."));
   }
 
   void Validate(ErrorSink& errors) const {
@@ -306,6 +353,10 @@ struct TasksSection {
           errors.Error("datasets[" + std::to_string(i) + "].name",
                        "duplicate dataset name '" + datasets[i].name + "'");
         }
+      }
+      if (datasets[i].filter.from_ledger && ledger == "off") {
+        errors.Error("datasets[" + std::to_string(i) + "].filter.from_ledger",
+                     "reads the task ledger, but tasks.ledger is off");
       }
     }
   }

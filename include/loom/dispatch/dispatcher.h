@@ -14,6 +14,10 @@
 //    (max_staleness + 1) * batch_samples, more than can be trained on before
 //    they would grow too old.
 //  * Each prompt goes out as one subgroup per effort level of M_b samples.
+//  * A dataset with a difficulty filter (DatasetQuota::filter) skips the
+//    tasks its DifficultyFilter retired: the cursor moves past them. A
+//    dataset whose draws come up retired a whole epoch in a row (2 x its
+//    problems; 10,000 for a generator) is exhausted: never picked again.
 //  * TakeBatch returns complete subgroups, oldest first, totalling at least
 //    batch_samples, only when training at version V keeps the bound: every
 //    sample left behind (in flight or ready) must still have lag <=
@@ -24,6 +28,7 @@
 // Not thread-safe: the run loop is its only caller.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -56,6 +61,9 @@ struct DispatchOptions {
   // dataset's max_inflight cap is reached). batch_samples and max_inflight
   // are this rank's share.
   int rank = 0, ranks = 1;
+  // The content key (TaskKey) of a dataset's training problem at a cursor
+  // index; required when a dataset's difficulty filter is on.
+  std::function<std::string(int dataset, uint64_t problem_index)> problem_key;
 
   // From the run config (`async`, `effort`, `tasks.datasets`).
   static DispatchOptions FromConfig(const config::AsyncSection& async,
@@ -82,6 +90,21 @@ class Dispatcher {
   // samples drain below it. INVALID_ARGUMENT (nothing changed) unless the
   // datasets are the same, in the same order, and pass CheckDatasets.
   absl::Status SetDatasets(std::vector<DatasetQuota> datasets);
+
+  // Online difficulty filtering: the verdicts of trained samples on their
+  // tasks (every rank records every rank's, in rank order, so that the
+  // ranks keep drawing one stream). Tasks that leave their band retire.
+  void RecordVerdicts(const std::vector<TaskVerdict>& verdicts);
+  // History from the task ledger, before the run's first step; then
+  // RetireOutsideBands() retires what it puts outside its band.
+  void SeedFilter(int dataset, const std::string& key, const std::string& name, int64_t attempts,
+                  int64_t passes);
+  void RetireOutsideBands();
+  // Retirements since the last call (to record), and the count per dataset.
+  std::vector<Retirement> TakeRetirements() { return filter_.TakeRetirements(); }
+  int64_t retired(int dataset) const { return filter_.retired(dataset); }
+  // The datasets whose every task is retired, by name.
+  std::vector<std::string> ExhaustedDatasets() const;
 
   // Admits every prompt allowed now (see above); returns how many.
   int Refill(RolloutPort& engine);
@@ -153,10 +176,16 @@ class Dispatcher {
   Dispatcher(DispatchOptions options, std::unique_ptr<DispatchPolicy> policy);
   // ExportState() output, checked against these options.
   absl::StatusOr<ParsedState> ParseState(const nlohmann::json& state) const;
+  // The difficulty filter's part of a parsed state.
+  void ImportFilter(const ParsedState& parsed);
 
   PolicyView View() const;
   bool StalenessAllowsDispatch() const;
   std::optional<int> PickDataset();
+  // The dataset's next problem not retired, advancing its cursor; none when
+  // the dataset turns out exhausted (and is marked so).
+  std::optional<uint64_t> NextProblem(int dataset);
+  std::vector<FilterBand> Bands() const;
   // The dataset and problem index of this rank's next group: the next round
   // of `ranks` groups of the one-rank stream is drawn (a dataset pick each,
   // advancing that dataset's cursor) and this rank keeps group `rank` of it.
@@ -186,6 +215,8 @@ class Dispatcher {
   uint64_t rng_state_;
   std::vector<int64_t> dataset_inflight_;
   std::vector<uint64_t> cursors_;  // next problem index per dataset
+  DifficultyFilter filter_;
+  std::vector<bool> exhausted_;  // per dataset: every task retired
   std::map<uint64_t, InflightSample> samples_;
   std::map<uint64_t, PromptState> prompts_;
   std::vector<ReadySubgroup> ready_;  // in the order they completed

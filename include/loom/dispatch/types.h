@@ -5,7 +5,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "loom/dispatch/difficulty_filter.h"
 
 namespace loom::dispatch {
 
@@ -17,9 +20,20 @@ struct EffortSpec {
 
 // A dataset of the mix as the dispatcher sees it.
 struct DatasetQuota {
+  DatasetQuota() = default;
+  DatasetQuota(std::string name, double weight, int max_inflight = 0, FilterBand filter = {},
+               uint64_t problems = 0)
+      : name(std::move(name)),
+        weight(weight),
+        max_inflight(max_inflight),
+        filter(filter),
+        problems(problems) {}
+
   std::string name;
-  double weight = 1.0;   // relative sampling weight (> 0 to be picked)
-  int max_inflight = 0;  // concurrency cap in samples; 0 = none
+  double weight = 1.0;    // relative sampling weight (> 0 to be picked)
+  int max_inflight = 0;   // concurrency cap in samples; 0 = none
+  FilterBand filter;      // online difficulty filtering (off unless after_attempts > 0)
+  uint64_t problems = 0;  // distinct training problems; 0 = unbounded (a generator)
 };
 
 // The engine seeds a sample's sampler from the run seed and sample_id.
@@ -72,7 +86,8 @@ struct DispatchStats {
   int64_t prompts_dispatched = 0;
   int64_t samples_finished = 0;
   int64_t samples_dropped = 0;
-  int64_t samples_failed = 0;  // could not start: their prompt groups were dropped
+  int64_t samples_failed = 0;    // could not start: their prompt groups were dropped
+  int64_t problems_skipped = 0;  // drawn but retired by their dataset's difficulty filter
 };
 
 }  // namespace loom::dispatch

@@ -159,6 +159,8 @@ class AsyncLoop : private dispatch::RolloutPort {
 
   const rollout::RolloutEngine& engine() const { return *engine_; }
   const dispatch::Dispatcher& dispatcher() const { return *dispatcher_; }
+  // Its difficulty filter's verdicts and history come from the stage.
+  dispatch::Dispatcher& dispatcher() { return *dispatcher_; }
   const SampleTable& table() const { return table_; }
   const InflightObservations& inflight() const { return inflight_; }
   int64_t step() const { return step_; }  // optimizer steps taken in the stage

@@ -45,6 +45,8 @@ class RunDir {
     return path_ + "/trajectories" + RankSuffix() + ".jsonl";
   }
   std::string tensorboard_path() const { return path_ + "/tb"; }
+  // Tasks the difficulty filter retired (rank 0: every rank retires the same).
+  std::string retired_tasks_path() const { return path_ + "/retired_tasks.jsonl"; }
 
  private:
   RunDir(std::string path, int rank) : path_(std::move(path)), rank_(rank) {}
