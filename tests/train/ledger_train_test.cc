@@ -112,5 +112,32 @@ TEST(LedgerTrainTest, ACorruptLedgerGoesOnWithoutItOrStopsByConfig) {
   EXPECT_NE(garbage.err.find("not a loom task ledger"), std::string::npos) << garbage.err;
 }
 
+// `loom tasks dedup` on single-turn JSONL files: the generator's planted
+// near-duplicates (a prompt again with a trailing period) are every pair it
+// finds, named by the lines' ids; a malformed line is an error naming it.
+TEST(LedgerTrainTest, DedupFindsThePlantedDuplicatesOfASingleTurnFile) {
+  TempDir dir;
+  auto made = testing::RunCommand("python3 " LOOM_SOURCE_DIR "/scripts/gen_filter_tasks.py --out " +
+                                  (dir / "tasks") + " --duplicates 6");
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  auto found = RunLoom("tasks dedup --json " + (dir / "tasks/filter-train.jsonl"));
+  ASSERT_EQ(found.exit_code, 0) << found.err;
+  const Json out = Json::parse(found.out.substr(found.out.rfind("\n{") + 1));
+  EXPECT_EQ(out["tasks"], 106);
+  ASSERT_EQ(out["pairs"].size(), 6u) << out.dump();
+  for (const Json& pair : out["pairs"]) {
+    const std::string a = pair["a"], b = pair["b"];
+    const std::string dup = a.rfind("dup-", 0) == 0 ? a : b, original = dup == a ? b : a;
+    EXPECT_EQ(dup.substr(0, 4), "dup-") << pair.dump();
+    EXPECT_EQ(original.substr(0, 7), "medium-") << pair.dump();
+    EXPECT_DOUBLE_EQ(pair["jaccard"].get<double>(), 1.0);
+  }
+  const std::string bad = dir.Write("bad.jsonl", "{\"messages\": [], \"answer\": \"1\"}\n");
+  auto refused = RunLoom("tasks dedup " + bad);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find(bad + ":1: \"messages\" must be a non-empty array"), std::string::npos)
+      << refused.err;
+}
+
 }  // namespace
 }  // namespace loom

@@ -358,6 +358,59 @@ TEST_F(PreemptTest, KillNineThenCorruptNewestCheckpointStillResumes) {
   ExpectSameAsBaseline(run_dir);
 }
 
+// GRPO with a difficulty filter on a file of ten tasks, drawn over and over
+// (beside the unfiltered arithmetic generator): the filter's tallies and retirements are
+// checkpointed, so the resumed run skips the same tasks and retires the same ones at the same
+// steps.
+class FilterPreemptTest : public PreemptTest {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir;
+    std::istringstream lines(testing::ReadAll(LOOM_SOURCE_DIR "/configs/tasks/filter-train.jsonl"));
+    std::string ten;
+    std::string line;
+    for (int i = 0; i < 10 && std::getline(lines, line); ++i) ten += line + "\n";
+    const std::string file = dir_->Write("ten.jsonl", ten);
+    SetUpScenario(
+        {LOOM_SOURCE_DIR "/configs/test/preempt.yaml",
+         {"--set", "train.stages=[grpo]", "--set", "tasks.datasets.sort.kind=jsonl", "--set",
+          "tasks.datasets.sort.path=" + file, "--set", "tasks.datasets.sort.eval_path=" + file,
+          "--set", "tasks.datasets.sort.filter.after_attempts=5", "--set",
+          "tasks.datasets.sort.filter.min_pass=0.2", "--set",
+          "tasks.datasets.sort.filter.max_pass=0.8"},
+         24u});  // train.grpo.steps (the lines have no SFT references)
+  }
+};
+
+TEST_F(FilterPreemptTest, SigtermMidGrpoThenResumeRetiresAndSkipsAsUninterrupted) {
+  const unsigned seed = std::random_device()();
+  std::mt19937 rng(seed);
+  SCOPED_TRACE("random seed " + std::to_string(seed));
+  const std::string run_dir = *dir_ / "preempted";
+  TrainProcess process = Start(run_dir, false);
+  ASSERT_TRUE(
+      WaitForSteps(process, run_dir, "grpo", std::uniform_int_distribution<int>(2, 16)(rng)))
+      << "ended early: " << testing::ReadAll(run_dir + ".out");
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 300)(rng)));
+  process.Signal(SIGTERM);
+  ASSERT_EQ(process.Wait(), 0) << testing::ReadAll(run_dir + ".out");
+  ResumeToEnd(run_dir);
+  ExpectSameAsBaseline(run_dir);
+
+  const std::string retired = testing::ReadAll(*dir_ / "baseline/retired_tasks.jsonl");
+  EXPECT_GT(Occurrences(retired, "\"task\""), 0) << "the filter retired nothing";
+  EXPECT_EQ(testing::ReadAll(run_dir + "/retired_tasks.jsonl"), retired);
+  int64_t skipped = 0;
+  for (const auto& [key, line] : *baseline_) {
+    if (key.first != "grpo") continue;
+    skipped += line["problems_skipped"].get<int64_t>();
+    EXPECT_EQ(ReadSteps(run_dir)[key]["tasks_retired_by_dataset"], line["tasks_retired_by_dataset"])
+        << "grpo step " << key.second;
+  }
+  EXPECT_GT(skipped, 0) << "no retired task came up again";
+}
+
 // SFT then OPD from two teachers (a Qwen3 and a Llama, one resident at a time).
 class OpdPreemptTest : public PreemptTest {
  protected:
