@@ -1,5 +1,8 @@
 #include "loom/tasks/ledger.h"
 
+#include <chrono>
+#include <thread>
+
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <openssl/evp.h>
@@ -123,15 +126,26 @@ absl::StatusOr<std::unique_ptr<TaskLedger>> TaskLedger::Open(const std::string& 
     }
     return schema;
   };
+  // Taking the locks to change the journal mode or to create the schema,
+  // SQLite may answer BUSY at once, without waiting in its busy handler,
+  // while another run opens the same new file: retry until the busy timeout.
+  auto retrying = [&](const char* sql, const char* doing) {
+    absl::Status s;
+    for (int waited = 0;; waited += 10) {
+      s = Exec(db, sql, path, doing);
+      if (s.ok() || !absl::IsUnavailable(s) || waited >= busy_timeout_ms) return s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
   auto schema = check();
   if (!schema.ok()) return schema.status();
-  if (absl::Status s = Exec(db, "PRAGMA journal_mode=WAL", path, "setting its journal"); !s.ok()) {
+  if (absl::Status s = retrying("PRAGMA journal_mode=WAL", "setting its journal"); !s.ok()) {
     return s;
   }
   if (*schema == kSchema) return ledger;
   // A new ledger. Another run may be creating it too: look again inside
   // the write transaction.
-  if (absl::Status s = Exec(db, "BEGIN IMMEDIATE", path, "creating its schema"); !s.ok()) return s;
+  if (absl::Status s = retrying("BEGIN IMMEDIATE", "creating its schema"); !s.ok()) return s;
   auto create = [&]() -> absl::Status {
     auto now = check();
     if (!now.ok()) return now.status();
