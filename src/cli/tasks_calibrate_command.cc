@@ -178,7 +178,7 @@ int RunCalibrate(const CalibrateFlags& flags) {
     int tasks = 0, kept = 0, unknown = 0;
     for (const tasks::Problem& problem : (*datasets)[d]->Eval()) {
       const bool agent = problem.agent_task != nullptr;
-      const std::string id = agent ? problem.agent_task->task.id() : problem.id;
+      const std::string id = problem.TaskId();
       const std::string source = agent ? problem.agent_task->source : problem.source;
       const auto found = tally.find({name, id});
       ++tasks;

@@ -16,7 +16,8 @@ namespace loom::tasks {
 
 std::string Problem::TaskId() const {
   if (agent_task != nullptr) return agent_task->task.id();
-  return line_id.empty() ? id : line_id;
+  if (!line_id.empty()) return line_id;
+  return source.empty() ? id : source;
 }
 
 namespace {

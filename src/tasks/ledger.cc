@@ -32,13 +32,18 @@ CREATE TABLE IF NOT EXISTS attempts (
   policy_version INTEGER NOT NULL,
   run_id TEXT NOT NULL,
   config_version INTEGER NOT NULL,
-  unix_time REAL NOT NULL);
+  unix_time REAL NOT NULL,
+  response TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS attempts_by_task ON attempts (task_key);
 )";
 
 constexpr char kColumns[] =
     "task_key, task_id, dataset, split, effort, harness, reward, passed, failure_kind, failure, "
-    "length, steps, policy_version, run_id, config_version, unix_time";
+    "length, steps, policy_version, run_id, config_version, unix_time, response";
+
+// Schema 1 had no responses: its attempts keep an empty one.
+constexpr char kMigrateFrom1[] =
+    "ALTER TABLE attempts ADD COLUMN response TEXT NOT NULL DEFAULT '';";
 
 // `rc` of a call on `db` as a status naming the ledger's path.
 absl::Status Error(sqlite3* db, int rc, const std::string& path, const std::string& doing) {
@@ -98,31 +103,29 @@ absl::StatusOr<std::unique_ptr<TaskLedger>> TaskLedger::Open(const std::string& 
   std::unique_ptr<TaskLedger> ledger(new TaskLedger(db, path));
   if (rc != SQLITE_OK) return Error(db, rc, path, "opening");
   sqlite3_busy_timeout(db, busy_timeout_ms);
-  // Finalised at once: a statement in progress holds a transaction open.
-  auto query = [&](const char* sql, const char* doing) -> absl::StatusOr<int64_t> {
-    Statement statement(db, sql);
-    if (statement.rc() != SQLITE_OK) return Error(db, statement.rc(), path, doing);
-    const int step = sqlite3_step(statement.get());
-    if (step != SQLITE_ROW) return Error(db, step, path, doing);
-    return sqlite3_column_int64(statement.get(), 0);
-  };
   // A database of schema 0 with tables is someone else's: left as it is.
+  // Both read by one statement, so from one snapshot: read apart, another
+  // run's schema could be created between them. Finalised at once: a
+  // statement in progress holds a transaction open.
   auto check = [&]() -> absl::StatusOr<int64_t> {
-    auto schema = query("PRAGMA user_version", "reading its schema");
-    if (!schema.ok()) return schema.status();
-    if (*schema > kSchema) {
-      return absl::FailedPreconditionError(absl::StrCat("task ledger ", path, ": schema ", *schema,
+    constexpr char kSql[] =
+        "SELECT (SELECT user_version FROM pragma_user_version), "
+        "(SELECT count(*) FROM sqlite_master)";
+    Statement statement(db, kSql);
+    if (statement.rc() != SQLITE_OK) return Error(db, statement.rc(), path, "reading its schema");
+    const int step = sqlite3_step(statement.get());
+    if (step != SQLITE_ROW) return Error(db, step, path, "reading its schema");
+    const int64_t schema = sqlite3_column_int64(statement.get(), 0);
+    const int64_t tables = sqlite3_column_int64(statement.get(), 1);
+    if (schema > kSchema) {
+      return absl::FailedPreconditionError(absl::StrCat("task ledger ", path, ": schema ", schema,
                                                         " is newer than this loom's (", kSchema,
                                                         "); use a newer loom, or another ledger"));
     }
-    if (*schema == 0) {
-      auto tables = query("SELECT count(*) FROM sqlite_master", "reading its tables");
-      if (!tables.ok()) return tables.status();
-      if (*tables > 0) {
-        return absl::DataLossError(absl::StrCat(
-            "task ledger ", path,
-            ": not a loom task ledger (an SQLite database with tables of its own); left as it is"));
-      }
+    if (schema == 0 && tables > 0) {
+      return absl::DataLossError(absl::StrCat(
+          "task ledger ", path,
+          ": not a loom task ledger (an SQLite database with tables of its own); left as it is"));
     }
     return schema;
   };
@@ -143,14 +146,15 @@ absl::StatusOr<std::unique_ptr<TaskLedger>> TaskLedger::Open(const std::string& 
     return s;
   }
   if (*schema == kSchema) return ledger;
-  // A new ledger. Another run may be creating it too: look again inside
-  // the write transaction.
+  // A new ledger, or one of an older schema. Another run may be creating or
+  // migrating it too: look again inside the write transaction.
   if (absl::Status s = retrying("BEGIN IMMEDIATE", "creating its schema"); !s.ok()) return s;
   auto create = [&]() -> absl::Status {
     auto now = check();
     if (!now.ok()) return now.status();
     if (*now == kSchema) return Exec(db, "COMMIT", path, "creating its schema");
-    const std::string sql = absl::StrCat(kCreate, "PRAGMA user_version=", kSchema, ";COMMIT;");
+    const std::string sql = absl::StrCat(*now == 1 ? kMigrateFrom1 : kCreate,
+                                         "PRAGMA user_version=", kSchema, ";COMMIT;");
     return Exec(db, sql.c_str(), path, "creating its schema");
   };
   if (absl::Status s = create(); !s.ok()) {
@@ -167,7 +171,7 @@ absl::Status TaskLedger::Append(const std::vector<LedgerAttempt>& attempts) {
   if (absl::Status s = Exec(db_, "BEGIN IMMEDIATE", path_, "appending"); !s.ok()) return s;
   auto append = [&]() -> absl::Status {
     const std::string sql = absl::StrCat("INSERT INTO attempts (", kColumns,
-                                         ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                                         ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     Statement insert(db_, sql.c_str());
     if (insert.rc() != SQLITE_OK) return Error(db_, insert.rc(), path_, "appending");
     sqlite3_stmt* stmt = insert.get();
@@ -189,6 +193,7 @@ absl::Status TaskLedger::Append(const std::vector<LedgerAttempt>& attempts) {
       sqlite3_bind_text(stmt, ++column, a.run_id.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_int64(stmt, ++column, a.config_version);
       sqlite3_bind_double(stmt, ++column, a.unix_time);
+      sqlite3_bind_text(stmt, ++column, a.response.c_str(), -1, SQLITE_TRANSIENT);
       if (const int rc = sqlite3_step(stmt); rc != SQLITE_DONE) {
         return Error(db_, rc, path_, "appending");
       }
@@ -228,6 +233,7 @@ absl::StatusOr<std::vector<LedgerAttempt>> TaskLedger::Read(const std::string& d
     a.run_id = Text(stmt, 13);
     a.config_version = sqlite3_column_int64(stmt, 14);
     a.unix_time = sqlite3_column_double(stmt, 15);
+    a.response = Text(stmt, 16);
   }
   if (rc != SQLITE_DONE) return Error(db_, rc, path_, "reading");
   return attempts;

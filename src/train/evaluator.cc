@@ -221,6 +221,7 @@ tasks::LedgerAttempt EvalAttempt(const tasks::Problem& problem, const std::strin
   a.failure = judgement.parse_error;
   a.failure_kind = tasks::FailureKind(a.passed, false, limit, judgement.parsed);
   a.length = length;
+  a.response = judgement.content;
   return a;
 }
 

@@ -67,6 +67,7 @@ tasks::LedgerAttempt Attempt(const TrainingSample& sample, const tokenizer::Toke
     const algo::Judgement judgement = algo::JudgeCompletion(problem, completion, tokenizer);
     a.reward = judgement.reward;
     a.failure = judgement.parse_error;
+    a.response = judgement.content;
     parsed = judgement.parsed;
     limit = sample.state.finish == rollout::FinishReason::kMaxNewTokens ||
             sample.state.finish == rollout::FinishReason::kContextLimit;

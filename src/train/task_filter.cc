@@ -8,18 +8,7 @@
 #include "loom/tasks/agent_jsonl.h"
 
 namespace loom::train {
-namespace {
-
-// How people know a task: its own id, else the file line it came from, else
-// the problem's id.
-std::string TaskName(const tasks::Problem& problem) {
-  if (problem.agent_task == nullptr && problem.line_id.empty() && !problem.source.empty()) {
-    return problem.source;
-  }
-  return problem.TaskId();
-}
-
-}  // namespace
+namespace {}  // namespace
 
 bool TaskFilter::on() const {
   for (const config::DatasetSection& d : context_.live.config().tasks.datasets) {
@@ -75,7 +64,7 @@ absl::Status TaskFilter::Seed(dispatch::Dispatcher& dispatcher) const {
     std::map<std::string, std::string> keys;  // the file's training tasks (one epoch: all of them)
     for (uint64_t i = 0; i < dataset.TrainSize(); ++i) {
       const tasks::Problem problem = dataset.Train(i);
-      keys.emplace(tasks::TaskKey(problem), TaskName(problem));
+      keys.emplace(tasks::TaskKey(problem), problem.TaskId());
     }
     for (const auto& [key, name] : keys) {
       const auto it = by_key.find(key);
@@ -90,7 +79,7 @@ absl::Status TaskFilter::Seed(dispatch::Dispatcher& dispatcher) const {
 
 dispatch::TaskVerdict TaskFilter::Verdict(int dataset, const tasks::Problem& problem,
                                           bool passed) const {
-  return {dataset, tasks::TaskKey(problem), TaskName(problem), passed};
+  return {dataset, tasks::TaskKey(problem), problem.TaskId(), passed};
 }
 
 absl::StatusOr<std::vector<dispatch::TaskVerdict>> TaskFilter::Verdicts(
@@ -101,7 +90,7 @@ absl::StatusOr<std::vector<dispatch::TaskVerdict>> TaskFilter::Verdicts(
     const tasks::LedgerAttempt& a = attempts[i];
     if (a.failure_kind == "infrastructure") continue;
     const SampleEntry& info = batch.samples[i].info;
-    mine.push_back({info.dataset, a.task_key, TaskName(*info.problem), a.passed});
+    mine.push_back({info.dataset, a.task_key, info.problem->TaskId(), a.passed});
     flat.insert(flat.end(), {static_cast<double>(info.dataset),
                              static_cast<double>(info.problem_index), a.passed ? 1.0 : 0.0});
   }

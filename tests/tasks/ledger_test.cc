@@ -7,9 +7,11 @@
 #include "loom/tasks/ledger.h"
 
 #include <gtest/gtest.h>
+
 #include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cstdio>
 
 #include <cmath>
 #include <filesystem>
@@ -101,7 +103,10 @@ TEST(TaskLedgerTest, TwoProcessesAppendAtOnceAndLoseNothing) {
     ASSERT_GE(pid, 0);
     if (pid == 0) {
       auto ledger = TaskLedger::Open(path, /*busy_timeout_ms=*/30000);
-      if (!ledger.ok()) _exit(2);
+      if (!ledger.ok()) {
+        std::fprintf(stderr, "%s: %s\n", run, std::string(ledger.status().message()).c_str());
+        _exit(2);
+      }
       for (int i = 0; i < 100; i += 2) {
         if (!(*ledger)
                  ->Append({Attempt(std::to_string(i), true, run),
@@ -194,7 +199,7 @@ TEST(TaskLedgerTest, ANewerSchemaIsRefusedAndLeftAsItWas) {
   const std::string path = dir / "ledger.sqlite";
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE attempts_v2 (x); PRAGMA user_version=2", nullptr,
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE attempts_v3 (x); PRAGMA user_version=3", nullptr,
                          nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(db);
@@ -203,8 +208,44 @@ TEST(TaskLedgerTest, ANewerSchemaIsRefusedAndLeftAsItWas) {
   ASSERT_FALSE(ledger.ok());
   EXPECT_EQ(ledger.status().code(), absl::StatusCode::kFailedPrecondition) << ledger.status();
   EXPECT_NE(ledger.status().message().find(path), std::string::npos);
-  EXPECT_NE(ledger.status().message().find("schema 2"), std::string::npos) << ledger.status();
+  EXPECT_NE(ledger.status().message().find("schema 3"), std::string::npos) << ledger.status();
   EXPECT_EQ(ReadBytes(path), before);
+}
+
+// A ledger of schema 1 (before responses were kept) is migrated in place:
+// its attempts stay, with empty responses, and new ones keep theirs.
+TEST(TaskLedgerTest, ASchemaOneLedgerIsMigratedKeepingItsAttempts) {
+  TempDir dir;
+  const std::string path = dir / "ledger.sqlite";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "CREATE TABLE attempts (task_key TEXT NOT NULL, task_id TEXT NOT NULL, "
+                         "dataset TEXT NOT NULL, split TEXT NOT NULL, effort INTEGER NOT NULL, "
+                         "harness TEXT NOT NULL, reward REAL NOT NULL, passed INTEGER NOT NULL, "
+                         "failure_kind TEXT NOT NULL, failure TEXT NOT NULL, length INTEGER NOT "
+                         "NULL, steps INTEGER NOT NULL, policy_version INTEGER NOT NULL, run_id "
+                         "TEXT NOT NULL, config_version INTEGER NOT NULL, unix_time REAL NOT NULL);"
+                         "INSERT INTO attempts VALUES ('k', 'old', 'code', 'train', 100, '', 1, 1, "
+                         "'', '', 5, -1, 2, 'r', 1, 1.5e9);"
+                         "PRAGMA user_version=1",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto ledger = TaskLedger::Open(path);
+  ASSERT_TRUE(ledger.ok()) << ledger.status();
+  LedgerAttempt fresh = Attempt("new", true);
+  fresh.response = "85";
+  ASSERT_TRUE((*ledger)->Append({fresh}).ok());
+  auto read = (*ledger)->Read();
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 2u);
+  EXPECT_EQ((*read)[0].task_id, "old");
+  EXPECT_EQ((*read)[0].length, 5);
+  EXPECT_EQ((*read)[0].response, "");
+  EXPECT_EQ((*read)[1].response, "85");
+  ledger->reset();
+  ASSERT_TRUE(TaskLedger::Open(path).ok());  // opened again: already schema 2
 }
 
 // Someone else's SQLite database is not taken over: refused, and left

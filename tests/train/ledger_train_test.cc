@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/metrics/metrics_writer.h"
+#include "loom/tasks/ledger.h"
 #include "testing/json_lines.h"
 #include "testing/temp_dir.h"
 
@@ -123,7 +124,7 @@ TEST(LedgerTrainTest, DedupFindsThePlantedDuplicatesOfASingleTurnFile) {
   auto found = RunLoom("tasks dedup --json " + (dir / "tasks/filter-train.jsonl"));
   ASSERT_EQ(found.exit_code, 0) << found.err;
   const Json out = Json::parse(found.out.substr(found.out.rfind("\n{") + 1));
-  EXPECT_EQ(out["tasks"], 106);
+  EXPECT_EQ(out["tasks"], 206);
   ASSERT_EQ(out["pairs"].size(), 6u) << out.dump();
   for (const Json& pair : out["pairs"]) {
     const std::string a = pair["a"], b = pair["b"];
@@ -137,6 +138,91 @@ TEST(LedgerTrainTest, DedupFindsThePlantedDuplicatesOfASingleTurnFile) {
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_NE(refused.err.find(bad + ":1: \"messages\" must be a non-empty array"), std::string::npos)
       << refused.err;
+}
+
+// `loom tasks reverify` on a ledger built by hand: after an answer key
+// changes, exactly the attempts whose stored response now judges otherwise
+// flip; what cannot be judged again is counted by reason; an unchanged file
+// flips nothing.
+TEST(LedgerTrainTest, ReverifyFlipsExactlyTheAttemptsAChangedVerifierJudgesOtherwise) {
+  TempDir dir;
+  auto line = [](const std::string& id, const std::string& answer, const std::string& verifier) {
+    return Json({{"id", id},
+                 {"messages", {{{"role", "user"}, {"content", "question " + id}}}},
+                 {"answer", answer},
+                 {"verifier", verifier}})
+               .dump() +
+           "\n";
+  };
+  const std::string before =
+      dir.Write("before.jsonl",
+                line("a", "5", "numeric") + line("b", "7", "numeric") + line("c", "x", "exact"));
+  const std::string after =
+      dir.Write("after.jsonl",
+                line("a", "6", "numeric") + line("b", "7", "numeric") + line("c", "x|y", "regex"));
+  auto config = [&](const std::string& name, const std::string& file) {
+    return dir.Write(name, "base: " LOOM_SOURCE_DIR
+                           "/configs/quickstart.yaml\n"
+                           "tasks:\n  datasets:\n    - {name: qa, kind: jsonl, path: " +
+                               file + ", eval_fraction: 0}\n");
+  };
+  const std::string ledger_path = dir / "ledger.sqlite";
+  {
+    auto ledger = tasks::TaskLedger::Open(ledger_path);
+    ASSERT_TRUE(ledger.ok()) << ledger.status();
+    auto attempt = [](const std::string& id, const std::string& response, bool passed,
+                      const std::string& failure_kind = "") {
+      tasks::LedgerAttempt a;
+      a.task_key = "k-" + id;
+      a.task_id = id;
+      a.dataset = "qa";
+      a.effort = 100;
+      a.reward = passed ? 1 : 0;
+      a.passed = passed;
+      a.failure_kind = passed ? "" : (failure_kind.empty() ? "agent" : failure_kind);
+      a.response = response;
+      return a;
+    };
+    tasks::LedgerAttempt agent = attempt("a", "", true);
+    agent.harness = "builtin";
+    agent.steps = 3;
+    ASSERT_TRUE(
+        (*ledger)
+            ->Append({attempt("a", "5", true), attempt("a", "6", false), attempt("a", "5", true),
+                      attempt("b", "7", true), attempt("c", "y", false),
+                      attempt("c", "", false, "format"), attempt("gone", "1", true), agent})
+            .ok());
+  }
+  auto reverify = [&](const std::string& config_file) {
+    auto run = RunLoom("tasks reverify --json --config " + config_file + " " + ledger_path);
+    EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+    return Json::parse(run.out.substr(run.out.rfind("\n{") + 1));
+  };
+  const Json same = reverify(config("before.yaml", before));
+  EXPECT_EQ(same["rejudged"], 5) << same.dump();
+  EXPECT_EQ(same["flipped_to_pass"], 0);
+  EXPECT_EQ(same["flipped_to_fail"], 0);
+
+  const Json changed = reverify(config("after.yaml", after));
+  EXPECT_EQ(changed["attempts"], 8);
+  EXPECT_EQ(changed["rejudged"], 5) << changed.dump();
+  EXPECT_EQ(changed["flipped_to_pass"], 2);  // a's "6"; c's "y" under x|y
+  EXPECT_EQ(changed["flipped_to_fail"], 2);  // a's two "5"
+  EXPECT_EQ(changed["skipped"], Json({{"agent task: its workspace is not kept", 1},
+                                      {"malformed response", 1},
+                                      {"task no longer in the file", 1}}));
+  ASSERT_EQ(changed["tasks"].size(), 2u);
+  EXPECT_EQ(
+      changed["tasks"][0],
+      Json({{"dataset", "qa"}, {"task_id", "a"}, {"attempts", 3}, {"to_pass", 1}, {"to_fail", 2}}));
+  EXPECT_EQ(changed["tasks"][1]["task_id"], "c");
+
+  EXPECT_EQ(RunLoom("tasks reverify --config " + config("x.yaml", after) + " " + (dir / "none"))
+                .exit_code,
+            2);
+  EXPECT_EQ(
+      RunLoom("tasks reverify --config " + (dir / "missing.yaml") + " " + ledger_path).exit_code,
+      2);
 }
 
 }  // namespace

@@ -45,11 +45,16 @@ struct LedgerAttempt {
   std::string run_id;  // the run's name and start time
   int64_t config_version = 0;
   double unix_time = 0;
+  // Single-turn: the response's final answer (what the verifier judged), so
+  // that `loom tasks reverify` can judge it again; "" for agent tasks, whose
+  // verdict comes from their workspace.
+  std::string response;
 };
 
 class TaskLedger {
  public:
-  static constexpr int kSchema = 1;
+  // 2 added `response`; a schema-1 ledger is migrated when opened.
+  static constexpr int kSchema = 2;
 
   // Opens the ledger at `path`, creating it (and its schema) when missing.
   // Errors name the path: UNAVAILABLE when another process holds it locked

@@ -47,7 +47,7 @@ struct Problem {
   std::string Describe() const { return source.empty() ? id : id + " (" + source + ")"; }
 
   // How people know the task across runs and files: an agent task's id, a
-  // JSONL line's id, else the problem's id.
+  // JSONL line's id or else its file:line, a generated problem's id.
   std::string TaskId() const;
 
   // The reward of a response (its final content, reasoning stripped): 1 or 0.
