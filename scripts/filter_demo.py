@@ -5,7 +5,8 @@
 
 Per seed and run (off: no filter, on: the filter):
   informative          mean informative_subgroup_fraction over the GRPO steps
-                       after the first epoch of the task file (steps 8 on);
+                       after the first epoch of the task file (200 tasks, 16
+                       prompts a step: steps 13 on);
   accuracy             held-out accuracy after SFT and at every evaluation;
   rollout_tokens       generated tokens over the whole GRPO stage;
   tokens_to_match      (on) generated tokens until the filtered run's held-out
@@ -40,7 +41,7 @@ def run_summary(run_dir):
         elif "event" not in r and "informative_subgroup_fraction" in r:
             tokens += r["decode_tokens"]
             steps.append(r)
-    late = [s["informative_subgroup_fraction"] for s in steps if s["step"] >= 8]
+    late = [s["informative_subgroup_fraction"] for s in steps if s["step"] >= 13]
     return {
         "steps": len(steps),
         "informative": sum(late) / max(len(late), 1),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The difficulty-filter demonstration (docs/tasks.md, "Online difficulty
 # filtering"): for each seed, SFT once (configs/filter-demo.yaml), then GRPO
-# from that model twice on the same 100-task file, without and with the
+# from that model twice on the same 200-task file, without and with the
 # filter, into runs/filter-demo/seed<S>/{sft,off,on}; then `loom tasks audit`
 # on the ledger the two GRPO runs share, and `loom tasks dedup` on a copy of the file
 # with planted near-duplicates. Prints one JSON summary (scripts/filter_demo.py).

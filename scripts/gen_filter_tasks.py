@@ -65,7 +65,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="configs/tasks")
     parser.add_argument("--seed", type=int, default=51)
-    parser.add_argument("--train", type=int, default=100)
+    parser.add_argument("--train", type=int, default=200)
     parser.add_argument("--eval", type=int, default=200)
     parser.add_argument("--duplicates", type=int, default=0)
     args = parser.parse_args()
