@@ -3,16 +3,17 @@
 
     scripts/filter_demo.py OUT_DIR SEED...
 
-Per seed and run (off: no filter, on: the filter):
+Per seed and run (off: no filter, on: the filter, half: the filter at half
+the rollout batch):
   informative          mean informative_subgroup_fraction over the GRPO steps
-                       after the first epoch of the task file (200 tasks, 16
-                       prompts a step: steps 13 on);
+                       after the first epoch of the task file (the steps
+                       that start after 200 prompts of 8 samples);
   accuracy             held-out accuracy after SFT and at every evaluation;
   rollout_tokens       generated tokens over the whole GRPO stage;
-  tokens_to_match      (on) generated tokens until the filtered run's held-out
+  tokens_to_match      (on, half) generated tokens until the run's held-out
                        accuracy first reached the unfiltered run's final one,
                        and its ratio to the unfiltered run's tokens;
-  retired              (on) the tasks retired, by kind (the id's prefix).
+  retired              (on, half) the tasks retired, by kind (the id's prefix).
 Then the audit's always_solved and never_solved flags against the task kinds
 (precision and recall), and the planted near-duplicates dedup found.
 """
@@ -41,7 +42,11 @@ def run_summary(run_dir):
         elif "event" not in r and "informative_subgroup_fraction" in r:
             tokens += r["decode_tokens"]
             steps.append(r)
-    late = [s["informative_subgroup_fraction"] for s in steps if s["step"] >= 13]
+    late, drawn = [], 0
+    for s in steps:
+        if drawn >= 200 * 8:
+            late.append(s["informative_subgroup_fraction"])
+        drawn += s["samples"]
     return {
         "steps": len(steps),
         "informative": sum(late) / max(len(late), 1),
@@ -62,17 +67,18 @@ def main():
     for seed in seeds:
         d = os.path.join(out, "seed" + seed)
         sft = [r for r in lines(os.path.join(d, "sft", "metrics.jsonl")) if "eval_accuracy" in r]
-        runs = {name: run_summary(os.path.join(d, name)) for name in ("off", "on")}
+        runs = {name: run_summary(os.path.join(d, name)) for name in ("off", "on", "half")}
         target = runs["off"]["evals"][-1][1]
-        reached = [t for _, acc, t in runs["on"]["evals"] if acc >= target]
-        on = runs["on"]
-        on["tokens_to_match"] = reached[0] if reached else None
-        on["tokens_ratio"] = (reached[0] / runs["off"]["rollout_tokens"]) if reached else None
-        retired = {}
-        path = os.path.join(d, "on", "retired_tasks.jsonl")
-        for r in lines(path) if os.path.exists(path) else []:
-            retired[kind(r["task"])] = retired.get(kind(r["task"]), 0) + 1
-        on["retired"] = retired
+        for name in ("on", "half"):
+            run = runs[name]
+            reached = [t for _, acc, t in run["evals"] if acc >= target]
+            run["tokens_to_match"] = reached[0] if reached else None
+            run["tokens_ratio"] = (reached[0] / runs["off"]["rollout_tokens"]) if reached else None
+            retired = {}
+            path = os.path.join(d, name, "retired_tasks.jsonl")
+            for r in lines(path) if os.path.exists(path) else []:
+                retired[kind(r["task"])] = retired.get(kind(r["task"]), 0) + 1
+            run["retired"] = retired
         for r in runs.values():
             del r["evals"]
         audit_text = open(os.path.join(d, "audit.out")).read()
@@ -89,7 +95,8 @@ def main():
                 "others_flagged": sorted(flagged - actual),
             }
         result["seeds"][seed] = {"sft_accuracy": sft[-1]["eval_accuracy"] if sft else None,
-                                 "off": runs["off"], "on": on, "audit": scores}
+                                 "off": runs["off"], "on": runs["on"], "half": runs["half"],
+                                 "audit": scores}
     dedup_text = open(os.path.join(out, "dedup.out")).read()
     dedup = json.loads(dedup_text[dedup_text.rfind("\n{") + 1:])
     planted = {(p["a"], p["b"]) for p in dedup["pairs"]}
