@@ -169,6 +169,26 @@ class PreemptTest : public ::testing::Test {
     ASSERT_EQ(resumed.Wait(), 0) << testing::ReadAll(run_dir + ".out");
   }
 
+  // SIGTERMs a fresh run of `run_dir` a random number of `stage` steps in
+  // (from `min_steps` to 16) and a random moment later, resumes it to its
+  // end, and expects the baseline's steps.
+  static void SigtermOnceThenResume(const std::string& run_dir, const std::string& stage,
+                                    int min_steps) {
+    const unsigned seed = std::random_device()();
+    std::mt19937 rng(seed);
+    SCOPED_TRACE("random seed " + std::to_string(seed));
+    TrainProcess process = Start(run_dir, false);
+    ASSERT_TRUE(WaitForSteps(process, run_dir, stage,
+                             std::uniform_int_distribution<int>(min_steps, 16)(rng)))
+        << "ended early: " << testing::ReadAll(run_dir + ".out");
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 300)(rng)));
+    process.Signal(SIGTERM);
+    ASSERT_EQ(process.Wait(), 0) << testing::ReadAll(run_dir + ".out");
+    ResumeToEnd(run_dir);
+    ExpectSameAsBaseline(run_dir);
+  }
+
   static void ExpectSameAsBaseline(const std::string& run_dir) {
     Steps steps = ReadSteps(run_dir);
     ASSERT_EQ(steps.size(), baseline_->size()) << testing::ReadAll(run_dir + ".out");
@@ -383,20 +403,9 @@ class FilterPreemptTest : public PreemptTest {
 };
 
 TEST_F(FilterPreemptTest, SigtermMidGrpoThenResumeRetiresAndSkipsAsUninterrupted) {
-  const unsigned seed = std::random_device()();
-  std::mt19937 rng(seed);
-  SCOPED_TRACE("random seed " + std::to_string(seed));
   const std::string run_dir = *dir_ / "preempted";
-  TrainProcess process = Start(run_dir, false);
-  ASSERT_TRUE(
-      WaitForSteps(process, run_dir, "grpo", std::uniform_int_distribution<int>(2, 16)(rng)))
-      << "ended early: " << testing::ReadAll(run_dir + ".out");
-  std::this_thread::sleep_for(
-      std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 300)(rng)));
-  process.Signal(SIGTERM);
-  ASSERT_EQ(process.Wait(), 0) << testing::ReadAll(run_dir + ".out");
-  ResumeToEnd(run_dir);
-  ExpectSameAsBaseline(run_dir);
+  SigtermOnceThenResume(run_dir, "grpo", 2);
+  if (HasFatalFailure()) return;
 
   const std::string retired = testing::ReadAll(*dir_ / "baseline/retired_tasks.jsonl");
   EXPECT_GT(Occurrences(retired, "\"task\""), 0) << "the filter retired nothing";
@@ -434,19 +443,9 @@ class OpdPreemptTest : public PreemptTest {
 };
 
 TEST_F(OpdPreemptTest, SigtermMidOpdThenResumeEqualsUninterrupted) {
-  const unsigned seed = std::random_device()();
-  std::mt19937 rng(seed);
-  SCOPED_TRACE("random seed " + std::to_string(seed));
   const std::string run_dir = *dir_ / "preempted";
-  TrainProcess process = Start(run_dir, false);
-  ASSERT_TRUE(WaitForSteps(process, run_dir, "opd", std::uniform_int_distribution<int>(1, 16)(rng)))
-      << "ended early: " << testing::ReadAll(run_dir + ".out");
-  std::this_thread::sleep_for(
-      std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 300)(rng)));
-  process.Signal(SIGTERM);
-  ASSERT_EQ(process.Wait(), 0) << testing::ReadAll(run_dir + ".out");
-  ResumeToEnd(run_dir);
-  ExpectSameAsBaseline(run_dir);
+  SigtermOnceThenResume(run_dir, "opd", 1);
+  if (HasFatalFailure()) return;
   auto records = metrics::ReadMetrics(run_dir + "/metrics.jsonl");
   ASSERT_TRUE(records.ok());
   bool resumed_in_opd = false;
