@@ -134,6 +134,34 @@ TEST(RunConfigTest, AllErrorsAtOnce) {
                 "--set model.devise=cpu: model.devise: unknown key (did you mean 'device'?)");
 }
 
+// A difficulty filter's band must be a band, and starting it from the task
+// ledger needs a ledger; each error names the key and its line.
+TEST(RunConfigTest, DifficultyFilterErrorsNameTheKey) {
+  TempDir dir;
+  const std::string path =
+      dir.Write("filter.yaml",
+                "run: {name: f}\nmodel: {path: m}\ntasks:\n  ledger: \"off\"\n  datasets:\n"
+                "    - name: a\n"
+                "      filter: {min_pass: 0.9, max_pass: 0.2, after_attempts: 8}\n"
+                "    - name: b\n"
+                "      filter: {after_attempts: -1}\n");
+  const std::string text = ErrorText(LoadRunConfig(path, {}));
+  EXPECT_NE(text.find("tasks.datasets[0].filter.min_pass: must be <= max_pass (0.200000)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tasks.datasets[1].filter.after_attempts: out of range"), std::string::npos)
+      << text;
+  // Checked once the keys bind: a run with no ledger has no history to read.
+  const std::string ledgerless =
+      dir.Write("ledgerless.yaml",
+                "run: {name: f}\nmodel: {path: m}\ntasks:\n  ledger: \"off\"\n  datasets:\n"
+                "    - {name: b, filter: {after_attempts: 8, from_ledger: true}}\n");
+  EXPECT_EQ(ErrorText(LoadRunConfig(ledgerless, {})),
+            ledgerless +
+                ":6:45: tasks.datasets[0].filter.from_ledger: reads the task ledger, but "
+                "tasks.ledger is off");
+}
+
 TEST(RunConfigTest, ResolvedYamlLoadsBackToTheSameConfig) {
   TempDir dir;
   auto config = LoadRunConfig(std::string(LOOM_SOURCE_DIR) + "/configs/quickstart.yaml",
