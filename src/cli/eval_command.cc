@@ -23,6 +23,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/eval_model.h"
 #include "cli/threads.h"
 #include "loom/chat/encoder.h"
 #include "loom/config/run_config.h"
@@ -233,17 +234,11 @@ int RunEval(const EvalFlags& flags) {
     std::cerr << "loom eval: " << status.message() << "\n";
     return kExitFailure;
   };
-  auto dtype = model::ParseDtype(config->model.dtype);
-  if (!dtype.ok()) return fail(dtype.status());
-  auto model = model::Transformer::Load(flags.model, {*dtype, at::kCPU, false});
-  if (!model.ok()) return fail(model.status());
-  auto tokenizer = tokenizer::Tokenizer::FromFile(flags.model + "/tokenizer.json");
-  if (!tokenizer.ok()) return fail(tokenizer.status());
-  auto special = chat::SpecialTokenIds::Resolve(**tokenizer);
-  if (!special.ok()) return fail(special.status());
+  auto loaded = LoadEvalModel(flags.model, *config);
+  if (!loaded.ok()) return fail(loaded.status());
   auto datasets = tasks::LoadDatasets(config->tasks, static_cast<uint64_t>(config->run.seed));
   if (!datasets.ok()) return fail(datasets.status());
-  const train::EvalInputs inputs{*config, **tokenizer, *datasets, *special};
+  const train::EvalInputs inputs{*config, *loaded->tokenizer, *datasets, loaded->special};
   std::unique_ptr<tasks::TaskLedger> ledger;  // opened first: a bad ledger costs no evaluation
   std::vector<tasks::LedgerAttempt> attempts;
   if (!flags.ledger.empty()) {
@@ -252,19 +247,20 @@ int RunEval(const EvalFlags& flags) {
     ledger = *std::move(opened);
     options->attempts = &attempts;
   }
-  auto result = train::Evaluate(inputs, **model, *options);
+  auto result = train::Evaluate(inputs, *loaded->model, *options);
   if (!result.ok()) return fail(result.status());
   if (!result->cells.empty()) PrintTable(*result, std::max(1, flags.samples));
   nlohmann::json json = Json(*result);
   if (HasAgentTasks(*config, *datasets, *options)) {
-    auto scaffolds = Scaffolds(flags, *config, (*model)->config().max_position_embeddings);
+    auto scaffolds = Scaffolds(flags, *config, loaded->model->config().max_position_embeddings);
     if (!scaffolds.ok()) {
       std::cerr << "loom eval: " << scaffolds.status().message() << "\n";
       return kExitUsage;
     }
     auto clients = rpc::StartSandboxClients(config->sandbox);
     if (!clients.ok()) return fail(clients.status());
-    auto agent = train::EvaluateAgentTasks(inputs, **model, *options, *clients->pool, *scaffolds);
+    auto agent =
+        train::EvaluateAgentTasks(inputs, *loaded->model, *options, *clients->pool, *scaffolds);
     if (!agent.ok()) return fail(agent.status());
     PrintAgentTable(*agent, std::max(1, flags.samples));
     json["agent_results"] = train::AgentCellsJson(*agent);

@@ -23,6 +23,7 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "cli/eval_model.h"
 #include "cli/threads.h"
 #include "loom/config/run_config.h"
 #include "loom/rpc/sandbox_clients.h"
@@ -120,18 +121,12 @@ int RunCalibrate(const CalibrateFlags& flags) {
   if (ec) return fail(absl::UnavailableError("cannot create " + flags.out + ": " + ec.message()));
 
   if (flags.threads > 0) SetComputeThreads(flags.threads);
-  auto dtype = model::ParseDtype(config->model.dtype);
-  if (!dtype.ok()) return fail(dtype.status());
-  auto model = model::Transformer::Load(flags.model, {*dtype, at::kCPU, false});
-  if (!model.ok()) return fail(model.status());
-  auto tokenizer = tokenizer::Tokenizer::FromFile(flags.model + "/tokenizer.json");
-  if (!tokenizer.ok()) return fail(tokenizer.status());
-  auto special = chat::SpecialTokenIds::Resolve(**tokenizer);
-  if (!special.ok()) return fail(special.status());
+  auto loaded = LoadEvalModel(flags.model, *config);
+  if (!loaded.ok()) return fail(loaded.status());
   auto datasets = tasks::LoadDatasets(config->tasks, static_cast<uint64_t>(config->run.seed));
   if (!datasets.ok()) return usage(std::string(datasets.status().message()));
-  const train::EvalInputs inputs{*config, **tokenizer, *datasets, *special};
-  if (auto single = train::Evaluate(inputs, **model, options); !single.ok()) {
+  const train::EvalInputs inputs{*config, *loaded->tokenizer, *datasets, loaded->special};
+  if (auto single = train::Evaluate(inputs, *loaded->model, options); !single.ok()) {
     return fail(single.status());
   }
   std::optional<rpc::SandboxClients> clients;
@@ -143,12 +138,13 @@ int RunCalibrate(const CalibrateFlags& flags) {
       if (!started.ok()) return fail(started.status());
       clients = *std::move(started);
     }
-    auto scaffold = train::DatasetScaffold(dataset, (*model)->config().max_position_embeddings,
+    auto scaffold = train::DatasetScaffold(dataset, loaded->model->config().max_position_embeddings,
                                            config->rollout.max_new_tokens);
     if (!scaffold.ok()) return usage(std::string(scaffold.status().message()));
     train::EvalOptions one = options;
     one.datasets = {d};
-    auto episodes = train::EvaluateAgentTasks(inputs, **model, one, *clients->pool, {*scaffold});
+    auto episodes =
+        train::EvaluateAgentTasks(inputs, *loaded->model, one, *clients->pool, {*scaffold});
     if (!episodes.ok()) return fail(episodes.status());
   }
   if (ledger != nullptr) {
