@@ -195,22 +195,8 @@ struct StatsFlags {
   bool json = false;
 };
 
-// The attempts of the ledger at `ledger` (a file, or a run directory with
-// ledger.sqlite), only `dataset`'s when it is not empty; never creates one.
-absl::StatusOr<std::vector<tasks::LedgerAttempt>> ReadLedger(const std::string& ledger,
-                                                             const std::string& dataset) {
-  std::string path = ledger;
-  if (std::filesystem::is_directory(path)) path += "/ledger.sqlite";
-  if (!std::filesystem::is_regular_file(path)) {
-    return absl::InvalidArgumentError("no task ledger at " + path);
-  }
-  auto opened = tasks::TaskLedger::Open(path);
-  if (!opened.ok()) return opened.status();
-  return (*opened)->Read(dataset);
-}
-
 int RunStats(const StatsFlags& flags) {
-  auto attempts = ReadLedger(flags.ledger, flags.dataset);
+  auto attempts = tasks::ReadLedgerAt(flags.ledger, flags.dataset);
   if (!attempts.ok()) {
     std::cerr << "loom tasks stats: " << attempts.status().message() << "\n";
     return kExitUsage;
@@ -252,7 +238,7 @@ struct AuditFlags {
 };
 
 int RunAudit(const AuditFlags& flags) {
-  auto attempts = ReadLedger(flags.ledger, flags.dataset);
+  auto attempts = tasks::ReadLedgerAt(flags.ledger, flags.dataset);
   if (!attempts.ok()) {
     std::cerr << "loom tasks audit: " << attempts.status().message() << "\n";
     return kExitUsage;
@@ -310,9 +296,7 @@ absl::StatusOr<std::vector<DedupItem>> ReadDedupItems(const std::vector<std::str
       continue;
     }
     for (const tasks::Problem& p : *problems) {
-      std::string text;
-      for (const nlohmann::json& m : p.messages) text += m.at("content").get<std::string>() + "\n";
-      items.push_back({p.line_id.empty() ? p.source : p.line_id, p.source, text});
+      items.push_back({p.TaskId(), p.source, tasks::ProblemText(p)});
     }
   }
   auto agent_tasks = ReadAll(agent_files);

@@ -14,7 +14,6 @@
 // stored (a schema-1 ledger), a task no longer in the file. Exit 2 for bad
 // flags, a config or ledger that cannot be read.
 
-#include <filesystem>
 #include <iostream>
 #include <map>
 
@@ -63,18 +62,7 @@ int RunReverify(const ReverifyFlags& flags) {
       now.emplace(std::make_pair(dataset.name(), problem.TaskId()), problem);
     }
   }
-  std::string path = flags.ledger;
-  if (std::filesystem::is_directory(path)) path += "/ledger.sqlite";
-  if (!std::filesystem::is_regular_file(path)) {
-    std::cerr << "loom tasks reverify: no task ledger at " << path << "\n";
-    return kExitUsage;
-  }
-  auto ledger = tasks::TaskLedger::Open(path);
-  if (!ledger.ok()) {
-    std::cerr << "loom tasks reverify: " << ledger.status().message() << "\n";
-    return kExitUsage;
-  }
-  auto attempts = (*ledger)->Read(flags.dataset);
+  auto attempts = tasks::ReadLedgerAt(flags.ledger, flags.dataset);
   if (!attempts.ok()) {
     std::cerr << "loom tasks reverify: " << attempts.status().message() << "\n";
     return kExitUsage;

@@ -9,6 +9,17 @@
 namespace loom::dispatch {
 namespace {
 
+// A difficulty filter tallies tasks by their content keys: none without them.
+absl::Status CheckProblemKeys(const DispatchOptions& o, const std::vector<DatasetQuota>& datasets) {
+  for (const DatasetQuota& d : datasets) {
+    if (d.filter.on() && !o.problem_key) {
+      return absl::InvalidArgumentError("dispatch: dataset '" + d.name +
+                                        "' has a difficulty filter but no problem keys");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckOptions(const DispatchOptions& o, int group_size) {
   auto error = [](const std::string& text) { return absl::InvalidArgumentError(text); };
   if (o.efforts.empty()) return error("dispatch: no effort levels");
@@ -20,12 +31,7 @@ absl::Status CheckOptions(const DispatchOptions& o, int group_size) {
                  " samples = sum of effort.samples_per_level) exceeds async.max_inflight (" +
                  std::to_string(o.max_inflight) + ")");
   }
-  for (const DatasetQuota& d : o.datasets) {
-    if (d.filter.on() && !o.problem_key) {
-      return error("dispatch: dataset '" + d.name +
-                   "' has a difficulty filter but no problem keys");
-    }
-  }
+  if (absl::Status s = CheckProblemKeys(o, o.datasets); !s.ok()) return s;
   if (o.policy == "sync" && SyncWaveSamples(o.batch_samples, group_size) > o.max_inflight) {
     return error("dispatch: sync generates a whole batch at once: async.batch_samples (" +
                  std::to_string(o.batch_samples) + ", rounded up to whole groups) exceeds " +
@@ -265,12 +271,9 @@ absl::Status Dispatcher::SetDatasets(std::vector<DatasetQuota> datasets) {
     }
   }
   if (absl::Status s = CheckDatasets(datasets, group_size_); !s.ok()) return s;
+  if (absl::Status s = CheckProblemKeys(options_, datasets); !s.ok()) return s;
   for (size_t d = 0; d < datasets.size(); ++d) {
     datasets[d].problems = options_.datasets[d].problems;  // the data, not the mix
-    if (datasets[d].filter.on() && !options_.problem_key) {
-      return absl::InvalidArgumentError("dispatch: dataset '" + datasets[d].name +
-                                        "' has a difficulty filter but no problem keys");
-    }
   }
   options_.datasets = std::move(datasets);
   filter_.Reconsider(Bands());  // a narrower band retires what it now excludes

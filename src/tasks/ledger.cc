@@ -1,6 +1,7 @@
 #include "loom/tasks/ledger.h"
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include <google/protobuf/io/coded_stream.h>
@@ -237,6 +238,18 @@ absl::StatusOr<std::vector<LedgerAttempt>> TaskLedger::Read(const std::string& d
   }
   if (rc != SQLITE_DONE) return Error(db_, rc, path_, "reading");
   return attempts;
+}
+
+absl::StatusOr<std::vector<LedgerAttempt>> ReadLedgerAt(const std::string& ledger_or_run_dir,
+                                                        const std::string& dataset) {
+  std::string path = ledger_or_run_dir;
+  if (std::filesystem::is_directory(path)) path += "/ledger.sqlite";
+  if (!std::filesystem::is_regular_file(path)) {
+    return absl::InvalidArgumentError("no task ledger at " + path);
+  }
+  auto opened = TaskLedger::Open(path);
+  if (!opened.ok()) return opened.status();
+  return (*opened)->Read(dataset);
 }
 
 std::string TaskKey(const AgentTask& task) {

@@ -80,6 +80,12 @@ class TaskLedger {
   std::string path_;
 };
 
+// The attempts of the ledger at `ledger_or_run_dir` (a file, or a run
+// directory with ledger.sqlite), only `dataset`'s when it is not empty;
+// never creates one (INVALID_ARGUMENT naming the path), else Open's errors.
+absl::StatusOr<std::vector<LedgerAttempt>> ReadLedgerAt(const std::string& ledger_or_run_dir,
+                                                        const std::string& dataset = "");
+
 // What `loom tasks stats` prints, from a ledger's attempts (infrastructure
 // failures counted apart, left out of the pass rates):
 //   {"datasets": [{"dataset", "tasks", "attempts", "pass_rate",
