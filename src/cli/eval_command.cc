@@ -13,7 +13,6 @@
 
 #include <ATen/Parallel.h>
 
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -266,11 +265,8 @@ int RunEval(const EvalFlags& flags) {
     json["agent_results"] = train::AgentCellsJson(*agent);
   }
   if (ledger != nullptr) {
-    const double now =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     for (tasks::LedgerAttempt& a : attempts) {
       a.run_id = "loom eval " + flags.model;
-      a.unix_time = now;
     }
     if (absl::Status s = ledger->Append(attempts); !s.ok()) return fail(s);
   }

@@ -14,7 +14,6 @@
 // samples go to that task ledger too. Exit 2 for bad flags or a dataset that
 // is not a file, 1 when the model cannot be evaluated.
 
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -148,12 +147,9 @@ int RunCalibrate(const CalibrateFlags& flags) {
     if (!episodes.ok()) return fail(episodes.status());
   }
   if (ledger != nullptr) {
-    const double now =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     for (tasks::LedgerAttempt& a : attempts) {
       a.split = "calibrate";
       a.run_id = "loom tasks calibrate " + flags.model;
-      a.unix_time = now;
     }
     if (absl::Status s = ledger->Append(attempts); !s.ok()) return fail(s);
   }

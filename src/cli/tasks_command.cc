@@ -67,8 +67,6 @@ absl::Status AppendChecks(const CheckFlags& flags, const std::vector<tasks::Agen
                           const std::vector<agent::TaskCheck>& checks) {
   auto ledger = tasks::TaskLedger::Open(flags.ledger);
   if (!ledger.ok()) return ledger.status();
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   const std::string dataset = flags.dataset.empty()
                                   ? std::filesystem::path(flags.files.front()).stem().string()
                                   : flags.dataset;
@@ -91,7 +89,6 @@ absl::Status AppendChecks(const CheckFlags& flags, const std::vector<tasks::Agen
       a.failure = a.passed ? "" : trajectory->verdict().details().substr(0, 500);
       a.failure_kind = tasks::FailureKind(a.passed, false, false, true);
       a.run_id = "loom tasks check";
-      a.unix_time = now;
     }
   }
   return (*ledger)->Append(attempts);

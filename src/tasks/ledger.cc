@@ -170,6 +170,8 @@ TaskLedger::~TaskLedger() { sqlite3_close(db_); }
 absl::Status TaskLedger::Append(const std::vector<LedgerAttempt>& attempts) {
   if (attempts.empty()) return absl::OkStatus();
   if (absl::Status s = Exec(db_, "BEGIN IMMEDIATE", path_, "appending"); !s.ok()) return s;
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   auto append = [&]() -> absl::Status {
     const std::string sql = absl::StrCat("INSERT INTO attempts (", kColumns,
                                          ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
@@ -193,7 +195,7 @@ absl::Status TaskLedger::Append(const std::vector<LedgerAttempt>& attempts) {
       sqlite3_bind_int64(stmt, ++column, a.policy_version);
       sqlite3_bind_text(stmt, ++column, a.run_id.c_str(), -1, SQLITE_TRANSIENT);
       sqlite3_bind_int64(stmt, ++column, a.config_version);
-      sqlite3_bind_double(stmt, ++column, a.unix_time);
+      sqlite3_bind_double(stmt, ++column, a.unix_time != 0 ? a.unix_time : now);
       sqlite3_bind_text(stmt, ++column, a.response.c_str(), -1, SQLITE_TRANSIENT);
       if (const int rc = sqlite3_step(stmt); rc != SQLITE_DONE) {
         return Error(db_, rc, path_, "appending");

@@ -1,6 +1,5 @@
 #include "train/ledger_writer.h"
 
-#include <chrono>
 #include <filesystem>
 
 #include <spdlog/spdlog.h>
@@ -96,11 +95,8 @@ std::vector<tasks::LedgerAttempt> BatchAttempts(const Batch& batch, const config
 
 absl::Status LedgerWriter::Trained(std::vector<tasks::LedgerAttempt> attempts) {
   if (ledger_ == nullptr) return absl::OkStatus();  // it failed, and the run went on
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   for (tasks::LedgerAttempt& a : attempts) {
     a.run_id = run_id_;
-    a.unix_time = now;
   }
   if (absl::Status s = ledger_->Append(attempts); !s.ok()) return Failed(s);
   return absl::OkStatus();
@@ -116,13 +112,10 @@ absl::StatusOr<std::vector<tasks::LedgerAttempt>> LedgerWriter::History() const 
 absl::Status LedgerWriter::Evaluated(std::vector<tasks::LedgerAttempt> attempts,
                                      int64_t policy_version, int64_t config_version) {
   if (ledger_ == nullptr) return absl::OkStatus();
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   for (tasks::LedgerAttempt& a : attempts) {
     a.policy_version = policy_version;
     a.config_version = config_version;
     a.run_id = run_id_;
-    a.unix_time = now;
   }
   if (absl::Status s = ledger_->Append(attempts); !s.ok()) return Failed(s);
   return absl::OkStatus();

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <cstdio>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -62,16 +63,20 @@ TEST(TaskLedgerTest, AttemptsRoundTripAcrossReopening) {
   odd.split = "eval";
   odd.effort = 50;
   odd.steps = 4;
+  LedgerAttempt unstamped = Attempt("t2", true);
+  unstamped.unix_time = 0;  // Append stamps it
+  const double before =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   {
     auto ledger = TaskLedger::Open(path);
     ASSERT_TRUE(ledger.ok()) << ledger.status();
-    ASSERT_TRUE((*ledger)->Append({Attempt("t0", true), odd}).ok());
+    ASSERT_TRUE((*ledger)->Append({Attempt("t0", true), odd, unstamped}).ok());
   }
   auto ledger = TaskLedger::Open(path);
   ASSERT_TRUE(ledger.ok()) << ledger.status();
   auto read = (*ledger)->Read();
   ASSERT_TRUE(read.ok()) << read.status();
-  ASSERT_EQ(read->size(), 2u);
+  ASSERT_EQ(read->size(), 3u);
   const LedgerAttempt& back = (*read)[1];
   EXPECT_EQ(back.task_id, odd.task_id);
   EXPECT_EQ(back.task_key, odd.task_key);
@@ -85,6 +90,8 @@ TEST(TaskLedgerTest, AttemptsRoundTripAcrossReopening) {
   EXPECT_EQ((*read)[0].steps, -1);
   EXPECT_EQ(back.policy_version, 3);
   EXPECT_EQ(back.unix_time, 1.5e9);
+  EXPECT_GE((*read)[2].unix_time, before);
+  EXPECT_LT((*read)[2].unix_time, before + 600);
   EXPECT_TRUE((*read)[0].passed);
   auto other = (*ledger)->Read("another");
   ASSERT_TRUE(other.ok());

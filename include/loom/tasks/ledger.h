@@ -44,7 +44,7 @@ struct LedgerAttempt {
   int64_t policy_version = 0;
   std::string run_id;  // the run's name and start time
   int64_t config_version = 0;
-  double unix_time = 0;
+  double unix_time = 0;  // 0: Append stamps the time it writes the attempt
   // Single-turn: the response's final answer (what the verifier judged), so
   // that `loom tasks reverify` can judge it again; "" for agent tasks, whose
   // verdict comes from their workspace.
@@ -66,7 +66,8 @@ class TaskLedger {
   TaskLedger(const TaskLedger&) = delete;
   TaskLedger& operator=(const TaskLedger&) = delete;
 
-  // Appends `attempts` in one transaction: all or none. Errors as Open's.
+  // Appends `attempts` in one transaction: all or none, an attempt without a
+  // unix_time stamped with the current one. Errors as Open's.
   absl::Status Append(const std::vector<LedgerAttempt>& attempts);
   // Every attempt, oldest first; only `dataset`'s when it is not empty.
   absl::StatusOr<std::vector<LedgerAttempt>> Read(const std::string& dataset = "") const;
