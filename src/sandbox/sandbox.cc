@@ -488,9 +488,7 @@ absl::StatusOr<ProcessResult> Sandbox::Run(const std::string& command, double ti
   if (opener.joinable()) {
     ended = true;
     opener.join();
-    if (result.ok() && result->limit.empty() && !endpoint_error.empty()) {
-      result->limit = endpoint_error;
-    }
+    if (result.ok() && !endpoint_error.empty()) return absl::UnavailableError(endpoint_error);
   }
   // An OOM kill in the command's last moments, after the watch looked.
   if (result.ok() && result->limit.empty()) {

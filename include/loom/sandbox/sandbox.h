@@ -103,9 +103,10 @@ class Sandbox {
   // the command's own network namespace handed to endpoint.serve before the
   // command starts (it never runs without it; nothing else is reachable).
   // At least 4096 open files, and where a cgroup caps the sandbox's memory,
-  // no address-space rlimit (node reserves far more than it uses). A status only when the
-  // command could not be started; an endpoint that could not be opened
-  // kills the command before it runs, with the reason as its limit.
+  // no address-space rlimit (node reserves far more than it uses). A status
+  // only when the command could not be started, or (UNAVAILABLE) when its
+  // endpoint could not be opened: that kills the command before it runs,
+  // and it is the worker's failure, not the command's.
   absl::StatusOr<ProcessResult> Serve(const std::string& command, double timeout_s,
                                       const SandboxEndpoint& endpoint) const;
 
