@@ -120,7 +120,8 @@ const std::vector<std::string>& LiveKeyPatterns() {
                                                     "opd.teachers.*.config",
                                                     "tasks.datasets.*.filter.min_pass",
                                                     "tasks.datasets.*.filter.max_pass",
-                                                    "tasks.datasets.*.filter.after_attempts"};
+                                                    "tasks.datasets.*.filter.after_attempts",
+                                                    "tasks.datasets.*.filter.window"};
   return patterns;
 }
 

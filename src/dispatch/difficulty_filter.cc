@@ -1,5 +1,7 @@
 #include "loom/dispatch/difficulty_filter.h"
 
+#include <algorithm>
+
 namespace loom::dispatch {
 
 void DifficultyFilter::Seed(int dataset, const std::string& key, const std::string& name,
@@ -10,14 +12,24 @@ void DifficultyFilter::Seed(int dataset, const std::string& key, const std::stri
   tally.passes += passes;
 }
 
+double DifficultyFilter::PassRate(const Tally& tally, const FilterBand& band) {
+  const int judged = std::min(band.window, tally.recent_count);
+  if (judged == 0 || judged < std::min(band.window, band.after_attempts)) {
+    return static_cast<double>(tally.passes) / static_cast<double>(tally.attempts);
+  }
+  const uint64_t mask = judged == 64 ? ~uint64_t{0} : (uint64_t{1} << judged) - 1;
+  return __builtin_popcountll(tally.recent & mask) / static_cast<double>(judged);
+}
+
 void DifficultyFilter::Consider(int dataset, const std::string& key, Tally& tally,
                                 const FilterBand& band) {
   if (tally.retired || !band.on() || tally.attempts < band.after_attempts) return;
-  const double rate = static_cast<double>(tally.passes) / static_cast<double>(tally.attempts);
+  const double rate = PassRate(tally, band);
   if (rate >= band.min_pass && rate <= band.max_pass) return;
   tally.retired = true;
   ++retired_[static_cast<size_t>(dataset)];
-  pending_.push_back({dataset, key, tally.name, tally.attempts, tally.passes, tally.seeded_only});
+  pending_.push_back(
+      {dataset, key, tally.name, tally.attempts, tally.passes, rate, tally.seeded_only});
 }
 
 void DifficultyFilter::Record(const std::vector<TaskVerdict>& verdicts,
@@ -28,6 +40,8 @@ void DifficultyFilter::Record(const std::vector<TaskVerdict>& verdicts,
     ++tally.attempts;
     tally.passes += v.passed ? 1 : 0;
     tally.seeded_only = false;
+    tally.recent = (tally.recent << 1) | (v.passed ? 1 : 0);
+    tally.recent_count = std::min(tally.recent_count + 1, FilterBand::kMaxWindow);
   }
   // Retire after the whole batch: a group's samples count together.
   for (const TaskVerdict& v : verdicts) {
@@ -59,13 +73,15 @@ nlohmann::json DifficultyFilter::Export() const {
   for (const auto& tallies : tallies_) {
     nlohmann::json tasks = nlohmann::json::array();
     for (const auto& [key, t] : tallies) {
-      tasks.push_back({key, t.name, t.attempts, t.passes, t.retired, t.seeded_only});
+      tasks.push_back(
+          {key, t.name, t.attempts, t.passes, t.retired, t.seeded_only, t.recent, t.recent_count});
     }
     datasets.push_back(std::move(tasks));
   }
   nlohmann::json pending = nlohmann::json::array();
   for (const Retirement& r : pending_) {
-    pending.push_back({r.dataset, r.key, r.name, r.attempts, r.passes, r.from_history});
+    pending.push_back(
+        {r.dataset, r.key, r.name, r.attempts, r.passes, r.from_history, r.pass_rate});
   }
   return {{"datasets", datasets}, {"pending", pending}};
 }
@@ -82,8 +98,16 @@ absl::Status DifficultyFilter::Import(const nlohmann::json& state) {
     std::vector<int64_t> retired(tallies_.size(), 0);
     for (size_t d = 0; d < tallies.size(); ++d) {
       for (const nlohmann::json& t : datasets[d]) {
-        const Tally tally{t.at(1).get<std::string>(), t.at(2).get<int64_t>(),
-                          t.at(3).get<int64_t>(), t.at(4).get<bool>(), t.at(5).get<bool>()};
+        Tally tally{t.at(1).get<std::string>(), t.at(2).get<int64_t>(), t.at(3).get<int64_t>(),
+                    t.at(4).get<bool>(), t.at(5).get<bool>()};
+        if (t.size() > 6) {  // states written before the window have no recent verdicts
+          tally.recent = t.at(6).get<uint64_t>();
+          tally.recent_count = t.at(7).get<int>();
+          if (tally.recent_count < 0 || tally.recent_count > FilterBand::kMaxWindow) {
+            return absl::DataLossError("difficulty filter state: a task has " +
+                                       std::to_string(tally.recent_count) + " recent verdicts");
+          }
+        }
         tallies[d][t.at(0).get<std::string>()] = tally;
         retired[d] += tally.retired;
       }
@@ -95,8 +119,12 @@ absl::Status DifficultyFilter::Import(const nlohmann::json& state) {
         return absl::DataLossError("difficulty filter state: a retirement names dataset " +
                                    std::to_string(dataset));
       }
-      pending.push_back({dataset, r.at(1).get<std::string>(), r.at(2).get<std::string>(),
-                         r.at(3).get<int64_t>(), r.at(4).get<int64_t>(), r.at(5).get<bool>()});
+      const int64_t attempts = r.at(3).get<int64_t>(), passes = r.at(4).get<int64_t>();
+      const double rate = r.size() > 6 ? r.at(6).get<double>()
+                                       : static_cast<double>(passes) /
+                                             static_cast<double>(std::max<int64_t>(attempts, 1));
+      pending.push_back({dataset, r.at(1).get<std::string>(), r.at(2).get<std::string>(), attempts,
+                         passes, rate, r.at(5).get<bool>()});
     }
     tallies_ = std::move(tallies);
     retired_ = std::move(retired);

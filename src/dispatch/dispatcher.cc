@@ -45,10 +45,11 @@ absl::Status CheckOptions(const DispatchOptions& o, int group_size) {
 std::vector<DatasetQuota> QuotasFromConfig(const config::TasksSection& tasks) {
   std::vector<DatasetQuota> quotas;
   for (const auto& d : tasks.datasets) {
-    quotas.push_back({d.name,
-                      d.active ? d.weight : 0.0,
-                      d.max_inflight,
-                      {d.filter.min_pass, d.filter.max_pass, d.filter.after_attempts}});
+    quotas.push_back(
+        {d.name,
+         d.active ? d.weight : 0.0,
+         d.max_inflight,
+         {d.filter.min_pass, d.filter.max_pass, d.filter.after_attempts, d.filter.window}});
   }
   return quotas;
 }
@@ -63,10 +64,13 @@ absl::Status CheckDatasets(const std::vector<DatasetQuota>& datasets, int group_
           " samples): it could never be dispatched");
     }
     if (!(d.filter.min_pass >= 0 && d.filter.min_pass <= d.filter.max_pass &&
-          d.filter.max_pass <= 1 && d.filter.after_attempts >= 0)) {
-      return absl::InvalidArgumentError("dispatch: dataset '" + d.name +
-                                        "' has a difficulty filter outside 0 <= min_pass <= "
-                                        "max_pass <= 1, after_attempts >= 0");
+          d.filter.max_pass <= 1 && d.filter.after_attempts >= 0 && d.filter.window >= 0 &&
+          d.filter.window <= FilterBand::kMaxWindow)) {
+      return absl::InvalidArgumentError(
+          "dispatch: dataset '" + d.name +
+          "' has a difficulty filter outside 0 <= min_pass <= max_pass <= 1, after_attempts >= "
+          "0, 0 <= window <= " +
+          std::to_string(FilterBand::kMaxWindow));
     }
     any = any || d.weight > 0;
   }

@@ -137,15 +137,14 @@ absl::Status TaskFilter::Record(std::vector<dispatch::Retirement> retired, int64
     retired_.emplace(*std::move(writer));
   }
   for (const dispatch::Retirement& r : retired) {
-    const nlohmann::json line = {
-        {"step", step},
-        {"dataset", context_.config.tasks.datasets[r.dataset].name},
-        {"task", r.name},
-        {"task_key", r.key},
-        {"attempts", r.attempts},
-        {"passes", r.passes},
-        {"pass_rate", static_cast<double>(r.passes) / static_cast<double>(r.attempts)},
-        {"from_ledger", r.from_history}};
+    const nlohmann::json line = {{"step", step},
+                                 {"dataset", context_.config.tasks.datasets[r.dataset].name},
+                                 {"task", r.name},
+                                 {"task_key", r.key},
+                                 {"attempts", r.attempts},
+                                 {"passes", r.passes},
+                                 {"pass_rate", r.pass_rate},
+                                 {"from_ledger", r.from_history}};
     if (absl::Status s = retired_->Write(line); !s.ok()) return s;
   }
   return absl::OkStatus();

@@ -144,13 +144,14 @@ TEST(RunConfigTest, DifficultyFilterErrorsNameTheKey) {
                 "    - name: a\n"
                 "      filter: {min_pass: 0.9, max_pass: 0.2, after_attempts: 8}\n"
                 "    - name: b\n"
-                "      filter: {after_attempts: -1}\n");
+                "      filter: {after_attempts: -1, window: 65}\n");
   const std::string text = ErrorText(LoadRunConfig(path, {}));
   EXPECT_NE(text.find("tasks.datasets[0].filter.min_pass: must be <= max_pass (0.200000)"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("tasks.datasets[1].filter.after_attempts: out of range"), std::string::npos)
       << text;
+  EXPECT_NE(text.find("tasks.datasets[1].filter.window: out of range"), std::string::npos) << text;
   // Checked once the keys bind: a run with no ledger has no history to read.
   const std::string ledgerless =
       dir.Write("ledgerless.yaml",

@@ -105,7 +105,8 @@ TEST(LiveConfigKeysTest, RejectionsSayWhichKeyAndWhatWasExpected) {
             "tasks.datasets.*.active, tasks.datasets.*.max_inflight, tasks.datasets.*.teacher, "
             "tasks.eval_every, opd.teachers, opd.teachers.*.name, opd.teachers.*.path, "
             "opd.teachers.*.config, tasks.datasets.*.filter.min_pass, "
-            "tasks.datasets.*.filter.max_pass, tasks.datasets.*.filter.after_attempts); change "
+            "tasks.datasets.*.filter.max_pass, tasks.datasets.*.filter.after_attempts, "
+            "tasks.datasets.*.filter.window); change "
             "it in the config and restart with --resume auto");
   EXPECT_EQ(RefusalText(ApplyLiveChange(current, {"tasks.datasets.sort.weight=-1"}, changes)),
             "tasks.datasets[1].weight: out of range: expected a value >= 0, got -1");
@@ -135,7 +136,8 @@ TEST(LiveConfigKeysTest, RejectionsSayWhichKeyAndWhatWasExpected) {
             "tasks.datasets.*.active, tasks.datasets.*.max_inflight, tasks.datasets.*.teacher, "
             "tasks.eval_every, opd.teachers, opd.teachers.*.name, opd.teachers.*.path, "
             "opd.teachers.*.config, tasks.datasets.*.filter.min_pass, "
-            "tasks.datasets.*.filter.max_pass, tasks.datasets.*.filter.after_attempts); change "
+            "tasks.datasets.*.filter.max_pass, tasks.datasets.*.filter.after_attempts, "
+            "tasks.datasets.*.filter.window); change "
             "it in the config and restart with --resume auto");
   EXPECT_TRUE(changes.empty());
 }
@@ -163,12 +165,13 @@ TEST(LiveConfigKeysTest, DifficultyFilterBandsAreLiveItsLedgerStartIsNot) {
   auto next = ApplyLiveChange(
       current,
       {"tasks.datasets.sort.filter.after_attempts=8", "tasks.datasets.sort.filter.min_pass=0.1",
-       "tasks.datasets.sort.filter.max_pass=0.9"},
+       "tasks.datasets.sort.filter.max_pass=0.9", "tasks.datasets.sort.filter.window=16"},
       changes);
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(next->tasks.datasets[1].filter.after_attempts, 8);
   EXPECT_DOUBLE_EQ(next->tasks.datasets[1].filter.max_pass, 0.9);
-  EXPECT_EQ(changes.size(), 3u);
+  EXPECT_EQ(next->tasks.datasets[1].filter.window, 16);
+  EXPECT_EQ(changes.size(), 4u);
   EXPECT_EQ(RefusalText(ApplyLiveChange(current,
                                         {"tasks.datasets.sort.filter.min_pass=0.95",
                                          "tasks.datasets.sort.filter.max_pass=0.5"},

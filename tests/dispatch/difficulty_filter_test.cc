@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <set>
 
 #include "dispatch/fake_engine.h"
@@ -192,6 +193,103 @@ TEST(DifficultyFilterTest, HistoryBelowAfterAttemptsDoesNotRetireUntilTheRunAdds
   EXPECT_EQ(retired[0].attempts, 4);
   EXPECT_EQ(retired[0].passes, 4);
   EXPECT_FALSE(retired[0].from_history);
+}
+
+// The step at which a task with verdicts `history` (oldest first, one a
+// step) retires under `band`, computed over the whole list: the second path
+// the filter's bit window is checked against. -1: never.
+int RetiresAt(const std::vector<bool>& history, const FilterBand& band) {
+  for (size_t n = 1; n <= history.size(); ++n) {
+    if (static_cast<int>(n) < band.after_attempts) continue;
+    const size_t judged =
+        band.window > 0 && n >= static_cast<size_t>(std::min(band.window, band.after_attempts))
+            ? std::min<size_t>(band.window, n)
+            : n;
+    int passes = 0;
+    for (size_t i = n - judged; i < n; ++i) passes += history[i];
+    const double rate = static_cast<double>(passes) / static_cast<double>(judged);
+    if (rate < band.min_pass || rate > band.max_pass) return static_cast<int>(n);
+  }
+  return -1;
+}
+
+TEST(DifficultyFilterTest, AWindowJudgesTheMostRecentAttemptsAsAListOfThemWould) {
+  std::mt19937 rng(11);
+  int retired_by_window_only = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int window = 1 + static_cast<int>(rng() % 70) % FilterBand::kMaxWindow;
+    const FilterBand band{0.1, 0.9, 1 + static_cast<int>(rng() % 10), trial % 5 == 0 ? 0 : window};
+    // A policy that learns the task: its pass probability climbs from 0.2 to 1.
+    std::vector<bool> history;
+    for (int i = 0; i < 150; ++i) {
+      history.push_back(std::uniform_real_distribution<double>(0, 1)(rng) < 0.2 + i / 120.0);
+    }
+    DifficultyFilter filter(1);
+    int retired_at = -1;
+    for (size_t n = 0; n < history.size() && retired_at < 0; ++n) {
+      filter.Record({{0, "k", "task", history[n]}}, {band});
+      if (filter.Retired(0, "k")) retired_at = static_cast<int>(n) + 1;
+    }
+    ASSERT_EQ(retired_at, RetiresAt(history, band))
+        << "trial " << trial << " window " << band.window;
+    FilterBand whole = band;
+    whole.window = 0;
+    retired_by_window_only += retired_at > 0 && RetiresAt(history, whole) < 0;
+  }
+  EXPECT_GT(retired_by_window_only, 50);  // the window retires what the run's rate keeps
+}
+
+TEST(DifficultyFilterTest, AWindowedTallyContinuesExactlyAfterExportAndImport) {
+  const FilterBand band{0.1, 0.9, 4, 8};
+  const std::vector<bool> history = {false, true, false, true, true, false, true,
+                                     true,  true, true,  true, true, true,  true};
+  DifficultyFilter first(1);
+  for (size_t n = 0; n < 6; ++n) first.Record({{0, "k", "task", history[n]}}, {band});
+  DifficultyFilter second(1);
+  ASSERT_TRUE(second.Import(first.Export()).ok());
+  int retired_at = -1;
+  for (size_t n = 6; n < history.size() && retired_at < 0; ++n) {
+    second.Record({{0, "k", "task", history[n]}}, {band});
+    if (second.Retired(0, "k")) retired_at = static_cast<int>(n) + 1;
+  }
+  EXPECT_EQ(retired_at, RetiresAt(history, band));
+  EXPECT_EQ(retired_at, 14);  // the last 8 attempts all passed
+  const std::vector<Retirement> retired = second.TakeRetirements();
+  ASSERT_EQ(retired.size(), 1u);
+  EXPECT_EQ(retired[0].pass_rate, 1.0);
+  EXPECT_EQ(retired[0].attempts, 14);
+  EXPECT_EQ(retired[0].passes, 11);
+}
+
+TEST(DifficultyFilterTest, AWindowJudgesLedgerHistoryUntilTheRunHasAttemptsOfItsOwn) {
+  const FilterBand band{0.1, 0.9, 4, 4};
+  DifficultyFilter filter(1);
+  filter.Seed(0, "solved", "s", 20, 20);
+  filter.Seed(0, "mixed", "m", 20, 10);
+  filter.Reconsider({band});
+  EXPECT_TRUE(filter.Retired(0, "solved"));
+  // Three passes of the run's own are fewer than the window: the history's
+  // half still judges, and the task stays.
+  for (int i = 0; i < 3; ++i) filter.Record({{0, "mixed", "m", true}}, {band});
+  EXPECT_FALSE(filter.Retired(0, "mixed"));
+  filter.Record({{0, "mixed", "m", true}}, {band});
+  EXPECT_TRUE(filter.Retired(0, "mixed"));
+}
+
+TEST(DifficultyFilterTest, AStateWrittenBeforeTheWindowStillImports) {
+  DifficultyFilter filter(1);
+  const nlohmann::json old = nlohmann::json::parse(
+      R"({"datasets": [[["k", "n", 6, 3, false, false]]], "pending": [[0, "j", "m", 4, 4, false]]})");
+  ASSERT_TRUE(filter.Import(old).ok());
+  const std::vector<Retirement> pending = filter.TakeRetirements();
+  ASSERT_EQ(pending.size(), 1u);
+  EXPECT_EQ(pending[0].pass_rate, 1.0);
+  // With no recent verdicts the whole tally judges, until the run adds its own.
+  filter.Reconsider({FilterBand{0.6, 1, 4, 4}});
+  EXPECT_TRUE(filter.Retired(0, "k"));
+  nlohmann::json bad = old;
+  bad["datasets"][0][0] = {"k", "n", 6, 3, false, false, 0, 65};
+  EXPECT_EQ(DifficultyFilter(1).Import(bad).code(), absl::StatusCode::kDataLoss);
 }
 
 TEST(DifficultyFilterTest, ImpossibleFiltersAreClearErrors) {

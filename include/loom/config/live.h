@@ -17,7 +17,7 @@
 //     keeps the teacher it was dispatched with.
 //   opd.teachers (add, replace, remove) — the pool keeps a replaced or
 //     removed teacher for the samples still holding it.
-//   tasks.datasets.*.filter.min_pass, .max_pass, .after_attempts — read by
+//   tasks.datasets.*.filter.min_pass, .max_pass, .after_attempts, .window — read by
 //     the dispatcher's difficulty filter at its next verdicts; a narrower
 //     band retires what it now excludes at once, and retired tasks stay so.
 //   tasks.eval_every — read after each step.

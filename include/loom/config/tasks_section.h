@@ -21,6 +21,7 @@ struct DatasetFilterSection {
   double min_pass = 0;
   double max_pass = 1;
   int after_attempts = 0;  // 0 = off
+  int window = 0;          // 0 = every attempt of the run
   bool from_ledger = false;
 
   template <class V>
@@ -41,6 +42,14 @@ struct DatasetFilterSection {
                 "its first group.")
                 .Unit("samples")
                 .Min(0));
+    v.Field("window", window,
+            Doc("Judge a task on its most recent `window` attempts in this run instead of all of "
+                "them, so that a task the policy learns (or unlearns) during the run retires "
+                "once the window leaves the band: a moving curriculum. Until the run has "
+                "min(window, after_attempts) attempts at a task, its whole tally judges it. 0: "
+                "every attempt.")
+                .Unit("samples")
+                .Range(0, 64));
     v.Field("from_ledger", from_ledger,
             Doc("Start each task's tally from its attempts in the task ledger (tasks.ledger: "
                 "earlier runs, any dataset, training and evaluation splits, infrastructure "
@@ -255,7 +264,7 @@ struct DatasetSection {
                   "tasks whose running pass rate leaves [min_pass, max_pass] and skips them "
                   "for the rest of the run. Recorded in <run dir>/retired_tasks.jsonl and the "
                   "step line (tasks_retired_by_dataset, problems_skipped); its effect shows in "
-                  "informative_subgroup_fraction. Live: min_pass, max_pass, after_attempts "
+                  "informative_subgroup_fraction. Live: min_pass, max_pass, after_attempts, window "
                   "(docs/tasks.md)."));
   }
 

@@ -7,6 +7,12 @@
 // sample solves, or none does, gives GRPO subgroups without variance, whose
 // rollout tokens teach nothing. The dispatcher skips retired tasks.
 //
+// The pass rate is over every attempt, or with a `window` over the run's
+// most recent `window` attempts: then a task the policy learns during the
+// run retires once it has solved the whole window (a moving curriculum). A
+// task with fewer than min(window, after_attempts) attempts in this run is
+// judged on its whole tally, its ledger history included.
+//
 // The tally of one dataset is its own: the same file listed twice (one entry
 // per harness) filters each entry on its own attempts. A task can start from
 // its history in the task ledger (Seed). Retired is final, even when the band
@@ -27,9 +33,12 @@ namespace loom::dispatch {
 
 // One dataset's band; after_attempts 0 turns its filter off.
 struct FilterBand {
+  static constexpr int kMaxWindow = 64;
+
   double min_pass = 0;
   double max_pass = 1;
   int after_attempts = 0;
+  int window = 0;  // attempts the rate is over, the most recent first (0: all; at most 64)
 
   bool on() const { return after_attempts > 0; }
 };
@@ -47,8 +56,9 @@ struct TaskVerdict {
 struct Retirement {
   int dataset = 0;
   std::string key, name;
-  int64_t attempts = 0, passes = 0;
-  bool from_history = false;  // retired on the ledger's history, before this run tried it
+  int64_t attempts = 0, passes = 0;  // the whole tally
+  double pass_rate = 0;              // the rate that retired it (over the window, with one)
+  bool from_history = false;         // retired on the ledger's history, before this run tried it
 };
 
 class DifficultyFilter {
@@ -80,7 +90,11 @@ class DifficultyFilter {
     int64_t attempts = 0, passes = 0;
     bool retired = false;
     bool seeded_only = true;  // every attempt so far came from the ledger's history
+    uint64_t recent = 0;      // this run's latest verdicts, the newest in bit 0 (1: passed)
+    int recent_count = 0;     // how many bits of `recent` hold one (at most 64)
   };
+  // The pass rate `band` judges `tally` on.
+  static double PassRate(const Tally& tally, const FilterBand& band);
   void Consider(int dataset, const std::string& key, Tally& tally, const FilterBand& band);
 
   std::vector<std::map<std::string, Tally>> tallies_;  // per dataset, by task key
