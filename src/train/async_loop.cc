@@ -133,14 +133,19 @@ absl::Status AsyncLoop::StepEngine() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<std::vector<TrainingSample>>> AsyncLoop::NextBatch() {
+absl::StatusOr<std::optional<std::vector<TrainingSample>>> AsyncLoop::NextBatch(bool retired_out) {
   bool ready = dispatcher_->BatchReady(policy_version_);
   waiting_for_ranks_ = false;
+  every_task_retired_ = retired_out && !ready;  // this rank can never make a batch again
   if (group_ != nullptr && group_->size() > 1) {
-    auto waiting = group_->Any(!ready);  // some rank has no batch yet
-    if (!waiting.ok()) return waiting.status();
-    waiting_for_ranks_ = ready && *waiting;
-    ready = !*waiting;
+    // Whether some rank has no batch yet, and whether some rank never will
+    // (then no step can meet again), in one collective.
+    auto any = group_->Max({ready ? 0.0 : 1.0, every_task_retired_ ? 1.0 : 0.0});
+    if (!any.ok()) return any.status();
+    const bool waiting = (*any)[0] > 0;
+    every_task_retired_ = (*any)[1] > 0;
+    waiting_for_ranks_ = ready && waiting && !every_task_retired_;
+    ready = !waiting;
   }
   if (!ready) return std::nullopt;
   auto taken = dispatcher_->TakeBatch(policy_version_);
@@ -173,25 +178,23 @@ absl::Status AsyncLoop::Run(PromptSource& source, BatchTrainer& trainer, int64_t
     }
     if (absl::Status s = StepEngine(); !s.ok()) return s;
 
-    auto ready = NextBatch();
+    // Samples that finished in this iteration may have made room for the
+    // next refill: only an iteration with no change at all is a stall.
+    const int64_t episodes = environment_ != nullptr ? environment_->inflight() : 0;
+    const bool idle = engine_->num_samples() == 0 && admitted == 0 && episodes == 0 &&
+                      finished_ == finished_before;
+    auto ready = NextBatch(idle && !dispatcher_->ExhaustedDatasets().empty());
     if (!ready.ok()) return ready.status();
+    if (every_task_retired_) {
+      spdlog::warn(
+          "every task left to draw is retired (tasks.datasets[].filter: {}): the stage ends "
+          "after {} of {} steps",
+          absl::StrJoin(dispatcher_->ExhaustedDatasets(), ", "), step_, steps);
+      return absl::OkStatus();
+    }
     if (!*ready) {
       if (waiting_for_ranks_) continue;
-
-      // Samples that finished in this iteration may have made room for the
-      // next refill: only an iteration with no change at all is a stall.
-      const int64_t episodes = environment_ != nullptr ? environment_->inflight() : 0;
-      if (engine_->num_samples() == 0 && admitted == 0 && episodes == 0 &&
-          finished_ == finished_before) {
-        const std::vector<std::string> exhausted = dispatcher_->ExhaustedDatasets();
-        if (!exhausted.empty()) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "nothing left to train on: the difficulty filter (tasks.datasets[].filter) "
-              "retired every task of ",
-              absl::StrJoin(exhausted, ", "),
-              " and no other dataset can be drawn (see retired_tasks.jsonl; widen the band "
-              "or add tasks)"));
-        }
+      if (idle) {
         return absl::InternalError(absl::StrCat(
             "run loop stalled: nothing in flight, nothing to dispatch, no batch ready (the "
             "dispatcher counts ",

@@ -181,6 +181,15 @@ class StepReport {
     return absl::OkStatus();
   }
 
+  // The stage ended at `step`, before its last, with every task retired: it
+  // is evaluated there, as at its end, unless the step just was.
+  absl::Status EndedEarly(int64_t step) {
+    const int64_t eval_every = context_.live.config().tasks.eval_every;
+    if (step > 0 && eval_every > 0 && step % eval_every == 0) return absl::OkStatus();
+    progress_.Finish();
+    return context_.LogEvaluation(spec_.stage, step);
+  }
+
  private:
   TrainContext& context_;
   const AsyncLoop& loop_;
@@ -274,6 +283,7 @@ absl::Status RunAsyncStage(TrainContext& context, const AsyncStageSpec& spec) {
   };
   absl::Status ran = (*loop)->Run(prompts, **trainer, spec.optimizer->steps, hooks);
   if (IsPreempted(ran)) (*loop)->Preempted();
+  if (ran.ok() && (*loop)->every_task_retired()) return report.EndedEarly((*loop)->step());
   return ran;
 }
 

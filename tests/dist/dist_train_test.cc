@@ -409,6 +409,40 @@ TEST_F(DistTrainTest, GrpoOnTwoRanksTrainsLikeOneAndResumesExactly) {
   for (const auto& [id, times] : times_trained) EXPECT_EQ(times, 1) << "sample " << id;
 }
 
+// A difficulty filter that retires every task on its first verdict, on 2
+// ranks: every rank records every rank's verdicts, so both find nothing left
+// to draw and end the stage together, cleanly, long before its steps.
+TEST_F(DistTrainTest, EveryTaskRetiredEndsTheStageOnBothRanksTogether) {
+  std::istringstream lines(ReadAll(LOOM_SOURCE_DIR "/configs/tasks/filter-train.jsonl"));
+  std::string ten;
+  std::string line;
+  for (int i = 0; i < 10 && std::getline(lines, line); ++i) ten += line + "\n";
+  const std::string file = dir_.Write("ten.jsonl", ten);
+  const std::string run = dir_ / "all-retired";
+  std::string train = "launch --nproc 2 -- train --config " + std::string(LOOM_SOURCE_DIR) +
+                      "/configs/test/dist-grpo.yaml --set model.path=" + model_ + " --run-dir " +
+                      run;
+  for (const std::string& set : std::vector<std::string>{
+           "train.stages=[grpo]", "train.grpo.steps=20", "tasks.datasets.arithmetic.kind=jsonl",
+           "tasks.datasets.arithmetic.path=" + file, "tasks.datasets.arithmetic.eval_path=" + file,
+           "tasks.datasets.arithmetic.filter.min_pass=0.5",
+           "tasks.datasets.arithmetic.filter.max_pass=0.5",
+           "tasks.datasets.arithmetic.filter.after_attempts=1"}) {
+    train += " --set '" + set + "'";
+  }
+  auto launched = RunLoom(train);
+  ASSERT_EQ(launched.exit_code, 0) << launched.err << ReadAll(run + "/log.rank1.txt");
+  for (const char* log : {"/log.txt", "/log.rank1.txt"}) {
+    EXPECT_NE(ReadAll(run + log).find("every task left to draw is retired"), std::string::npos)
+        << log;
+  }
+  const auto rank0 = StepLines(run + "/metrics.jsonl");
+  EXPECT_FALSE(rank0.empty());
+  EXPECT_LT(rank0.size(), 20u);
+  EXPECT_EQ(rank0.size(), StepLines(run + "/metrics.rank1.jsonl").size());
+  EXPECT_EQ(EvalLines(run + "/metrics.jsonl").size(), 1u);
+}
+
 // OPD on 2 ranks from two teachers of other architectures: in sync dispatch
 // with run.deterministic, the same per-step loss and KL as 1 rank.
 TEST_F(DistTrainTest, OpdOnTwoRanksDistilsLikeOne) {

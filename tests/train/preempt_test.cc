@@ -420,6 +420,36 @@ TEST_F(FilterPreemptTest, SigtermMidGrpoThenResumeRetiresAndSkipsAsUninterrupted
   EXPECT_GT(skipped, 0) << "no retired task came up again";
 }
 
+// A band no task can stay in ([0.5, 0.5] on one attempt) retires every task
+// of the file on its first verdict; with the generator beside it weighted
+// out, nothing is left to draw: the stage ends early, cleanly, and is
+// evaluated where it ended.
+TEST_F(FilterPreemptTest, AStageWhoseEveryTaskRetiresEndsEarlyAndIsEvaluatedThere) {
+  Scenario scenario = *scenario_;
+  for (const char* assignment :
+       {"tasks.datasets.arithmetic.weight=0", "tasks.datasets.sort.filter.min_pass=0.5",
+        "tasks.datasets.sort.filter.max_pass=0.5", "tasks.datasets.sort.filter.after_attempts=1",
+        "tasks.datasets.sort.filter.window=1"}) {
+    scenario.extra_args.insert(scenario.extra_args.end(), {"--set", assignment});
+  }
+  const std::string run_dir = *dir_ / "all-retired";
+  TrainProcess run(scenario, run_dir, *dir_ / "model", false);
+  ASSERT_EQ(run.Wait(), 0) << testing::ReadAll(run_dir + ".out");
+  const std::string log = testing::ReadAll(run_dir + ".out");
+  EXPECT_NE(log.find("every task left to draw is retired (tasks.datasets[].filter: sort)"),
+            std::string::npos)
+      << log;
+  const Steps steps = ReadSteps(run_dir);
+  ASSERT_FALSE(steps.empty());
+  EXPECT_LT(steps.size(), scenario_->steps);
+  EXPECT_EQ(Occurrences(testing::ReadAll(run_dir + "/retired_tasks.jsonl"), "\"task\""), 10);
+  auto records = metrics::ReadMetrics(run_dir + "/metrics.jsonl");
+  ASSERT_TRUE(records.ok());
+  ASSERT_TRUE(records->back().contains("eval_accuracy")) << records->back();
+  EXPECT_EQ(records->back()["step"].get<int64_t>(), static_cast<int64_t>(steps.size()));
+  EXPECT_TRUE(fs::exists(run_dir + "/stages/grpo/config.json"));
+}
+
 // SFT then OPD from two teachers (a Qwen3 and a Llama, one resident at a time).
 class OpdPreemptTest : public PreemptTest {
  protected:

@@ -165,10 +165,15 @@ class AsyncLoop : private dispatch::RolloutPort {
   const InflightObservations& inflight() const { return inflight_; }
   int64_t step() const { return step_; }  // optimizer steps taken in the stage
   int64_t policy_version() const { return policy_version_; }
+  bool every_task_retired() const { return every_task_retired_; }
 
   // Takes optimizer steps until `steps` are done, each on a batch `trainer`
-  // trains. INTERNAL when nothing is in flight, nothing can be dispatched
-  // and no batch is ready.
+  // trains, or until the difficulty filter has retired every task there is
+  // to draw (on some rank, which then never has a batch again): then it
+  // returns early on every rank, every_task_retired() says so, and samples
+  // that make no whole batch are left untrained.
+  // INTERNAL when nothing is in flight, nothing can be dispatched and no
+  // batch is ready for any other reason.
   absl::Status Run(PromptSource& source, BatchTrainer& trainer, int64_t steps,
                    const LoopHooks& hooks);
   // A live change of the dataset mix (validated by LiveConfig::Apply against
@@ -204,8 +209,11 @@ class AsyncLoop : private dispatch::RolloutPort {
 
   // A batch of complete subgroups to train on now, or none (with several
   // ranks: unless every rank has one ready), infrastructure failures taken
-  // out. Sets waiting_for_ranks_ when this rank's batch waits for others.
-  absl::StatusOr<std::optional<std::vector<TrainingSample>>> NextBatch();
+  // out. Sets waiting_for_ranks_ when this rank's batch waits for others,
+  // and every_task_retired_ when a rank (this one or another) has no batch
+  // and is `retired_out`: idle, with nothing left to draw but retired
+  // tasks, so that it never has one again.
+  absl::StatusOr<std::optional<std::vector<TrainingSample>>> NextBatch(bool retired_out);
   // Trains on `samples`, reports, resumes the engine at the new version.
   absl::Status TrainStep(std::vector<TrainingSample> samples, BatchTrainer& trainer,
                          const LoopHooks& hooks);
@@ -236,6 +244,7 @@ class AsyncLoop : private dispatch::RolloutPort {
   bool offload_parked_;
   dist::Group* group_;
   bool waiting_for_ranks_ = false;  // a batch is ready here, not yet on every rank
+  bool every_task_retired_ = false;
   int64_t step_ = 0;
   int64_t policy_version_;
   SampleTable table_;
