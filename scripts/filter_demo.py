@@ -5,14 +5,18 @@
 
 Per seed and run (off: no filter, on: the filter, half: the filter at half
 the rollout batch):
+  steps                the GRPO steps taken (fewer than train.grpo.steps when
+                       the filter retired every task);
   informative          mean informative_subgroup_fraction over the GRPO steps
                        after the first epoch of the task file (the steps
-                       that start after 200 prompts of 8 samples);
+                       that start after one prompt of 8 samples per task);
   accuracy             held-out accuracy after SFT and at every evaluation;
   rollout_tokens       generated tokens over the whole GRPO stage;
   tokens_to_match      (on, half) generated tokens until the run's held-out
                        accuracy first reached the unfiltered run's final one,
                        and its ratio to the unfiltered run's tokens;
+  off_at_same_tokens   (on, half) the unfiltered run's held-out accuracy at
+                       its last evaluation within this run's rollout tokens;
   retired              (on, half) the tasks retired, by kind (the id's prefix).
 Then the audit's always_solved and never_solved flags against the task kinds
 (precision and recall), and the planted near-duplicates dedup found.
@@ -32,7 +36,7 @@ def kind(task_id):
     return task_id.split("-")[0]
 
 
-def run_summary(run_dir):
+def run_summary(run_dir, tasks):
     steps, evals, tokens = [], [], 0
     for r in lines(os.path.join(run_dir, "metrics.jsonl")):
         if r.get("stage") != "grpo":
@@ -44,7 +48,7 @@ def run_summary(run_dir):
             steps.append(r)
     late, drawn = [], 0
     for s in steps:
-        if drawn >= 200 * 8:
+        if drawn >= tasks * 8:
             late.append(s["informative_subgroup_fraction"])
         drawn += s["samples"]
     return {
@@ -63,14 +67,17 @@ def main():
     with open("configs/tasks/filter-train.jsonl") as f:
         for l in f:
             labels[json.loads(l)["id"]] = kind(json.loads(l)["id"])
+    tasks = len(labels)
     result = {"seeds": {}}
     for seed in seeds:
         d = os.path.join(out, "seed" + seed)
         sft = [r for r in lines(os.path.join(d, "sft", "metrics.jsonl")) if "eval_accuracy" in r]
-        runs = {name: run_summary(os.path.join(d, name)) for name in ("off", "on", "half")}
+        runs = {name: run_summary(os.path.join(d, name), tasks) for name in ("off", "on", "half")}
         target = runs["off"]["evals"][-1][1]
         for name in ("on", "half"):
             run = runs[name]
+            within = [acc for _, acc, t in runs["off"]["evals"] if t <= run["rollout_tokens"]]
+            run["off_at_same_tokens"] = within[-1] if within else None
             reached = [t for _, acc, t in run["evals"] if acc >= target]
             run["tokens_to_match"] = reached[0] if reached else None
             run["tokens_ratio"] = (reached[0] / runs["off"]["rollout_tokens"]) if reached else None
