@@ -1,7 +1,10 @@
 #include "loom/agent/task_check.h"
 
+#include <optional>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "loom/tasks/conversation.h"
 
 namespace loom::agent {
 namespace {
@@ -85,6 +88,36 @@ TaskCheck CheckAgentTask(rpc::WorkerPool& pool, const tasks::AgentTask& task,
     check.reference = pool.RunEpisode(episode, Replay(turns));
   }
   return check;
+}
+
+v1::Trajectory ReplayEpisode(rpc::WorkerPool& pool, const tasks::AgentTask& task,
+                             const v1::ScaffoldOptions& options, const v1::Trajectory& trajectory) {
+  // The policy's replies, turn by turn: its messages, and the completions
+  // that did not parse, known by the scaffold's format-error observation.
+  std::vector<v1::GenerateReply> replies;
+  for (const v1::Message& message : trajectory.messages()) {
+    if (message.role() == "assistant") {
+      replies.emplace_back();
+      *replies.back().mutable_assistant() = message;
+    } else if (std::optional<std::string> why = tasks::FormatErrorReason(message)) {
+      replies.emplace_back();
+      replies.back().set_parse_error(*why);
+    }
+  }
+  v1::RunEpisode episode;
+  *episode.mutable_task() = task.task;
+  *episode.mutable_options() = options;  // the run's limits: a turn past them ends it again
+  return pool.RunEpisode(
+      episode, [&replies](const v1::GenerateRequest& request) -> absl::StatusOr<v1::GenerateReply> {
+        v1::GenerateReply reply;
+        if (request.turn() >= 0 && static_cast<size_t>(request.turn()) < replies.size()) {
+          reply = replies[request.turn()];
+        } else {
+          reply.set_stop(true);
+        }
+        reply.set_turn(request.turn());
+        return reply;
+      });
 }
 
 }  // namespace loom::agent

@@ -1,24 +1,45 @@
 // `loom tasks reverify LEDGER|RUN_DIR --config F [--set k=v]... [--dataset D]
-// [--json]`: judges the ledger's stored single-turn responses again with the
-// verifiers of the config's file datasets as they are now (after a verifier
-// or an answer key changed), and reports the attempts whose verdict flips.
-// A task is found by its id (a JSONL line's `id`, else its file:line) in the
-// dataset of the same name: its training lines and its held-out ones.
+// [--jobs N] [--json]`: judges the ledger's stored single-turn responses
+// again with the verifiers of the config's file datasets as they are now
+// (after a verifier or an answer key changed), and reports the attempts
+// whose verdict flips. A task is found by its id (a JSONL line's `id`, else
+// its file:line) in the dataset of the same name: its training lines and its
+// held-out ones.
+//
+// Given a run directory, its agent episodes of the built-in loop are
+// re-verified too, from trajectories.jsonl: each episode's tool calls are
+// replayed in a fresh sandbox (the config's `sandbox:` workers, N at once)
+// against the task as its agent_jsonl file has it now, and the replay's
+// verdict is compared with the episode's. The ledger's agent attempts are
+// then left to the trajectories.
+//
 // Prints a line per task with flips and a summary; with --json the last line
 // is {"attempts", "rejudged", "flipped_to_pass", "flipped_to_fail",
 // "skipped": {reason: count}, "tasks": [{"dataset", "task_id",
 // "attempts", "to_pass", "to_fail"}]}. Attempts it cannot judge again are
-// counted by reason: agent tasks (their verdict comes from their workspace,
-// which the ledger does not keep), generated problems (no file to read the
-// verifier from), malformed responses (no answer to judge), no response
-// stored (a schema-1 ledger), a task no longer in the file. Exit 2 for bad
-// flags, a config or ledger that cannot be read.
+// counted by reason: agent tasks without their trajectories (a ledger
+// alone), episodes of an external harness (its tool calls ran inside the
+// harness, out of loom's sight), replays that took another number of steps
+// than the episode (the replay diverged), generated problems (no file to
+// read the verifier from), malformed responses (no answer to judge), no
+// response stored (a schema-1 ledger), a task no longer in the file, and
+// infrastructure failures, the episode's or the replay's. Exit 2 for bad
+// flags, a config, ledger or trajectory file that cannot be read; 1 when
+// the workers cannot start.
 
+#include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
+#include <thread>
 
 #include "cli/command.h"
+#include "loom/agent/episode_record.h"
+#include "loom/agent/task_check.h"
 #include "loom/config/run_config.h"
+#include "loom/rpc/sandbox_clients.h"
+#include "loom/tasks/agent_jsonl.h"
 #include "loom/tasks/dataset.h"
 #include "loom/tasks/ledger.h"
 
@@ -30,12 +51,123 @@ struct ReverifyFlags {
   std::string config;
   std::vector<std::string> overrides;
   std::string dataset;
+  int jobs = 4;
   bool json = false;
 };
 
 struct TaskFlips {
   int64_t attempts = 0, to_pass = 0, to_fail = 0;
 };
+
+// What reverify found, over the ledger's attempts and the replayed episodes.
+struct Outcome {
+  int64_t attempts = 0, rejudged = 0, to_pass = 0, to_fail = 0;
+  std::map<std::string, int64_t> skipped;                          // by reason
+  std::map<std::pair<std::string, std::string>, TaskFlips> flips;  // by (dataset, task id)
+
+  void Skip(const std::string& reason) {
+    ++attempts;
+    ++skipped[reason];
+  }
+  void Judged(const std::string& dataset, const std::string& task_id, bool was, bool now) {
+    ++attempts;
+    ++rejudged;
+    TaskFlips& task = flips[{dataset, task_id}];
+    ++task.attempts;
+    if (now && !was) ++task.to_pass, ++to_pass;
+    if (!now && was) ++task.to_fail, ++to_fail;
+  }
+};
+
+// The agent tasks of the config's agent_jsonl datasets as their files have
+// them now, by (dataset, task id): training and held-out files.
+absl::StatusOr<std::map<std::pair<std::string, std::string>, tasks::AgentTask>> AgentTasksNow(
+    const config::RunConfig& config) {
+  std::map<std::pair<std::string, std::string>, tasks::AgentTask> now;
+  for (const config::DatasetSection& d : config.tasks.datasets) {
+    if (d.kind != "agent_jsonl") continue;
+    for (const std::string& path : {d.path, d.eval_path}) {
+      if (path.empty()) continue;
+      auto read = tasks::ReadAgentTasks(path);
+      if (!read.ok()) return read.status();
+      for (tasks::AgentTask& task : *read) {
+        const std::string id = task.task.id();
+        now.emplace(std::make_pair(d.name, id), std::move(task));
+      }
+    }
+  }
+  return now;
+}
+
+// Re-verifies the built-in loop's episodes of `path` (a trajectories.jsonl)
+// by replaying them (agent::ReplayEpisode), `jobs` at once.
+absl::Status ReplayTrajectories(const std::string& path, const config::RunConfig& config,
+                                const ReverifyFlags& flags, Outcome& outcome) {
+  auto tasks_now = AgentTasksNow(config);
+  if (!tasks_now.ok()) return tasks_now.status();
+  struct Episode {
+    std::string dataset;
+    v1::Trajectory trajectory;
+    const tasks::AgentTask* task;
+  };
+  std::vector<Episode> episodes;
+  std::ifstream in(path);
+  int line_number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_number;
+    const std::string where = path + ":" + std::to_string(line_number);
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+    if (!record.is_object() || !record.contains("trajectory") ||
+        !record.value("dataset", nlohmann::json()).is_string()) {
+      return absl::InvalidArgumentError(where + ": not a trajectory line");
+    }
+    const std::string dataset = record["dataset"];
+    if (!flags.dataset.empty() && dataset != flags.dataset) continue;
+    if (record.contains("sequences")) {
+      outcome.Skip("episode of an external harness");
+      continue;
+    }
+    auto trajectory = agent::TrajectoryFromJson(record["trajectory"], where);
+    if (!trajectory.ok()) return absl::InvalidArgumentError(trajectory.status().message());
+    const auto task = tasks_now->find({dataset, trajectory->task_id()});
+    if (trajectory->penalty()) {
+      outcome.Skip("infrastructure failure");
+    } else if (task == tasks_now->end()) {
+      outcome.Skip("task no longer in the file");
+    } else {
+      episodes.push_back({dataset, *std::move(trajectory), &task->second});
+    }
+  }
+  if (episodes.empty()) return absl::OkStatus();
+
+  auto clients = rpc::StartSandboxClients(config.sandbox);
+  if (!clients.ok()) return clients.status();
+  const v1::ScaffoldOptions options = rpc::ScaffoldOptionsFrom(config.sandbox);
+  std::vector<v1::Trajectory> replays(episodes.size());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < std::max(1, flags.jobs); ++t) {
+    threads.emplace_back([&] {
+      for (size_t i = next++; i < episodes.size(); i = next++) {
+        replays[i] = agent::ReplayEpisode(*clients->pool, *episodes[i].task, options,
+                                          episodes[i].trajectory);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < episodes.size(); ++i) {
+    const v1::Trajectory& was = episodes[i].trajectory;
+    if (replays[i].penalty()) {
+      outcome.Skip("infrastructure failure on replay");
+    } else if (replays[i].steps() != was.steps()) {
+      outcome.Skip("replay diverged (another number of steps)");
+    } else {
+      outcome.Judged(episodes[i].dataset, was.task_id(), was.verdict().passed(),
+                     replays[i].verdict().passed());
+    }
+  }
+  return absl::OkStatus();
+}
 
 int RunReverify(const ReverifyFlags& flags) {
   auto config = config::LoadRunConfig(flags.config, flags.overrides);
@@ -68,37 +200,41 @@ int RunReverify(const ReverifyFlags& flags) {
     return kExitUsage;
   }
 
-  std::map<std::string, int64_t> skipped;
-  std::map<std::pair<std::string, std::string>, TaskFlips> flips;
-  int64_t rejudged = 0, to_pass = 0, to_fail = 0;
+  const std::string trajectories = flags.ledger + "/trajectories.jsonl";
+  const bool replay =
+      std::filesystem::is_directory(flags.ledger) && std::filesystem::exists(trajectories);
+  Outcome outcome;
   for (const tasks::LedgerAttempt& a : *attempts) {
     const auto kind = kinds.find(a.dataset);
     if (!a.harness.empty() || a.steps >= 0) {
-      ++skipped["agent task: its workspace is not kept"];
+      // Replayed from the run's trajectories, when it has them.
+      if (!replay) outcome.Skip("agent task without its run's trajectories");
     } else if (a.failure_kind == "infrastructure") {
-      ++skipped["infrastructure failure"];
+      outcome.Skip("infrastructure failure");
     } else if (a.failure_kind == "format") {
-      ++skipped["malformed response"];
+      outcome.Skip("malformed response");
     } else if (kind == kinds.end()) {
-      ++skipped["dataset not in the config"];
+      outcome.Skip("dataset not in the config");
     } else if (kind->second != "jsonl") {
-      ++skipped["generated problem"];
+      outcome.Skip("generated problem");
     } else if (a.response.empty()) {
-      ++skipped["no response stored"];
+      outcome.Skip("no response stored");
     } else if (now.count({a.dataset, a.task_id}) == 0) {
-      ++skipped["task no longer in the file"];
+      outcome.Skip("task no longer in the file");
     } else {
-      const bool passed = now.at({a.dataset, a.task_id}).Score(a.response) > 0.5;
-      ++rejudged;
-      TaskFlips& task = flips[{a.dataset, a.task_id}];
-      ++task.attempts;
-      if (passed && !a.passed) ++task.to_pass, ++to_pass;
-      if (!passed && a.passed) ++task.to_fail, ++to_fail;
+      outcome.Judged(a.dataset, a.task_id, a.passed,
+                     now.at({a.dataset, a.task_id}).Score(a.response) > 0.5);
+    }
+  }
+  if (replay) {
+    if (absl::Status s = ReplayTrajectories(trajectories, *config, flags, outcome); !s.ok()) {
+      std::cerr << "loom tasks reverify: " << s.message() << "\n";
+      return s.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
     }
   }
 
   nlohmann::json tasks_json = nlohmann::json::array();
-  for (const auto& [key, task] : flips) {
+  for (const auto& [key, task] : outcome.flips) {
     if (task.to_pass + task.to_fail == 0) continue;
     std::printf("%-16s %-24s %lld of %lld attempts flip: %lld to pass, %lld to fail\n",
                 key.first.c_str(), key.second.c_str(),
@@ -111,17 +247,18 @@ int RunReverify(const ReverifyFlags& flags) {
                           {"to_pass", task.to_pass},
                           {"to_fail", task.to_fail}});
   }
-  std::printf("%zu attempts, %lld judged again: %lld flip to pass, %lld to fail", attempts->size(),
-              static_cast<long long>(rejudged), static_cast<long long>(to_pass),
-              static_cast<long long>(to_fail));
-  for (const auto& [reason, count] : skipped) {
+  std::printf("%lld attempts, %lld judged again: %lld flip to pass, %lld to fail",
+              static_cast<long long>(outcome.attempts), static_cast<long long>(outcome.rejudged),
+              static_cast<long long>(outcome.to_pass), static_cast<long long>(outcome.to_fail));
+  for (const auto& [reason, count] : outcome.skipped) {
     std::printf("; %lld not (%s)", static_cast<long long>(count), reason.c_str());
   }
   std::printf("\n");
   if (flags.json) {
-    const nlohmann::json out = {{"attempts", attempts->size()}, {"rejudged", rejudged},
-                                {"flipped_to_pass", to_pass},   {"flipped_to_fail", to_fail},
-                                {"skipped", skipped},           {"tasks", tasks_json}};
+    const nlohmann::json out = {
+        {"attempts", outcome.attempts},       {"rejudged", outcome.rejudged},
+        {"flipped_to_pass", outcome.to_pass}, {"flipped_to_fail", outcome.to_fail},
+        {"skipped", outcome.skipped},         {"tasks", tasks_json}};
     std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
   return kExitOk;
@@ -131,12 +268,16 @@ void SetupTasksReverify(CLI::App& app, Context& context) {
   CLI::App* group = GroupCommand(app, "tasks", "Work with agent task files and the task ledger");
   auto flags = std::make_shared<ReverifyFlags>();
   CLI::App* cmd = group->add_subcommand(
-      "reverify", "Judge the ledger's stored responses again with the config's verifiers now");
+      "reverify",
+      "Judge the ledger's stored responses, and a run's agent episodes, again with the config's "
+      "verifiers now");
   cmd->add_option("ledger", flags->ledger, "Task ledger file, or a run directory")->required();
   cmd->add_option("--config", flags->config, "Run config: its file datasets as they are now")
       ->required();
   cmd->add_option("--set", flags->overrides, "Override a config key: a.b.c=value (repeatable)");
   cmd->add_option("--dataset", flags->dataset, "Only this dataset's attempts");
+  cmd->add_option("--jobs", flags->jobs, "Agent episodes replayed at once")
+      ->check(CLI::Range(1, 256));
   cmd->add_flag("--json", flags->json, "Print the result as JSON last");
   cmd->callback([flags, &context] { context.exit_code = RunReverify(*flags); });
 }

@@ -164,12 +164,7 @@ class Episode {
     std::string why = reply.result_case() == v1::GenerateReply::kParseError
                           ? reply.parse_error()
                           : std::string("empty reply");
-    v1::Message observation;
-    observation.set_role("user");
-    observation.set_content(absl::StrCat(
-        "Format error: your last message could not be parsed (", why,
-        "). Reply with reasoning, then either tool calls in the DSML format or a final answer."));
-    Add(std::move(observation));
+    Add(tasks::FormatErrorMessage(why));
   }
 
   void Submit(const std::string& answer) {

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace loom::tasks {
@@ -101,6 +102,30 @@ v1::ScaffoldOptions WithDefaults(const v1::ScaffoldOptions& options) {
   if (out.max_time_s() <= 0) out.set_max_time_s(300);
   if (out.tool_timeout_s() <= 0) out.set_tool_timeout_s(30);
   return out;
+}
+
+namespace {
+constexpr char kFormatErrorLead[] = "Format error: your last message could not be parsed (";
+constexpr char kFormatErrorTail[] =
+    "). Reply with reasoning, then either tool calls in the DSML format or a final answer.";
+}  // namespace
+
+v1::Message FormatErrorMessage(const std::string& why) {
+  v1::Message message;
+  message.set_role("user");
+  message.set_content(absl::StrCat(kFormatErrorLead, why, kFormatErrorTail));
+  return message;
+}
+
+std::optional<std::string> FormatErrorReason(const v1::Message& message) {
+  const std::string& text = message.content();
+  if (message.role() != "user" || !absl::StartsWith(text, kFormatErrorLead) ||
+      !absl::EndsWith(text, kFormatErrorTail)) {
+    return std::nullopt;
+  }
+  const size_t lead = sizeof kFormatErrorLead - 1, tail = sizeof kFormatErrorTail - 1;
+  if (text.size() < lead + tail) return std::nullopt;
+  return text.substr(lead, text.size() - lead - tail);
 }
 
 }  // namespace loom::tasks

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "loom/tasks/conversation.h"
 #include "loom/tasks/dataset.h"
 #include "testing/temp_dir.h"
 
@@ -371,6 +372,23 @@ TEST(AgentJsonlTest, ADatasetOfAgentTasksSplitsByItsFiles) {
   ASSERT_FALSE(broken.ok());
   EXPECT_NE(std::string(broken.status().message()).find("broken.jsonl:1: id:"), std::string::npos)
       << broken.status();
+}
+
+// The scaffold's answer to a completion that did not parse carries the
+// parser's reason, and `loom tasks reverify` reads it back to replay that
+// turn: whatever the reason says, even the words around it.
+TEST(FormatErrorMessageTest, TheReasonComesBackAndOtherMessagesAreNotFormatErrors) {
+  for (const std::string why : {"", "no closing tag", "x). Reply with reasoning, then y"}) {
+    const v1::Message message = FormatErrorMessage(why);
+    EXPECT_EQ(message.role(), "user");
+    EXPECT_EQ(FormatErrorReason(message), why);
+  }
+  v1::Message assistant = FormatErrorMessage("why");
+  assistant.set_role("assistant");
+  EXPECT_EQ(FormatErrorReason(assistant), std::nullopt);
+  v1::Message cut = FormatErrorMessage("why");
+  cut.set_content(cut.content().substr(0, 60));
+  EXPECT_EQ(FormatErrorReason(cut), std::nullopt);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <numeric>
 #include <set>
@@ -364,6 +365,103 @@ TEST(HarnessTrainTest, PreemptedWithPiEpisodesInFlightResumesAndTrainsEachOnce) 
     restored_pi += segments > 1;
   }
   EXPECT_GE(restored_pi, 1) << "no checkpointed Pi episode had several sequences";
+}
+
+// `loom tasks reverify RUN_DIR` replays the built-in loop's episodes in fresh
+// sandboxes against the task file as it is now. The verification here only
+// looks for a file the policy's tool calls may or may not have written:
+// against the same file every replay gives its episode's verdict, and with
+// the verification inverted every one flips. The untrained policy's turns do
+// not parse, so one more episode is added to the log whose agent wrote the
+// file with a tool call, and which an older verification had failed: its
+// replay writes the file again, passes, and fails the inverted one. The probe harness's episodes,
+// whose tool calls loom never saw, are counted apart.
+TEST(HarnessTrainTest, ReverifyReplaysTheBuiltinEpisodesAgainstTheTaskFileAsItIsNow) {
+  TempDir dir;
+  auto task_file = [&](const std::string& name, const std::string& verification) {
+    std::string lines;
+    for (const char* id : {"hello-a", "hello-b"}) {
+      const Json task = {{"id", id},
+                         {"problem", std::string("Write hello.txt (task ") + id + ")."},
+                         {"environment", {{"files", {{"probe.py", testing::kHarnessProbe}}}}},
+                         {"verification", {{"command", verification}}}};
+      lines += task.dump() + "\n";
+    }
+    return dir.Write(name, lines);
+  };
+  const std::string tasks = task_file("tasks.jsonl", "test -e hello.txt");
+  const std::vector<std::string> no_pi = {"--set", "tasks.datasets[1].weight=0"};
+  testing::LoomProcess train(TrainArgs(dir, tasks, 2, false, no_pi), dir / "train.out");
+  ASSERT_EQ(train.Wait(), 0) << testing::ReadAll(dir / "train.out");
+  int builtin = 0, probes = 0;
+  for (const Json& line : testing::ReadJsonLines(dir / "run/trajectories.jsonl")) {
+    (line["dataset"] == "builtin" ? builtin : probes) += 1;
+  }
+  ASSERT_GE(builtin, 2);
+  ASSERT_GE(probes, 1);
+  const Json wrote = {
+      {"sample", 1 << 30},
+      {"dataset", "builtin"},
+      {"trajectory",
+       {{"task_id", "hello-b"},
+        {"messages",
+         {{{"role", "assistant"},
+           {"tool_calls",
+            {{{"id", "c0"},
+              {"name", "write_file"},
+              {"arguments_json", Json({{"path", "hello.txt"}, {"content", "hi"}}).dump()}}}}},
+          {{"role", "tool"}, {"content", "wrote hello.txt"}},
+          {{"role", "assistant"}, {"content", "Done."}}}},
+        {"verdict", {{"passed", false}}},
+        {"steps", 2}}}};
+  {
+    std::ofstream log(dir / "run/trajectories.jsonl", std::ios::app);
+    log << wrote.dump() << "\n";
+  }
+  ++builtin;
+
+  auto reverify_args = [&](const std::string& file) {
+    std::string args = "tasks reverify --json --jobs 2 --config " LOOM_SOURCE_DIR
+                       "/configs/test/harnesses.yaml --set sandbox.harness_dir=" LOOM_SOURCE_DIR
+                       "/third_party/npm";
+    for (int d = 0; d < 3; ++d) {
+      args += " --set tasks.datasets[" + std::to_string(d) + "].path=" + file;
+    }
+    return args + " " + (dir / "run");
+  };
+  auto reverify = [&](const std::string& file) {
+    auto run = testing::RunLoom(reverify_args(file));
+    EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+    return Json::parse(run.out.substr(run.out.rfind("\n{") + 1));
+  };
+  const Json same = reverify(tasks);
+  EXPECT_EQ(same["attempts"], builtin + probes) << same.dump();
+  EXPECT_EQ(same["skipped"].value("episode of an external harness", 0), probes) << same.dump();
+  EXPECT_GE(same["rejudged"].get<int>(), builtin - 1) << same.dump();  // one may lose its sandbox
+  EXPECT_EQ(same["flipped_to_pass"], 1) << same.dump();  // the episode that wrote hello.txt
+  EXPECT_EQ(same["flipped_to_fail"], 0) << same.dump();
+  ASSERT_EQ(same["tasks"].size(), 1u) << same.dump();
+  EXPECT_EQ(same["tasks"][0]["task_id"], "hello-b");
+
+  const Json inverted = reverify(task_file("inverted.jsonl", "! test -e hello.txt"));
+  EXPECT_GE(inverted["rejudged"].get<int>(), builtin - 1) << inverted.dump();
+  // Every episode of the policy flips to pass; the one that wrote hello.txt
+  // fails again.
+  EXPECT_EQ(inverted["flipped_to_pass"].get<int>(), inverted["rejudged"].get<int>() - 1)
+      << inverted.dump();
+  EXPECT_EQ(inverted["flipped_to_fail"], 0) << inverted.dump();
+
+  // A line that is not a trajectory is named, by file and line.
+  {
+    std::ofstream log(dir / "run/trajectories.jsonl", std::ios::app);
+    log << "{\"dataset\": \"builtin\"}\n";
+  }
+  auto broken = testing::RunLoom(reverify_args(tasks));
+  EXPECT_EQ(broken.exit_code, 2) << broken.out << broken.err;
+  EXPECT_NE(broken.err.find("trajectories.jsonl:" + std::to_string(builtin + probes + 1) +
+                            ": not a trajectory line"),
+            std::string::npos)
+      << broken.err;
 }
 
 }  // namespace

@@ -208,7 +208,7 @@ TEST(LedgerTrainTest, ReverifyFlipsExactlyTheAttemptsAChangedVerifierJudgesOther
   EXPECT_EQ(changed["rejudged"], 5) << changed.dump();
   EXPECT_EQ(changed["flipped_to_pass"], 2);  // a's "6"; c's "y" under x|y
   EXPECT_EQ(changed["flipped_to_fail"], 2);  // a's two "5"
-  EXPECT_EQ(changed["skipped"], Json({{"agent task: its workspace is not kept", 1},
+  EXPECT_EQ(changed["skipped"], Json({{"agent task without its run's trajectories", 1},
                                       {"malformed response", 1},
                                       {"task no longer in the file", 1}}));
   ASSERT_EQ(changed["tasks"].size(), 2u);

@@ -40,4 +40,12 @@ struct TaskCheck {
 TaskCheck CheckAgentTask(rpc::WorkerPool& pool, const tasks::AgentTask& task,
                          const v1::ScaffoldOptions& options);
 
+// `loom tasks reverify`: an episode of `task` (as its file has it now) in
+// which the agent's turns of the built-in loop's `trajectory` are replayed,
+// verified as a training episode is. Its workspace is the one the policy's
+// tool calls made again, its verdict the one today's verification gives
+// them.
+v1::Trajectory ReplayEpisode(rpc::WorkerPool& pool, const tasks::AgentTask& task,
+                             const v1::ScaffoldOptions& options, const v1::Trajectory& trajectory);
+
 }  // namespace loom::agent

@@ -6,6 +6,7 @@
 // problem as the user turn, each tool result as a tool message, the answer
 // a submit call carries, and the scaffold's default limits.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,11 @@ v1::Message ToolMessage(const v1::ToolCall& call, const v1::ToolResult& result);
 
 // The submitted answer of a submit call ("" if the arguments are unusable).
 std::string SubmittedAnswer(const v1::ToolCall& call);
+
+// The user message that answers a completion that did not parse (`why`: the
+// parser's reason); and back, the reason when `message` is such a message.
+v1::Message FormatErrorMessage(const std::string& why);
+std::optional<std::string> FormatErrorReason(const v1::Message& message);
 
 // Fills defaults (max_steps 8, max_time_s 300, tool_timeout_s 30).
 v1::ScaffoldOptions WithDefaults(const v1::ScaffoldOptions& options);
