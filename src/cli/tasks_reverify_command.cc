@@ -105,6 +105,8 @@ absl::Status ReplayTrajectories(const std::string& path, const config::RunConfig
                                 const ReverifyFlags& flags, Outcome& outcome) {
   auto tasks_now = AgentTasksNow(config);
   if (!tasks_now.ok()) return tasks_now.status();
+  std::map<std::string, std::string> kinds;  // dataset -> kind
+  for (const config::DatasetSection& d : config.tasks.datasets) kinds[d.name] = d.kind;
   struct Episode {
     std::string dataset;
     v1::Trajectory trajectory;
@@ -130,8 +132,13 @@ absl::Status ReplayTrajectories(const std::string& path, const config::RunConfig
     auto trajectory = agent::TrajectoryFromJson(record["trajectory"], where);
     if (!trajectory.ok()) return absl::InvalidArgumentError(trajectory.status().message());
     const auto task = tasks_now->find({dataset, trajectory->task_id()});
+    const auto kind = kinds.find(dataset);
     if (trajectory->penalty()) {
       outcome.Skip("infrastructure failure");
+    } else if (kind == kinds.end()) {
+      outcome.Skip("dataset not in the config");
+    } else if (kind->second != "agent_jsonl") {
+      outcome.Skip("generated problem");
     } else if (task == tasks_now->end()) {
       outcome.Skip("task no longer in the file");
     } else {
