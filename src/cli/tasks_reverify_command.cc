@@ -39,7 +39,6 @@
 #include "loom/agent/task_check.h"
 #include "loom/config/run_config.h"
 #include "loom/rpc/sandbox_clients.h"
-#include "loom/tasks/agent_jsonl.h"
 #include "loom/tasks/dataset.h"
 #include "loom/tasks/ledger.h"
 
@@ -79,34 +78,16 @@ struct Outcome {
   }
 };
 
-// The agent tasks of the config's agent_jsonl datasets as their files have
-// them now, by (dataset, task id): training and held-out files.
-absl::StatusOr<std::map<std::pair<std::string, std::string>, tasks::AgentTask>> AgentTasksNow(
-    const config::RunConfig& config) {
-  std::map<std::pair<std::string, std::string>, tasks::AgentTask> now;
-  for (const config::DatasetSection& d : config.tasks.datasets) {
-    if (d.kind != "agent_jsonl") continue;
-    for (const std::string& path : {d.path, d.eval_path}) {
-      if (path.empty()) continue;
-      auto read = tasks::ReadAgentTasks(path);
-      if (!read.ok()) return read.status();
-      for (tasks::AgentTask& task : *read) {
-        const std::string id = task.task.id();
-        now.emplace(std::make_pair(d.name, id), std::move(task));
-      }
-    }
-  }
-  return now;
-}
+// (dataset, task id) -> the problem as its file has it now.
+using ProblemsNow = std::map<std::pair<std::string, std::string>, tasks::Problem>;
 
 // Re-verifies the built-in loop's episodes of `path` (a trajectories.jsonl)
-// by replaying them (agent::ReplayEpisode), `jobs` at once.
+// by replaying them (agent::ReplayEpisode) against the agent tasks of `now`,
+// `jobs` at once.
 absl::Status ReplayTrajectories(const std::string& path, const config::RunConfig& config,
+                                const ProblemsNow& now,
+                                const std::map<std::string, std::string>& kinds,
                                 const ReverifyFlags& flags, Outcome& outcome) {
-  auto tasks_now = AgentTasksNow(config);
-  if (!tasks_now.ok()) return tasks_now.status();
-  std::map<std::string, std::string> kinds;  // dataset -> kind
-  for (const config::DatasetSection& d : config.tasks.datasets) kinds[d.name] = d.kind;
   struct Episode {
     std::string dataset;
     v1::Trajectory trajectory;
@@ -131,7 +112,7 @@ absl::Status ReplayTrajectories(const std::string& path, const config::RunConfig
     }
     auto trajectory = agent::TrajectoryFromJson(record["trajectory"], where);
     if (!trajectory.ok()) return absl::InvalidArgumentError(trajectory.status().message());
-    const auto task = tasks_now->find({dataset, trajectory->task_id()});
+    const auto task = now.find({dataset, trajectory->task_id()});
     const auto kind = kinds.find(dataset);
     if (trajectory->penalty()) {
       outcome.Skip("infrastructure failure");
@@ -139,10 +120,10 @@ absl::Status ReplayTrajectories(const std::string& path, const config::RunConfig
       outcome.Skip("dataset not in the config");
     } else if (kind->second != "agent_jsonl") {
       outcome.Skip("generated problem");
-    } else if (task == tasks_now->end()) {
+    } else if (task == now.end() || task->second.agent_task == nullptr) {
       outcome.Skip("task no longer in the file");
     } else {
-      episodes.push_back({dataset, *std::move(trajectory), &task->second});
+      episodes.push_back({dataset, *std::move(trajectory), task->second.agent_task.get()});
     }
   }
   if (episodes.empty()) return absl::OkStatus();
@@ -187,8 +168,7 @@ int RunReverify(const ReverifyFlags& flags) {
     std::cerr << "loom tasks reverify: " << datasets.status().message() << "\n";
     return kExitUsage;
   }
-  // (dataset, task id) -> the problem as the file has it now.
-  std::map<std::pair<std::string, std::string>, tasks::Problem> now;
+  ProblemsNow now;
   std::map<std::string, std::string> kinds;  // dataset -> kind
   for (size_t d = 0; d < datasets->size(); ++d) {
     const tasks::Dataset& dataset = *(*datasets)[d];
@@ -234,7 +214,8 @@ int RunReverify(const ReverifyFlags& flags) {
     }
   }
   if (replay) {
-    if (absl::Status s = ReplayTrajectories(trajectories, *config, flags, outcome); !s.ok()) {
+    if (absl::Status s = ReplayTrajectories(trajectories, *config, now, kinds, flags, outcome);
+        !s.ok()) {
       std::cerr << "loom tasks reverify: " << s.message() << "\n";
       return s.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
     }
