@@ -9,22 +9,32 @@
 namespace loom::agent {
 namespace {
 
-// A policy that plays `turns` as the agent's, then stops.
-rpc::Policy Replay(const std::vector<tasks::DemonstrationTurn>& turns) {
-  return [&turns](const v1::GenerateRequest& request) -> absl::StatusOr<v1::GenerateReply> {
+// A policy that gives `replies` as the agent's, turn by turn, then stops.
+rpc::Policy Replay(std::vector<v1::GenerateReply> replies) {
+  return [replies = std::move(replies)](
+             const v1::GenerateRequest& request) -> absl::StatusOr<v1::GenerateReply> {
     v1::GenerateReply reply;
-    reply.set_turn(request.turn());
-    if (request.turn() < 0 || static_cast<size_t>(request.turn()) >= turns.size()) {
+    if (request.turn() >= 0 && static_cast<size_t>(request.turn()) < replies.size()) {
+      reply = replies[request.turn()];
+    } else {
       reply.set_stop(true);
-      return reply;
     }
-    v1::Message& assistant = *reply.mutable_assistant();
-    assistant = turns[request.turn()].assistant;
-    for (int i = 0; i < assistant.tool_calls_size(); ++i) {
-      assistant.mutable_tool_calls(i)->set_id(absl::StrCat("call_", request.turn(), "_", i));
-    }
+    reply.set_turn(request.turn());
     return reply;
   };
+}
+
+// A demonstration's turns as replies, each tool call given an id.
+std::vector<v1::GenerateReply> Replies(const std::vector<tasks::DemonstrationTurn>& turns) {
+  std::vector<v1::GenerateReply> replies(turns.size());
+  for (size_t turn = 0; turn < turns.size(); ++turn) {
+    v1::Message& assistant = *replies[turn].mutable_assistant();
+    assistant = turns[turn].assistant;
+    for (int i = 0; i < assistant.tool_calls_size(); ++i) {
+      assistant.mutable_tool_calls(i)->set_id(absl::StrCat("call_", turn, "_", i));
+    }
+  }
+  return replies;
 }
 
 // A failure that is the task's own doing, though no policy's: its setup.
@@ -77,7 +87,7 @@ TaskCheck CheckAgentTask(rpc::WorkerPool& pool, const tasks::AgentTask& task,
   std::vector<tasks::DemonstrationTurn> nothing(1);
   nothing[0].assistant.set_role("assistant");
   nothing[0].assistant.set_content("Done.");
-  check.unsolved = pool.RunEpisode(episode, Replay(nothing));
+  check.unsolved = pool.RunEpisode(episode, Replay(Replies(nothing)));
 
   const std::vector<tasks::DemonstrationTurn> turns = tasks::ReferenceDemonstration(task);
   check.has_reference = !turns.empty();
@@ -85,7 +95,7 @@ TaskCheck CheckAgentTask(rpc::WorkerPool& pool, const tasks::AgentTask& task,
     if (episode.options().max_steps() < static_cast<int>(turns.size())) {
       episode.mutable_options()->set_max_steps(static_cast<int>(turns.size()));
     }
-    check.reference = pool.RunEpisode(episode, Replay(turns));
+    check.reference = pool.RunEpisode(episode, Replay(Replies(turns)));
   }
   return check;
 }
@@ -107,17 +117,7 @@ v1::Trajectory ReplayEpisode(rpc::WorkerPool& pool, const tasks::AgentTask& task
   v1::RunEpisode episode;
   *episode.mutable_task() = task.task;
   *episode.mutable_options() = options;  // the run's limits: a turn past them ends it again
-  return pool.RunEpisode(
-      episode, [&replies](const v1::GenerateRequest& request) -> absl::StatusOr<v1::GenerateReply> {
-        v1::GenerateReply reply;
-        if (request.turn() >= 0 && static_cast<size_t>(request.turn()) < replies.size()) {
-          reply = replies[request.turn()];
-        } else {
-          reply.set_stop(true);
-        }
-        reply.set_turn(request.turn());
-        return reply;
-      });
+  return pool.RunEpisode(episode, Replay(std::move(replies)));
 }
 
 }  // namespace loom::agent
