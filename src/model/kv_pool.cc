@@ -17,11 +17,12 @@ KvBlockPool::KvBlockPool(const KvPoolOptions& options) : options_(options) {
   LOOM_CHECK(options.num_blocks <= INT32_MAX, "too many blocks: " << options.num_blocks);
   auto tensor_options = at::TensorOptions().dtype(options.dtype).device(options.device);
   for (int64_t l = 0; l < options.num_layers; ++l) {
-    keys_.push_back(at::zeros(
-        {options.num_blocks, options.block_size, options.num_kv_heads, options.head_dim},
-        tensor_options));
+    keys_.push_back(
+        at::zeros({options.num_blocks, options.block_size, options.num_kv_heads, options.head_dim},
+                  tensor_options));
     values_.push_back(at::zeros_like(keys_.back()));
   }
+  info_.resize(options.num_blocks);
   free_.reserve(options.num_blocks);
   // Stack order hands out low block ids first.
   for (int64_t b = options.num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
@@ -38,34 +39,209 @@ int64_t KvBlockPool::BytesPerToken() const {
 
 int64_t KvBlockPool::BytesPerBlock() const { return BytesPerToken() * options_.block_size; }
 
+namespace {
+
+uint64_t Mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdULL;
+}
+
+uint64_t ChainKey(uint64_t parent, const std::vector<int64_t>& tokens, int64_t begin,
+                  int64_t count) {
+  uint64_t h = Mix(0x6c6f6f6d, parent);
+  for (int64_t i = begin; i < begin + count; ++i) h = Mix(h, static_cast<uint64_t>(tokens[i]));
+  return h;
+}
+
+}  // namespace
+
+int64_t KvBlockPool::BlocksToReserve(const KvSequence& seq, int64_t total_tokens) const {
+  const int64_t held = static_cast<int64_t>(seq.blocks.size());
+  const int64_t wanted = BlocksFor(total_tokens);
+  int64_t need = std::max<int64_t>(0, wanted - held);
+  if (total_tokens <= seq.length) return need;
+  for (int64_t i = seq.length / block_size(); i < std::min(held, wanted); ++i) {
+    if (Shared(seq.blocks[i])) ++need;
+  }
+  return need;
+}
+
 absl::Status KvBlockPool::Reserve(KvSequence& seq, int64_t total_tokens) {
-  int64_t need = BlocksFor(total_tokens) - static_cast<int64_t>(seq.blocks.size());
-  if (need <= 0) return absl::OkStatus();
+  const int64_t need = BlocksToReserve(seq, total_tokens);
+  if (need == 0) return absl::OkStatus();
   if (need > free_blocks()) {
-    return absl::ResourceExhaustedError(absl::StrCat("KV pool full: ", need,
-                                                     " blocks needed, ", free_blocks(),
-                                                     " free of ", num_blocks()));
+    return absl::ResourceExhaustedError(absl::StrCat("KV pool full: ", need, " blocks needed, ",
+                                                     free_blocks(), " free of ", num_blocks()));
   }
-  for (int64_t i = 0; i < need; ++i) {
-    seq.blocks.push_back(free_.back());
-    free_.pop_back();
+  const int64_t held = static_cast<int64_t>(seq.blocks.size());
+  const int64_t wanted = BlocksFor(total_tokens);
+  if (total_tokens > seq.length) {
+    // Copy on write: the blocks the new tokens land in must be this sequence's alone.
+    for (int64_t i = seq.length / block_size(); i < std::min(held, wanted); ++i) {
+      const int32_t shared = seq.blocks[i];
+      if (!Shared(shared)) continue;
+      const int32_t own = TakeBlock();
+      CopyBlock(shared, own);
+      Release(shared);
+      seq.blocks[i] = own;
+      seq.published = std::min(seq.published, i);
+      ++counters_.copies;
+    }
   }
+  for (int64_t i = held; i < wanted; ++i) seq.blocks.push_back(TakeBlock());
   return absl::OkStatus();
 }
 
 void KvBlockPool::Free(KvSequence& seq) {
-  for (auto it = seq.blocks.rbegin(); it != seq.blocks.rend(); ++it) free_.push_back(*it);
+  // The tail is released first, so it is evicted before the head it extends.
+  for (auto it = seq.blocks.rbegin(); it != seq.blocks.rend(); ++it) Release(*it);
   seq.blocks.clear();
   seq.length = 0;
+  seq.published = 0;
+  seq.version = KvSequence::kUnknownVersion;
 }
 
 void KvBlockPool::Truncate(KvSequence& seq, int64_t length) {
   LOOM_CHECK(length >= 0, "negative length");
   seq.length = std::min(seq.length, length);
-  int64_t keep = BlocksFor(length);
+  seq.published = std::min(seq.published, seq.length / block_size());
+  const int64_t keep = BlocksFor(length);
   while (static_cast<int64_t>(seq.blocks.size()) > keep) {
-    free_.push_back(seq.blocks.back());
+    Release(seq.blocks.back());
     seq.blocks.pop_back();
+  }
+}
+
+int32_t KvBlockPool::TakeBlock() {
+  int32_t block;
+  if (!free_.empty()) {
+    block = free_.back();
+    free_.pop_back();
+  } else {
+    LOOM_CHECK(!idle_.empty(), "KV pool: no block to take");
+    block = idle_.front();
+    Unpublish(block);
+    ++counters_.evictions;
+  }
+  info_[block].refs = 1;
+  ++references_;
+  return block;
+}
+
+void KvBlockPool::Release(int32_t block) {
+  BlockInfo& info = info_[block];
+  LOOM_CHECK(info.refs > 0, "KV block " << block << " released more often than taken");
+  --info.refs;
+  --references_;
+  if (info.refs > 0) return;
+  if (info.node != 0) {
+    info.idle = idle_.insert(idle_.end(), block);
+  } else {
+    free_.push_back(block);
+  }
+}
+
+void KvBlockPool::Unpublish(int32_t block) {
+  BlockInfo& info = info_[block];
+  auto [begin, end] = index_.equal_range(info.key);
+  for (auto it = begin; it != end; ++it) {
+    if (it->second == block) {
+      index_.erase(it);
+      break;
+    }
+  }
+  if (info.refs == 0) idle_.erase(info.idle);
+  info = BlockInfo();
+}
+
+void KvBlockPool::CopyBlock(int32_t from, int32_t to) {
+  for (int64_t l = 0; l < options_.num_layers; ++l) {
+    keys_[l][to].copy_(keys_[l][from]);
+    values_[l][to].copy_(values_[l][from]);
+  }
+}
+
+int32_t KvBlockPool::FindChild(uint64_t parent, const std::vector<int64_t>& tokens, int64_t begin,
+                               int64_t min_version) const {
+  const int64_t bs = block_size();
+  int32_t best = -1;
+  auto [first, last] = index_.equal_range(ChainKey(parent, tokens, begin, bs));
+  for (auto it = first; it != last; ++it) {
+    const BlockInfo& info = info_[it->second];
+    if (info.parent != parent || info.version < min_version ||
+        !std::equal(info.tokens.begin(), info.tokens.end(), tokens.begin() + begin)) {
+      continue;
+    }
+    if (best < 0 || info.version > info_[best].version) best = it->second;
+  }
+  return best;
+}
+
+int64_t KvBlockPool::MatchPrefix(const std::vector<int64_t>& tokens, int64_t min_version) const {
+  const int64_t bs = block_size();
+  uint64_t parent = 0;
+  int64_t matched = 0;
+  while (matched + bs <= static_cast<int64_t>(tokens.size())) {
+    const int32_t block = FindChild(parent, tokens, matched, min_version);
+    if (block < 0) break;
+    parent = info_[block].node;
+    matched += bs;
+  }
+  return matched;
+}
+
+int64_t KvBlockPool::AcquirePrefix(KvSequence& seq, const std::vector<int64_t>& tokens,
+                                   int64_t min_version) {
+  LOOM_CHECK(seq.blocks.empty() && seq.length == 0, "AcquirePrefix into a non-empty sequence");
+  const int64_t bs = block_size();
+  uint64_t parent = 0;
+  while (seq.length + bs <= static_cast<int64_t>(tokens.size())) {
+    const int32_t block = FindChild(parent, tokens, seq.length, min_version);
+    if (block < 0) break;
+    BlockInfo& info = info_[block];
+    if (info.refs == 0) idle_.erase(info.idle);
+    ++info.refs;
+    ++references_;
+    seq.blocks.push_back(block);
+    seq.version = seq.length == 0 ? info.version : std::min(seq.version, info.version);
+    seq.length += bs;
+    parent = info.node;
+  }
+  seq.published = static_cast<int64_t>(seq.blocks.size());
+  return seq.length;
+}
+
+void KvBlockPool::Publish(KvSequence& seq, const std::vector<int64_t>& tokens,
+                          const std::vector<int16_t>* rows, int64_t width) {
+  if (seq.version == KvSequence::kUnknownVersion) return;
+  const int64_t bs = block_size();
+  const int64_t full = seq.length / bs;
+  LOOM_CHECK(static_cast<int64_t>(tokens.size()) >= seq.length, "Publish: too few tokens");
+  uint64_t parent = seq.published > 0 ? info_[seq.blocks[seq.published - 1]].node : 0;
+  for (int64_t i = seq.published; i < full; ++i) {
+    BlockInfo& info = info_[seq.blocks[i]];
+    LOOM_CHECK(info.node == 0 && info.refs == 1, "Publish: block " << seq.blocks[i] << " shared");
+    info.node = next_node_++;
+    info.parent = parent;
+    info.key = ChainKey(parent, tokens, i * bs, bs);
+    info.version = seq.version;
+    info.tokens.assign(tokens.begin() + i * bs, tokens.begin() + (i + 1) * bs);
+    if (rows != nullptr && static_cast<int64_t>(rows->size()) >= (i + 1) * bs * width) {
+      info.rows.assign(rows->begin() + i * bs * width, rows->begin() + (i + 1) * bs * width);
+    }
+    index_.emplace(info.key, seq.blocks[i]);
+    parent = info.node;
+    ++counters_.published;
+  }
+  seq.published = std::max(seq.published, full);
+}
+
+void KvBlockPool::DropCached(int64_t min_version) {
+  for (auto it = idle_.begin(); it != idle_.end();) {
+    const int32_t block = *it++;
+    if (info_[block].version >= min_version) continue;
+    Unpublish(block);
+    free_.push_back(block);
   }
 }
 

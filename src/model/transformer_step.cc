@@ -37,9 +37,8 @@ absl::Status CheckInputs(const std::vector<StepInput>& batch, const ModelConfig&
                                                        " out of range [0, ", c.vocab_size, ")"));
       }
     }
-    const int64_t total = in.seq->length + static_cast<int64_t>(in.tokens.size());
     blocks_needed +=
-        std::max<int64_t>(0, pool.BlocksFor(total) - static_cast<int64_t>(in.seq->blocks.size()));
+        pool.BlocksToReserve(*in.seq, in.seq->length + static_cast<int64_t>(in.tokens.size()));
   }
   if (blocks_needed > pool.free_blocks()) {
     return absl::ResourceExhaustedError(absl::StrCat("KV pool full: the step needs ", blocks_needed,
