@@ -57,16 +57,18 @@ EngineOptions EngineOptionsFromConfig(const config::RolloutSection& section, uin
                                  : WeightUpdatePolicy::kKeep;
   options.preemption =
       section.preemption == "swap" ? PreemptionPolicy::kSwap : PreemptionPolicy::kRecompute;
+  options.prefix_cache = section.prefix_cache.enabled;
+  options.prefix_max_version_lag = section.prefix_cache.max_version_lag;
   return options;
 }
 
 absl::StatusOr<std::unique_ptr<RolloutEngine>> RolloutEngine::Create(
     const model::Transformer& model, const EngineOptions& options) {
   if (options.max_batch < 1 || options.step_token_budget < 1 || options.block_size < 1 ||
-      options.pool_tokens < options.block_size) {
+      options.pool_tokens < options.block_size || options.prefix_max_version_lag < 0) {
     return absl::InvalidArgumentError(
-        "rollout engine: max_batch, step_token_budget and block_size must be >= 1 and "
-        "pool_tokens >= block_size");
+        "rollout engine: max_batch, step_token_budget and block_size must be >= 1, "
+        "pool_tokens >= block_size and prefix_max_version_lag >= 0");
   }
   try {
     return std::unique_ptr<RolloutEngine>(new RolloutEngine(model, options));
@@ -85,8 +87,8 @@ RolloutEngine::RolloutEngine(const model::Transformer& model, const EngineOption
 RolloutEngine::~RolloutEngine() = default;
 
 int64_t RolloutEngine::ContextLimit(const SampleState& state) const {
-  int64_t limit = std::min(model_.config().max_position_embeddings,
-                           pool_->num_blocks() * pool_->block_size());
+  int64_t limit =
+      std::min(model_.config().max_position_embeddings, pool_->num_blocks() * pool_->block_size());
   if (state.stop.max_context > 0) limit = std::min(limit, state.stop.max_context);
   return limit;
 }
@@ -105,7 +107,8 @@ absl::Status RolloutEngine::ValidateTokens(const std::vector<int64_t>& tokens,
 
 absl::Status RolloutEngine::Add(const SampleRequest& request) {
   if (samples_.count(request.id)) {
-    return absl::AlreadyExistsError(absl::StrCat("sample ", request.id, " is already in the engine"));
+    return absl::AlreadyExistsError(
+        absl::StrCat("sample ", request.id, " is already in the engine"));
   }
   if (request.prompt.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("sample ", request.id, ": empty prompt"));

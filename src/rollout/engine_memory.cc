@@ -20,10 +20,14 @@ int64_t NowNs() {
 }  // namespace
 
 void RolloutEngine::Admit() {
-  while (!waiting_.empty() && num_running() < options_.max_batch) {
-    Sample& sample = *waiting_.front();
+  for (size_t i = 0; i < waiting_.size() && num_running() < options_.max_batch;) {
+    Sample& sample = *waiting_[i];
+    if (WaitsForPrefix(sample)) {
+      ++i;  // its prefix is being computed; the samples behind it may go first
+      continue;
+    }
     if (!TryAdmit(sample)) return;  // first come, first served: the queue waits
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
     sample.state.phase = SamplePhase::kRunning;
     auto pos = std::find_if(running_.begin(), running_.end(),
                             [&](const Sample* s) { return s->arrival > sample.arrival; });
@@ -32,11 +36,14 @@ void RolloutEngine::Admit() {
 }
 
 bool RolloutEngine::TryAdmit(Sample& sample) {
-  const int64_t held = static_cast<int64_t>(sample.kv.blocks.size());
-  const int64_t needed = pool_->BlocksFor(sample.state.length()) - held;
+  const bool fresh = options_.prefix_cache && !sample.HasDeviceKv() && !sample.HasHostKv();
+  if (fresh) AcquirePrefix(sample);
+  const int64_t needed = pool_->BlocksToReserve(sample.kv, sample.state.length());
   if (needed > pool_->free_blocks() && !(running_.empty() && MakeRoomForWaiting(needed))) {
+    if (fresh) pool_->Free(sample.kv);  // the prefix goes back to the cache
     return false;
   }
+  if (fresh) counters_.prefix_hit_tokens += sample.kv.length;
   if (sample.HasHostKv()) {
     const absl::Status status = pool_->Import(sample.state.kv, sample.kv);
     LOOM_CHECK(status.ok(), "KV swap-in of sample " << sample.state.id << ": " << status);
@@ -46,6 +53,55 @@ bool RolloutEngine::TryAdmit(Sample& sample) {
   const absl::Status status = pool_->Reserve(sample.kv, sample.state.length());
   LOOM_CHECK(status.ok(), "KV reserve at admission of sample " << sample.state.id);
   return true;
+}
+
+void RolloutEngine::AcquirePrefix(Sample& sample) {
+  SampleState& state = sample.state;
+  const int64_t matched = pool_->AcquirePrefix(sample.kv, state.tokens, MinPrefixVersion());
+  if (matched == 0) {
+    sample.kv.version = version_;  // its KV will all be computed now
+    return;
+  }
+  const int64_t width = state.routing_width();
+  if (width > 0) {
+    // Routing rows of the taken tokens come with their blocks; a block
+    // published without them ends the match.
+    const int64_t bs = pool_->block_size();
+    for (int64_t b = 0; b * bs < matched; ++b) {
+      const std::vector<int16_t>& rows = pool_->PublishedRows(sample.kv.blocks[b]);
+      if (static_cast<int64_t>(rows.size()) != bs * width) {
+        pool_->Truncate(sample.kv, b * bs);
+        break;
+      }
+      const int64_t have = state.routing_rows();
+      if (have >= (b + 1) * bs) continue;
+      const int64_t skip = std::max<int64_t>(0, have - b * bs);
+      state.routing.insert(state.routing.end(), rows.begin() + skip * width, rows.end());
+    }
+    if (sample.kv.length == 0) sample.kv.version = version_;
+  }
+  // The last token is fed again for its logits: its block is copied on write.
+  if (sample.kv.length >= state.length()) pool_->Truncate(sample.kv, state.length() - 1);
+}
+
+bool RolloutEngine::WaitsForPrefix(const Sample& sample) const {
+  if (!options_.prefix_cache || sample.HasDeviceKv() || sample.HasHostKv()) return false;
+  const std::vector<int64_t>& tokens = sample.state.tokens;
+  const int64_t bs = pool_->block_size();
+  int64_t cached = -1;  // computed on the first running sample worth asking about
+  for (const Sample* leader : running_) {
+    // Only a sample still prefilling, and publishing what this one could take.
+    if (leader->Pending() <= 1 || leader->kv.version < MinPrefixVersion()) continue;
+    const std::vector<int64_t>& other = leader->state.tokens;
+    const auto limit = std::min(tokens.size(), other.size());
+    const int64_t common =
+        std::mismatch(tokens.begin(), tokens.begin() + limit, other.begin()).first - tokens.begin();
+    const int64_t shared = common / bs * bs;    // full blocks in common
+    if (leader->kv.length >= shared) continue;  // already published (or never will be)
+    if (cached < 0) cached = pool_->MatchPrefix(tokens, MinPrefixVersion());
+    if (shared > cached) return true;
+  }
+  return false;
 }
 
 bool RolloutEngine::MakeRoomForWaiting(int64_t blocks_needed) {
@@ -109,9 +165,9 @@ absl::Status RolloutEngine::Resume(int64_t policy_version,
     return absl::InvalidArgumentError(absl::StrCat("Resume: policy version ", policy_version,
                                                    " is older than the current ", version_));
   }
-  const bool recompute =
-      policy_version != version_ &&
-      policy.value_or(options_.on_weight_update) == WeightUpdatePolicy::kRecompute;
+  const bool recompute = policy_version != version_ && policy.value_or(options_.on_weight_update) ==
+                                                           WeightUpdatePolicy::kRecompute;
+  const bool changed = policy_version != version_;
   version_ = policy_version;
   parked_ = false;
   if (recompute) {
@@ -120,6 +176,8 @@ absl::Status RolloutEngine::Resume(int64_t policy_version,
       sample->state.kv = model::KvSnapshot();
     }
   }
+  // Cached prefixes too old for the lag can never be taken again.
+  if (changed) pool_->DropCached(MinPrefixVersion());
   // Offloaded samples go back through admission, which copies their KV in.
   std::vector<Sample*> offloaded;
   for (Sample* s : running_) {

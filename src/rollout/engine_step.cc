@@ -18,7 +18,9 @@ absl::StatusOr<StepStats> RolloutEngine::Step() {
     stats.parked = true;
     return stats;
   }
+  const int64_t hits_before = counters_.prefix_hit_tokens;
   Admit();
+  stats.prefix_hit_tokens = counters_.prefix_hit_tokens - hits_before;
   std::vector<Plan> plan = PlanBatch();
   stats.preempted = ReserveOrPreempt(plan);
   // Decoding samples and prompt chunks go to the model separately: its batch
@@ -121,6 +123,9 @@ void RolloutEngine::ApplyResults(const std::vector<Plan>& plan, const model::Ste
       RecordRouting(s, s.kv.length - count, count, routing, result.routing_offsets[i]);
     }
     (count == 1 ? stats.decode_tokens : stats.prefill_tokens) += count;
+    if (options_.prefix_cache) {
+      pool_->Publish(s.kv, s.state.tokens, &s.state.routing, s.state.routing_width());
+    }
     if (s.kv.length < s.state.length()) continue;  // mid-prompt chunk: no token yet
     SampleState& state = s.state;
     const SampledToken next =

@@ -27,6 +27,20 @@
 // same way when nothing else can make room. A sample too long for the whole
 // pool finishes with kContextLimit. Never an abort, never a deadlock.
 //
+// Prefix sharing (options.prefix_cache): full KV blocks a sample has
+// computed are published to the pool's prefix index as they fill, stamped
+// with the oldest policy version in its KV. A sample admitted with no KV
+// (new, or preempted by recompute) first takes the longest published chain
+// matching its tokens whose stamps are at most prefix_max_version_lag versions
+// old, and feeds only the rest; when every token matched, the last one is fed
+// again (copy on write of its block) for the logits. A sample whose prompt
+// shares more full blocks with a running sample still prefilling them waits
+// for that sample instead of computing them a second time; later samples in
+// the queue are admitted past it meanwhile. Blocks no sample holds stay cached
+// inside the pool's capacity and are evicted least recently used. For MoE
+// models the routing of each published block is kept with it and copied to
+// the samples that take it.
+//
 // Interruption: RequestInterrupt() (any thread) makes the engine park at the
 // next token boundary: at the end of the Step in progress, or at the start of
 // the next one — at most one decode step of latency. Parked samples keep
@@ -74,6 +88,8 @@ struct EngineOptions {
   int64_t initial_version = 0;       // policy version of the weights at construction
   WeightUpdatePolicy on_weight_update = WeightUpdatePolicy::kKeep;
   PreemptionPolicy preemption = PreemptionPolicy::kRecompute;
+  bool prefix_cache = false;           // share the KV blocks of common token prefixes
+  int64_t prefix_max_version_lag = 0;  // how many versions old a reused block may be
 };
 
 // Options from the `rollout:` config section and the run seed.
@@ -81,10 +97,11 @@ EngineOptions EngineOptionsFromConfig(const config::RolloutSection& section, uin
 
 // What one Step did.
 struct StepStats {
-  int64_t prefill_tokens = 0;  // tokens fed that produced no new token
-  int64_t decode_tokens = 0;   // tokens sampled
-  int64_t batch = 0;           // samples fed
-  int64_t preempted = 0;       // samples preempted to make room
+  int64_t prefill_tokens = 0;       // tokens fed that produced no new token
+  int64_t decode_tokens = 0;        // tokens sampled
+  int64_t batch = 0;                // samples fed
+  int64_t preempted = 0;            // samples preempted to make room
+  int64_t prefix_hit_tokens = 0;    // tokens admitted samples took from the prefix cache
   std::vector<uint64_t> finished;   // ids that finished (collect with TakeFinished)
   std::vector<uint64_t> tool_wait;  // ids that stopped at a tool-call end
   bool parked = false;              // the engine is parked after this call
@@ -92,13 +109,14 @@ struct StepStats {
 
 // Totals since construction.
 struct EngineCounters {
-  int64_t steps = 0;            // Steps that fed the model
-  int64_t prefill_tokens = 0;   // includes re-prefills
+  int64_t steps = 0;           // Steps that fed the model
+  int64_t prefill_tokens = 0;  // includes re-prefills
   int64_t decode_tokens = 0;
   int64_t preemptions = 0;
+  int64_t prefix_hit_tokens = 0;  // tokens taken from the prefix cache instead of prefilled
   int64_t interrupts = 0;
-  int64_t last_interrupt_steps = 0;   // Steps completed between request and park (0 or 1)
-  double last_interrupt_ms = 0.0;     // wall time between request and park
+  int64_t last_interrupt_steps = 0;  // Steps completed between request and park (0 or 1)
+  double last_interrupt_ms = 0.0;    // wall time between request and park
 };
 
 class RolloutEngine {
@@ -183,6 +201,9 @@ class RolloutEngine {
 
   void Admit();
   bool TryAdmit(Sample& sample);
+  bool WaitsForPrefix(const Sample& sample) const;
+  void AcquirePrefix(Sample& sample);
+  int64_t MinPrefixVersion() const { return version_ - options_.prefix_max_version_lag; }
   bool MakeRoomForWaiting(int64_t blocks_needed);
   std::vector<Plan> PlanBatch();
   int64_t ReserveOrPreempt(std::vector<Plan>& plan);
