@@ -41,6 +41,7 @@ struct ServeOptions {
   int64_t context = 0;
   int64_t max_body_bytes = 8 << 20;
   int64_t max_held = 64;
+  bool prefix_cache = true;
   uint64_t seed = 0;
   int threads = 0;
 };
@@ -104,6 +105,7 @@ absl::Status RunServe(const ServeOptions& o) {
   engine.max_batch = o.max_batch;
   engine.pool_tokens = o.pool_tokens;
   engine.seed = o.seed;
+  engine.prefix_cache = o.prefix_cache;
   auto runner = serve::TurnRunner::Start(**model, engine);
   if (!runner.ok()) return runner.status();
   serve::EndpointOptions options;
@@ -163,6 +165,8 @@ void SetupServe(CLI::App& app, Context& context) {
   cmd->add_option("--max-held", o->max_held,
                   "Conversations kept between requests with their KV, to continue on (LRU)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--prefix-cache", o->prefix_cache,
+                  "Share the KV of common prompt prefixes between requests (true or false)");
   cmd->add_option("--seed", o->seed, "Sampling seed");
   cmd->add_option("--threads", o->threads, "Intra-op CPU threads (0 = all cores)");
   cmd->callback([o, &context] {

@@ -123,6 +123,7 @@ absl::Status AsyncLoop::StepEngine() {
     if (!stats.ok()) return stats.status();
     totals_.decode_tokens += stats->decode_tokens;
     totals_.prefill_tokens += stats->prefill_tokens;
+    totals_.prefix_hit_tokens += stats->prefix_hit_tokens;
     if (environment_ != nullptr) environment_->Stopped(stats->tool_wait);
   }
   for (rollout::SampleState& sample : engine_->TakeFinished()) {
@@ -231,6 +232,14 @@ absl::Status AsyncLoop::TrainStep(std::vector<TrainingSample> samples, BatchTrai
   nlohmann::json& record = trained->record;
   record["prefill_tokens"] = totals_.prefill_tokens;
   record["decode_tokens"] = totals_.decode_tokens;
+  if (engine_->options().prefix_cache) {
+    const model::KvBlockPool& pool = engine_->pool();
+    record["prefix_hit_tokens"] = totals_.prefix_hit_tokens;
+    record["prefix_shared_blocks"] = pool.shared_references();
+    record["prefix_kv_bytes_saved"] = pool.shared_references() * pool.BytesPerBlock();
+    record["prefix_evictions"] = pool.prefix_counters().evictions - prefix_evictions_;
+    prefix_evictions_ = pool.prefix_counters().evictions;
+  }
   std::set<int64_t> versions;
   for (const TrainingSample& sample : batch.samples) versions.insert(sample.info.config_version);
   record["batch_config_versions"] = versions;

@@ -44,7 +44,8 @@ class Prompts : public PromptSource {
     prompt.entry.effort = subgroup.effort;
     prompt.entry.problem = std::make_shared<tasks::Problem>();
     rollout::SampleRequest request;
-    request.prompt.assign(too_long ? 80 : 4, static_cast<int64_t>(group.prompt_id % 60) + 1);
+    request.prompt.assign(too_long ? 80 : prompt_length,
+                          static_cast<int64_t>(group.prompt_id % 60) + 1);
     request.stop.max_new_tokens =
         same_length > 0 ? same_length : 1 + static_cast<int64_t>(ticket.sample_id % 9);
     prompt.request = std::move(request);
@@ -56,6 +57,7 @@ class Prompts : public PromptSource {
   }
   std::set<uint64_t> opened, refused;
   int64_t same_length = 0;  // > 0: every sample generates this many tokens
+  int64_t prompt_length = 4;
 
  private:
   int poison_;
@@ -137,6 +139,31 @@ TEST(AsyncLoopTest, HandsTheTrainerWholeSubgroupsInStepOrder) {
 // A batch larger than what may be in flight: each wave of samples finishes
 // in one engine step (the same lengths), leaving a part of a batch ready and
 // nothing in flight. That is room to dispatch the next wave, not a stall.
+// A group's samples share their prompt's full blocks; the step lines count it.
+TEST(AsyncLoopTest, PrefixSharingIsCountedOnTheStepLine) {
+  auto model = TinyModel();
+  AsyncLoop::Options options = LoopOptions();
+  options.engine.prefix_cache = true;
+  auto loop = AsyncLoop::Create(*model, options);
+  ASSERT_TRUE(loop.ok()) << loop.status();
+  Prompts prompts(/*poison=*/0);
+  prompts.prompt_length = 20;  // one full block of 16 and 4 tokens
+  RecordingTrainer trainer(1);
+  int64_t hits = 0;
+  LoopHooks hooks;
+  hooks.after_step = [&](int64_t, const nlohmann::json& record) {
+    EXPECT_TRUE(record.contains("prefix_shared_blocks")) << record.dump();
+    EXPECT_TRUE(record.contains("prefix_kv_bytes_saved")) << record.dump();
+    EXPECT_TRUE(record.contains("prefix_evictions")) << record.dump();
+    hits += record["prefix_hit_tokens"].get<int64_t>();
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE((*loop)->Run(prompts, trainer, 4, hooks).ok());
+  // Each group of 3 computes its prompt once: the other two take 16 tokens each.
+  EXPECT_GE(hits, 4 * 2 * 16);
+  EXPECT_EQ(hits % 16, 0);
+}
+
 TEST(AsyncLoopTest, ABatchLargerThanTheInflightCapFillsOverWaves) {
   auto model = TinyModel();
   AsyncLoop::Options options = LoopOptions();

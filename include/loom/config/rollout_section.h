@@ -10,6 +10,31 @@
 
 namespace loom::config {
 
+// Sharing the KV blocks of common token prefixes between samples.
+struct PrefixCacheSection {
+  bool enabled = false;
+  int64_t max_version_lag = 0;
+
+  template <class V>
+  void Visit(V& v) {
+    v.Field("enabled", enabled,
+            Doc("Samples whose tokens start alike (a GRPO group's prompt, a harness's system "
+                "prompt, the earlier turns of a conversation) share the KV blocks of that prefix "
+                "instead of each prefilling and holding its own copy. Blocks no sample holds "
+                "stay cached inside pool_tokens and are evicted least recently used. A run "
+                "resumed from a checkpoint starts with an empty cache, so it is not bit-identical "
+                "to the uninterrupted run (docs/rollout.md)."));
+    v.Field("max_version_lag", max_version_lag,
+            Doc("How many policy versions old a cached block may be and still be reused by a new "
+                "sample. 0 reuses only KV computed by the current weights. Higher saves more "
+                "prefill after each optimizer step, at the price of rollout log-probs computed "
+                "on stale prefix KV, which raises their mismatch with the trainer's (docs/"
+                "rollout.md).")
+                .Unit("versions")
+                .Min(0));
+  }
+};
+
 struct RolloutSection {
   int64_t max_batch = 64;            // samples in the running batch at once
   int64_t step_token_budget = 2048;  // tokens fed to the model per step (decode + prefill)
@@ -18,10 +43,11 @@ struct RolloutSection {
   int64_t max_new_tokens = 512;      // default generation limit per sample
   double temperature = 1.0;          // 0 = greedy
   double top_p = 1.0;
-  int64_t top_k = 0;                 // 0 = whole vocabulary
+  int64_t top_k = 0;  // 0 = whole vocabulary
   std::string on_weight_update = "keep";
   std::string preemption = "recompute";
-  bool offload_parked = false;       // move parked samples' KV to host before training
+  bool offload_parked = false;      // move parked samples' KV to host before training
+  PrefixCacheSection prefix_cache;  // share KV blocks of common prefixes
 
   template <class V>
   void Visit(V& v) {
@@ -71,6 +97,8 @@ struct RolloutSection {
     v.Field("offload_parked", offload_parked,
             Doc("Copy parked samples' KV to host memory and free their blocks while training "
                 "runs, so training activations can use the device memory."));
+    v.Section("prefix_cache", prefix_cache,
+              Doc("Prefix sharing in the paged KV pool (docs/rollout.md)."));
   }
 };
 

@@ -45,6 +45,7 @@ namespace loom::train {
 struct RolloutTotals {
   int64_t decode_tokens = 0;
   int64_t prefill_tokens = 0;
+  int64_t prefix_hit_tokens = 0;  // prompt tokens taken from the prefix cache
   double seconds = 0;
 };
 
@@ -249,6 +250,7 @@ class AsyncLoop : private dispatch::RolloutPort {
   int64_t policy_version_;
   SampleTable table_;
   RolloutTotals totals_;
+  int64_t prefix_evictions_ = 0;  // the pool's count at the previous step
   InflightObservations inflight_;
   std::map<std::string, int64_t> masked_;       // since the previous step
   std::vector<TrainingSample> masked_samples_;  // the same
