@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <ATen/Parallel.h>
@@ -43,7 +44,7 @@ absl::StatusOr<std::unique_ptr<model::Transformer>> BenchModel(const RolloutBenc
   config->num_attention_heads = 2;
   config->num_key_value_heads = 1;
   config->head_dim = 16;
-  config->max_position_embeddings = 4096;
+  config->max_position_embeddings = 8192;  // room for the agent workload's 4,160-token prompts
   return model::Transformer::RandomInit(*config, o.seed, {});
 }
 
@@ -204,12 +205,121 @@ absl::StatusOr<json> ResumeVsReprefill(model::Transformer& m, const RolloutBench
               {"kv_block_size", e.pool().block_size()}};
 }
 
+// One prefix workload, run without sharing or with it: the time until every
+// sample has its first token (prefill), the KV bytes of the blocks under the
+// prompts then, and decode tokens/s from there to the end.
+struct PrefixRun {
+  double prefill_s = 0;
+  int64_t prompt_kv_bytes = 0;
+  double decode_tokens_per_s = 0;
+  int64_t prefill_tokens = 0;
+  int64_t hit_tokens = 0;
+};
+
+absl::StatusOr<PrefixRun> RunPrefixWorkload(const model::Transformer& m,
+                                            const std::vector<SampleRequest>& requests,
+                                            bool share) {
+  int64_t tokens = 0;
+  for (const SampleRequest& r : requests) tokens += r.prompt.size() + r.stop.max_new_tokens;
+  EngineOptions options;
+  options.max_batch = static_cast<int64_t>(requests.size());
+  options.step_token_budget = 4096;
+  options.pool_tokens = tokens + 32 * static_cast<int64_t>(requests.size());
+  options.prefix_cache = share;
+  auto engine = RolloutEngine::Create(m, options);
+  if (!engine.ok()) return engine.status();
+  RolloutEngine& e = **engine;
+  for (const SampleRequest& r : requests) {
+    if (auto s = e.Add(r); !s.ok()) return s;
+  }
+  auto all_started = [&] {
+    for (const SampleRequest& r : requests) {
+      const rollout::SampleState* state = e.Find(r.id);
+      if (state != nullptr && state->generated == 0) return false;
+    }
+    return true;
+  };
+  PrefixRun run;
+  const auto start = Clock::now();
+  while (!all_started()) {
+    if (auto s = e.Step(); !s.ok()) return s.status();
+  }
+  run.prefill_s = Seconds(start);
+  // The distinct blocks under the samples' prompts (earlier samples may have
+  // decoded far by now: their later blocks are not the prompts').
+  std::set<int32_t> prompt_blocks;
+  for (const SampleRequest& r : requests) {
+    const std::vector<int32_t> table = e.BlockTable(r.id);
+    const int64_t count = e.pool().BlocksFor(static_cast<int64_t>(r.prompt.size()));
+    prompt_blocks.insert(table.begin(), table.begin() + std::min<int64_t>(count, table.size()));
+  }
+  run.prompt_kv_bytes = static_cast<int64_t>(prompt_blocks.size()) * e.pool().BytesPerBlock();
+  const int64_t decoded_before = e.counters().decode_tokens;
+  const auto decode_start = Clock::now();
+  while (e.num_running() + e.num_waiting() > 0) {
+    if (auto s = e.Step(); !s.ok()) return s.status();
+  }
+  run.decode_tokens_per_s = (e.counters().decode_tokens - decoded_before) / Seconds(decode_start);
+  run.prefill_tokens = e.counters().prefill_tokens;
+  run.hit_tokens = e.counters().prefix_hit_tokens;
+  return run;
+}
+
+absl::StatusOr<json> PrefixWorkload(const model::Transformer& m,
+                                    const std::vector<SampleRequest>& requests) {
+  json result = {{"samples", requests.size()}, {"prompt_tokens", requests[0].prompt.size()}};
+  std::vector<PrefixRun> runs;
+  for (bool share : {false, true}) {
+    auto run = RunPrefixWorkload(m, requests, share);
+    if (!run.ok()) return run.status();
+    result[share ? "shared" : "unshared"] = {{"prefill_s", run->prefill_s},
+                                             {"prompt_kv_bytes", run->prompt_kv_bytes},
+                                             {"decode_tokens_per_s", run->decode_tokens_per_s},
+                                             {"prefill_tokens", run->prefill_tokens},
+                                             {"prefix_hit_tokens", run->hit_tokens}};
+    runs.push_back(*run);
+  }
+  result["prefill_speedup"] = runs[0].prefill_s / runs[1].prefill_s;
+  result["prompt_kv_bytes_ratio"] =
+      static_cast<double>(runs[0].prompt_kv_bytes) / runs[1].prompt_kv_bytes;
+  result["decode_ratio"] = runs[1].decode_tokens_per_s / runs[0].decode_tokens_per_s;
+  return result;
+}
+
+absl::StatusOr<json> PrefixSharing(const model::Transformer& m, const RolloutBenchOptions& o) {
+  const int64_t vocab = m.config().vocab_size;
+  const int64_t new_tokens = o.prefix_new_tokens;
+  // A GRPO group: one prompt, sampled at temperature 1.
+  std::vector<SampleRequest> group;
+  for (int64_t i = 0; i < o.group_size; ++i) {
+    SampleRequest r = BenchRequest(0, o.group_prompt, new_tokens, vocab);
+    r.id = i;
+    r.sampling.temperature = 1.0;
+    group.push_back(std::move(r));
+  }
+  // Agent episodes: one system prompt, then each episode's own task.
+  const SampleRequest system = BenchRequest(1u << 20, o.agent_system, new_tokens, vocab);
+  std::vector<SampleRequest> agents;
+  for (int64_t i = 0; i < o.agent_episodes; ++i) {
+    SampleRequest r = BenchRequest(i, o.agent_task, new_tokens, vocab);
+    r.prompt.insert(r.prompt.begin(), system.prompt.begin(), system.prompt.end());
+    r.sampling.temperature = 1.0;
+    agents.push_back(std::move(r));
+  }
+  auto grpo = PrefixWorkload(m, group);
+  if (!grpo.ok()) return grpo.status();
+  auto agent = PrefixWorkload(m, agents);
+  if (!agent.ok()) return agent.status();
+  return json{{"prefix_group", *grpo}, {"prefix_agents", *agent}};
+}
+
 }  // namespace
 
 RolloutBenchOptions QuickRolloutBench() {
   RolloutBenchOptions o;
   o.decode_tokens = 32;
   o.interrupt_rounds = 30;
+  o.prefix_new_tokens = 32;
   return o;
 }
 
@@ -220,6 +330,14 @@ absl::StatusOr<std::string> RunRolloutBench(const RolloutBenchOptions& options) 
     json result = {{"bench", "rollout"},
                    {"model_parameters", (*m)->NumParameters()},
                    {"threads", at::get_num_threads()}};
+    if (options.prefix) {
+      auto phase = Clock::now();
+      auto prefix = PrefixSharing(**m, options);
+      if (!prefix.ok()) return prefix.status();
+      result.update(*prefix);
+      result["phase_seconds"]["prefix"] = Seconds(phase);
+      return result.dump();
+    }
     json throughput = json::object();
     auto phase = Clock::now();
     for (int64_t batch : options.batch_sizes) {

@@ -46,6 +46,38 @@ TEST(RolloutBenchTest, ReportsEveryMeasure) {
   EXPECT_NEAR(j["kv_bytes_per_token_ratio"].get<double>(), 70.0 / (blocks * block), 1e-9);
 }
 
+// `--prefix`: both workloads without and with sharing, and the work sharing
+// saves counted exactly (16-token blocks).
+TEST(RolloutBenchTest, PrefixCountsTheWorkSharingSaves) {
+  RolloutBenchOptions options;
+  options.prefix = true;
+  options.group_size = 4;
+  options.group_prompt = 40;  // 2 full blocks and 8 tokens
+  options.agent_episodes = 3;
+  options.agent_system = 64;  // 4 full blocks
+  options.agent_task = 8;
+  options.prefix_new_tokens = 4;
+  auto text = RunRolloutBench(options);
+  ASSERT_TRUE(text.ok()) << text.status();
+  auto j = nlohmann::json::parse(*text);
+  const nlohmann::json& group = j["prefix_group"];
+  EXPECT_EQ(group["unshared"]["prefill_tokens"].get<int64_t>(), 4 * 40);
+  EXPECT_EQ(group["shared"]["prefill_tokens"].get<int64_t>(), 40 + 3 * 8);
+  EXPECT_EQ(group["shared"]["prefix_hit_tokens"].get<int64_t>(), 3 * 32);
+  EXPECT_EQ(group["unshared"]["prefix_hit_tokens"].get<int64_t>(), 0);
+  // Prompt blocks: 4 x 3 private against 2 shared + 4 own.
+  EXPECT_DOUBLE_EQ(group["prompt_kv_bytes_ratio"].get<double>(), 12.0 / 6.0);
+  const nlohmann::json& agents = j["prefix_agents"];
+  EXPECT_EQ(agents["prompt_tokens"].get<int64_t>(), 72);
+  EXPECT_EQ(agents["shared"]["prefix_hit_tokens"].get<int64_t>(), 2 * 64);
+  EXPECT_EQ(agents["shared"]["prefill_tokens"].get<int64_t>(), 72 + 2 * 8);
+  EXPECT_DOUBLE_EQ(agents["prompt_kv_bytes_ratio"].get<double>(), 15.0 / 7.0);
+  for (const nlohmann::json* w : {&group, &agents}) {
+    EXPECT_GT((*w)["prefill_speedup"].get<double>(), 0);
+    EXPECT_GT((*w)["decode_ratio"].get<double>(), 0);
+  }
+}
+
 TEST(RolloutBenchTest, MissingModelDirectoryIsAnError) {
   RolloutBenchOptions options;
   options.model_dir = "/nonexistent/model";
