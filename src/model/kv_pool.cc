@@ -120,6 +120,7 @@ int32_t KvBlockPool::TakeBlock() {
   } else {
     LOOM_CHECK(!idle_.empty(), "KV pool: no block to take");
     block = idle_.front();
+    idle_.pop_front();
     Unpublish(block);
     ++counters_.evictions;
   }
@@ -128,17 +129,25 @@ int32_t KvBlockPool::TakeBlock() {
   return block;
 }
 
+void KvBlockPool::Hold(int32_t block) {
+  BlockInfo& info = info_[block];
+  if (info.refs == 0) idle_.erase(info.idle);
+  ++info.refs;
+  ++references_;
+}
+
 void KvBlockPool::Release(int32_t block) {
   BlockInfo& info = info_[block];
   LOOM_CHECK(info.refs > 0, "KV block " << block << " released more often than taken");
   --info.refs;
   --references_;
   if (info.refs > 0) return;
-  if (info.node != 0) {
+  if (info.node != 0 && keep_released_) {
     info.idle = idle_.insert(idle_.end(), block);
-  } else {
-    free_.push_back(block);
+    return;
   }
+  if (info.node != 0) Unpublish(block);
+  free_.push_back(block);
 }
 
 void KvBlockPool::Unpublish(int32_t block) {
@@ -150,7 +159,6 @@ void KvBlockPool::Unpublish(int32_t block) {
       break;
     }
   }
-  if (info.refs == 0) idle_.erase(info.idle);
   info = BlockInfo();
 }
 
@@ -162,13 +170,14 @@ void KvBlockPool::CopyBlock(int32_t from, int32_t to) {
 }
 
 int32_t KvBlockPool::FindChild(uint64_t parent, const std::vector<int64_t>& tokens, int64_t begin,
-                               int64_t min_version) const {
+                               int64_t min_version, bool exact) const {
   const int64_t bs = block_size();
   int32_t best = -1;
   auto [first, last] = index_.equal_range(ChainKey(parent, tokens, begin, bs));
   for (auto it = first; it != last; ++it) {
     const BlockInfo& info = info_[it->second];
     if (info.parent != parent || info.version < min_version ||
+        (exact && info.version != min_version) ||
         !std::equal(info.tokens.begin(), info.tokens.end(), tokens.begin() + begin)) {
       continue;
     }
@@ -198,27 +207,55 @@ int64_t KvBlockPool::AcquirePrefix(KvSequence& seq, const std::vector<int64_t>& 
   while (seq.length + bs <= static_cast<int64_t>(tokens.size())) {
     const int32_t block = FindChild(parent, tokens, seq.length, min_version);
     if (block < 0) break;
-    BlockInfo& info = info_[block];
-    if (info.refs == 0) idle_.erase(info.idle);
-    ++info.refs;
-    ++references_;
+    Hold(block);
     seq.blocks.push_back(block);
-    seq.version = seq.length == 0 ? info.version : std::min(seq.version, info.version);
+    seq.version =
+        seq.length == 0 ? info_[block].version : std::min(seq.version, info_[block].version);
     seq.length += bs;
-    parent = info.node;
+    parent = info_[block].node;
   }
   seq.published = static_cast<int64_t>(seq.blocks.size());
   return seq.length;
 }
 
+int64_t KvBlockPool::AcquireSnapshotPrefix(KvSequence& seq, const KvSnapshot& snapshot,
+                                           const std::vector<int64_t>& tokens) {
+  LOOM_CHECK(seq.blocks.empty() && seq.length == 0,
+             "AcquireSnapshotPrefix into a non-empty sequence");
+  if (snapshot.version == KvSequence::kUnknownVersion) return 0;
+  const int64_t bs = block_size();
+  const int64_t limit = std::min(snapshot.published * bs, snapshot.length);
+  uint64_t parent = 0;
+  while (seq.length + bs <= limit) {
+    const int32_t block = FindChild(parent, tokens, seq.length, snapshot.version, /*exact=*/true);
+    if (block < 0) break;
+    bool same = true;
+    for (int64_t l = 0; l < options_.num_layers && same; ++l) {
+      same = at::equal(keys_[l][block],
+                       snapshot.key[l].narrow(0, seq.length, bs).to(options_.device)) &&
+             at::equal(values_[l][block],
+                       snapshot.value[l].narrow(0, seq.length, bs).to(options_.device));
+    }
+    if (!same) break;
+    Hold(block);
+    seq.blocks.push_back(block);
+    seq.length += bs;
+    parent = info_[block].node;
+  }
+  seq.published = static_cast<int64_t>(seq.blocks.size());
+  seq.version = snapshot.version;
+  return seq.length;
+}
+
 void KvBlockPool::Publish(KvSequence& seq, const std::vector<int64_t>& tokens,
-                          const std::vector<int16_t>* rows, int64_t width) {
+                          const std::vector<int16_t>* rows, int64_t width, int64_t limit) {
   if (seq.version == KvSequence::kUnknownVersion) return;
   const int64_t bs = block_size();
-  const int64_t full = seq.length / bs;
+  const int64_t full = limit < 0 ? seq.length / bs : std::min(limit, seq.length / bs);
   LOOM_CHECK(static_cast<int64_t>(tokens.size()) >= seq.length, "Publish: too few tokens");
   uint64_t parent = seq.published > 0 ? info_[seq.blocks[seq.published - 1]].node : 0;
   for (int64_t i = seq.published; i < full; ++i) {
+    if (FindChild(parent, tokens, i * bs, seq.version, /*exact=*/true) >= 0) return;
     BlockInfo& info = info_[seq.blocks[i]];
     LOOM_CHECK(info.node == 0 && info.refs == 1, "Publish: block " << seq.blocks[i] << " shared");
     info.node = next_node_++;
@@ -232,14 +269,18 @@ void KvBlockPool::Publish(KvSequence& seq, const std::vector<int64_t>& tokens,
     index_.emplace(info.key, seq.blocks[i]);
     parent = info.node;
     ++counters_.published;
+    seq.published = i + 1;
   }
-  seq.published = std::max(seq.published, full);
 }
 
 void KvBlockPool::DropCached(int64_t min_version) {
   for (auto it = idle_.begin(); it != idle_.end();) {
-    const int32_t block = *it++;
-    if (info_[block].version >= min_version) continue;
+    const int32_t block = *it;
+    if (info_[block].version >= min_version) {
+      ++it;
+      continue;
+    }
+    it = idle_.erase(it);
     Unpublish(block);
     free_.push_back(block);
   }
@@ -257,6 +298,8 @@ at::Tensor KvBlockPool::Slots(const KvSequence& seq, int64_t begin, int64_t end)
 KvSnapshot KvBlockPool::Export(const KvSequence& seq, at::Device device) const {
   KvSnapshot snap;
   snap.length = seq.length;
+  snap.version = seq.version;
+  snap.published = seq.published;
   at::Tensor slots = Slots(seq, 0, seq.length).to(options_.device);
   std::vector<at::Tensor> ks, vs;
   for (int64_t l = 0; l < options_.num_layers; ++l) {
@@ -271,8 +314,11 @@ KvSnapshot KvBlockPool::Export(const KvSequence& seq, at::Device device) const {
 absl::Status KvBlockPool::Import(const KvSnapshot& snapshot, KvSequence& seq) {
   const auto& o = options_;
   std::vector<int64_t> want = {o.num_layers, snapshot.length, o.num_kv_heads, o.head_dim};
-  if (!seq.blocks.empty() || seq.length != 0) {
-    return absl::FailedPreconditionError("KV import into a non-empty sequence");
+  const int64_t begin = seq.length;
+  if (begin % o.block_size != 0 || static_cast<int64_t>(seq.blocks.size()) != BlocksFor(begin) ||
+      begin > snapshot.length) {
+    return absl::FailedPreconditionError(
+        "KV import into a sequence that holds more than whole blocks of the snapshot");
   }
   if (!snapshot.key.defined() || !snapshot.value.defined() || snapshot.key.sizes() != want ||
       snapshot.value.sizes() != want || snapshot.key.scalar_type() != o.dtype ||
@@ -280,12 +326,16 @@ absl::Status KvBlockPool::Import(const KvSnapshot& snapshot, KvSequence& seq) {
     return absl::InvalidArgumentError("KV snapshot does not match the pool's shape or dtype");
   }
   if (auto status = Reserve(seq, snapshot.length); !status.ok()) return status;
-  at::Tensor slots = Slots(seq, 0, snapshot.length).to(o.device);
+  at::Tensor slots = Slots(seq, begin, snapshot.length).to(o.device);
   for (int64_t l = 0; l < o.num_layers; ++l) {
-    keys_[l].flatten(0, 1).index_copy_(0, slots, snapshot.key[l].to(o.device));
-    values_[l].flatten(0, 1).index_copy_(0, slots, snapshot.value[l].to(o.device));
+    const int64_t rest = snapshot.length - begin;
+    keys_[l].flatten(0, 1).index_copy_(0, slots,
+                                       snapshot.key[l].narrow(0, begin, rest).to(o.device));
+    values_[l].flatten(0, 1).index_copy_(0, slots,
+                                         snapshot.value[l].narrow(0, begin, rest).to(o.device));
   }
   seq.length = snapshot.length;
+  seq.version = snapshot.version;
   return absl::OkStatus();
 }
 

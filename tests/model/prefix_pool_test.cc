@@ -211,6 +211,62 @@ TEST(PrefixPoolTest, DropCachedEvictsOnlyTooOldIdleBlocks) {
   EXPECT_EQ(pool.cached_blocks(), 1);
 }
 
+TEST(PrefixPoolTest, ASnapshotTakesBackOnlyBlocksThatHoldItsBits) {
+  KvBlockPool pool(Pool(12));
+  pool.set_keep_released(false);
+  const std::vector<int64_t> prompt = Tokens({4}, 14);  // 3 full blocks and 2 tokens
+  KvSequence a;
+  a.version = 2;
+  ASSERT_TRUE(Write(pool, a, prompt).ok());
+  pool.Publish(a, prompt);
+  const KvSnapshot snapshot = pool.Export(a);
+  EXPECT_EQ(snapshot.version, 2);
+  EXPECT_EQ(snapshot.published, 3);
+
+  KvSequence b;
+  EXPECT_EQ(pool.AcquireSnapshotPrefix(b, snapshot, prompt), 12);
+  ASSERT_TRUE(pool.Import(snapshot, b).ok());  // the 2 tokens after the shared blocks
+  EXPECT_EQ(b.length, 14);
+  EXPECT_EQ(b.version, 2);
+  EXPECT_TRUE(std::equal(b.blocks.begin(), b.blocks.begin() + 3, a.blocks.begin()));
+  EXPECT_TRUE(HoldsItsOwnPrefix(pool, b, prompt));
+
+  KvSnapshot changed = snapshot;
+  changed.key = snapshot.key.clone();
+  changed.key[1][5].fill_(-1);  // a bit of the second block differs
+  KvSequence c;
+  EXPECT_EQ(pool.AcquireSnapshotPrefix(c, changed, prompt), 4);
+  pool.Free(c);
+  KvSnapshot fewer = snapshot;
+  fewer.published = 1;  // it had published one block: it takes no more
+  EXPECT_EQ(pool.AcquireSnapshotPrefix(c, fewer, prompt), 4);
+  pool.Free(c);
+  KvSnapshot unknown = snapshot;
+  unknown.version = KvSequence::kUnknownVersion;
+  EXPECT_EQ(pool.AcquireSnapshotPrefix(c, unknown, prompt), 0);
+
+  // Without keep_released the last holder's release frees the blocks.
+  pool.Free(a);
+  pool.Free(b);
+  EXPECT_EQ(pool.cached_blocks(), 0);
+  EXPECT_EQ(pool.MatchPrefix(prompt, 0), 0);
+  EXPECT_EQ(pool.free_blocks(), 12);
+}
+
+TEST(PrefixPoolTest, OneEntryPerChainPositionAndVersion) {
+  KvBlockPool pool(Pool(8));
+  const std::vector<int64_t> prompt = Tokens({6}, 8);
+  KvSequence a, b;
+  a.version = b.version = 0;
+  ASSERT_TRUE(Write(pool, a, prompt).ok());
+  ASSERT_TRUE(Write(pool, b, prompt).ok());  // computed twice, side by side
+  pool.Publish(a, prompt);
+  pool.Publish(b, prompt);
+  EXPECT_EQ(a.published, 2);
+  EXPECT_EQ(b.published, 0);  // its twin is published: it stays private
+  EXPECT_EQ(pool.prefix_counters().published, 2);
+}
+
 TEST(PrefixPoolTest, PublishedRowsTravelWithTheirBlocks) {
   KvBlockPool pool(Pool(4));
   const std::vector<int64_t> prompt = Tokens({3}, 9);

@@ -79,6 +79,10 @@ struct KvSnapshot {
   at::Tensor key;    // [num_layers, length, num_kv_heads, head_dim], pool dtype
   at::Tensor value;  // [num_layers, length, num_kv_heads, head_dim]
   int64_t length = 0;
+  // The sequence's KvSequence::version and ::published when it was copied,
+  // so that sharing can be restored (AcquireSnapshotPrefix).
+  int64_t version = KvSequence::kUnknownVersion;
+  int64_t published = 0;
 };
 
 class KvBlockPool {
@@ -109,14 +113,26 @@ class KvBlockPool {
   // version is >= `min_version` (the newest such block at each position) and
   // returns the tokens it covers; seq.version becomes the oldest stamp taken.
   int64_t AcquirePrefix(KvSequence& seq, const std::vector<int64_t>& tokens, int64_t min_version);
+  // Restoring sharing after a snapshot (swap, offload, checkpoint): gives the
+  // empty `seq` the published blocks along `tokens` that hold exactly the
+  // snapshot's first blocks — bit for bit, of its version, at most
+  // snapshot.published of them — and returns the tokens they cover.
+  int64_t AcquireSnapshotPrefix(KvSequence& seq, const KvSnapshot& snapshot,
+                                const std::vector<int64_t>& tokens);
   // The tokens AcquirePrefix would cover, without taking anything.
   int64_t MatchPrefix(const std::vector<int64_t>& tokens, int64_t min_version) const;
-  // Publishes the full blocks of `seq` not yet published (tokens[0, length)
-  // of it must be `tokens`). `rows`, if given, holds `width` int16 values per
+  // Publishes the full blocks of `seq` not yet published, up to `limit`
+  // blocks (-1: all; tokens[0, length) of it must be `tokens`). Stops at a
+  // block whose twin (same parent, tokens and version) is published already:
+  // one entry per chain position, so which copy a later sample takes never
+  // depends on history. `rows`, if given, holds `width` int16 values per
   // token of tokens (MoE routing) and is kept with each block for samples
   // that acquire it. Does nothing for a sequence of unknown version.
   void Publish(KvSequence& seq, const std::vector<int64_t>& tokens,
-               const std::vector<int16_t>* rows = nullptr, int64_t width = 0);
+               const std::vector<int16_t>* rows = nullptr, int64_t width = 0, int64_t limit = -1);
+  // Whether a published block no sequence holds stays cached (true, the
+  // default) or leaves the index and is freed at once.
+  void set_keep_released(bool keep) { keep_released_ = keep; }
   // The rows published with `block` (empty when none were given).
   const std::vector<int16_t>& PublishedRows(int32_t block) const { return info_[block].rows; }
   // Evicts the cached blocks no sequence holds whose version is below
@@ -126,7 +142,9 @@ class KvBlockPool {
   // Copies the first seq.length tokens of K/V out to `device` (e.g. CPU).
   KvSnapshot Export(const KvSequence& seq, at::Device device = at::kCPU) const;
 
-  // Reserves blocks for `snapshot` into the empty `seq` and copies it in.
+  // Reserves blocks for `snapshot` into `seq` and copies it in: all of it
+  // into an empty `seq`, or the tokens after the whole blocks `seq` already
+  // holds (AcquireSnapshotPrefix). seq.version becomes the snapshot's.
   // INVALID_ARGUMENT when shapes or dtype do not match this pool.
   absl::Status Import(const KvSnapshot& snapshot, KvSequence& seq);
 
@@ -177,15 +195,16 @@ class KvBlockPool {
     std::list<int32_t>::iterator idle;  // position in idle_ while refs == 0
   };
 
-  int32_t TakeBlock();          // a free block, evicting a cached one if needed
-  void Release(int32_t block);  // drops one reference
-  void Unpublish(int32_t block);
+  int32_t TakeBlock();            // a free block, evicting a cached one if needed
+  void Hold(int32_t block);       // one more reference to a published block
+  void Release(int32_t block);    // drops one reference
+  void Unpublish(int32_t block);  // out of the index (the caller took it off idle_)
   bool Shared(int32_t block) const { return info_[block].refs > 1 || info_[block].node != 0; }
   void CopyBlock(int32_t from, int32_t to);
   // The published child of `parent` holding tokens[begin, begin + block_size)
-  // with the newest version >= min_version; -1 when none.
+  // with the newest version >= min_version (exact: == min_version); -1 when none.
   int32_t FindChild(uint64_t parent, const std::vector<int64_t>& tokens, int64_t begin,
-                    int64_t min_version) const;
+                    int64_t min_version, bool exact = false) const;
 
   KvPoolOptions options_;
   std::vector<at::Tensor> keys_;    // per layer
@@ -195,6 +214,7 @@ class KvBlockPool {
   std::list<int32_t> idle_;         // cached blocks no sequence holds, least recent first
   std::unordered_multimap<uint64_t, int32_t> index_;  // key -> published block
   uint64_t next_node_ = 1;
+  bool keep_released_ = true;
   int64_t references_ = 0;  // sum of refs
   PrefixCounters counters_;
 };
