@@ -59,6 +59,7 @@ EngineOptions EngineOptionsFromConfig(const config::RolloutSection& section, uin
       section.preemption == "swap" ? PreemptionPolicy::kSwap : PreemptionPolicy::kRecompute;
   options.prefix_cache = section.prefix_cache.enabled;
   options.prefix_max_version_lag = section.prefix_cache.max_version_lag;
+  options.prefix_keep_released = section.prefix_cache.keep_released;
   return options;
 }
 
@@ -82,6 +83,7 @@ RolloutEngine::RolloutEngine(const model::Transformer& model, const EngineOption
     : model_(model), options_(options), version_(options.initial_version) {
   pool_ = std::make_unique<model::KvBlockPool>(
       model.PoolOptions(options.pool_tokens, options.block_size));
+  pool_->set_keep_released(options.prefix_keep_released);
 }
 
 RolloutEngine::~RolloutEngine() = default;

@@ -37,16 +37,23 @@ void RolloutEngine::Admit() {
 
 bool RolloutEngine::TryAdmit(Sample& sample) {
   const bool fresh = options_.prefix_cache && !sample.HasDeviceKv() && !sample.HasHostKv();
+  const bool restore = options_.prefix_cache && sample.HasHostKv();
   if (fresh) AcquirePrefix(sample);
+  if (restore) pool_->AcquireSnapshotPrefix(sample.kv, sample.state.kv, sample.state.tokens);
   const int64_t needed = pool_->BlocksToReserve(sample.kv, sample.state.length());
   if (needed > pool_->free_blocks() && !(running_.empty() && MakeRoomForWaiting(needed))) {
-    if (fresh) pool_->Free(sample.kv);  // the prefix goes back to the cache
+    if (fresh || restore) pool_->Free(sample.kv);  // the prefix goes back
     return false;
   }
   if (fresh) counters_.prefix_hit_tokens += sample.kv.length;
   if (sample.HasHostKv()) {
     const absl::Status status = pool_->Import(sample.state.kv, sample.kv);
     LOOM_CHECK(status.ok(), "KV swap-in of sample " << sample.state.id << ": " << status);
+    // What it had published is published again (or found published, above).
+    if (restore) {
+      pool_->Publish(sample.kv, sample.state.tokens, &sample.state.routing,
+                     sample.state.routing_width(), sample.state.kv.published);
+    }
     sample.state.kv = model::KvSnapshot();
   }
   // Reserve the whole sequence now so later admissions see the true free count.

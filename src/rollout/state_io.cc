@@ -83,6 +83,11 @@ void ReadEnumsAndSegments(JsonReader& r, const json& j, SampleState& s, int64_t&
   r.Get(j, "phase", phase);
   r.Get(j, "finish", finish);
   r.Get(j, "kv_length", kv_length);
+  // Prefix sharing's provenance of the KV (absent before it existed).
+  if (j.contains("kv_version")) r.Get(j, "kv_version", s.kv.version);
+  if (j.contains("kv_published")) r.Get(j, "kv_published", s.kv.published);
+  if (s.kv.version < model::KvSequence::kUnknownVersion) return r.Fail("kv_version", "below -1");
+  if (s.kv.published < 0) return r.Fail("kv_published", "negative");
   std::vector<std::pair<int64_t, int64_t>> segments;
   r.Get(j, "segments", segments);
   if (!r.ok()) return;
@@ -145,6 +150,8 @@ std::string SampleStateJson(const SampleState& s) {
       {"finish", FinishReasonName(s.finish)},
       {"segments", segments},
       {"kv_length", s.kv.key.defined() ? s.kv.length : -1},
+      {"kv_version", s.kv.version},
+      {"kv_published", s.kv.published},
   };
   return j.dump(2) + "\n";
 }

@@ -22,9 +22,10 @@ using testing::Request;
 using testing::RunToEnd;
 using testing::SmallModel;
 
-EngineOptions Sharing(bool on) {
+EngineOptions Sharing(bool on, bool keep_released = false) {
   EngineOptions options;
   options.prefix_cache = on;
+  options.prefix_keep_released = keep_released;
   options.block_size = 16;
   return options;
 }
@@ -150,10 +151,66 @@ TEST(PrefixEngineTest, InterruptionWeightUpdatesAndCheckpointsKeepSharedSamplesE
   EXPECT_EQ(ById(results[1], 1)->segments.size(), 3u);  // the updates landed mid-sample
 }
 
+// The checkpoint path of a resumed run: every sample exported from one engine
+// (through the files) and imported into a fresh one. The fresh engine shares
+// again what was shared and goes on exactly as the first one does.
+TEST(PrefixEngineTest, SamplesImportedIntoAFreshEngineShareAgainAndContinueExactly) {
+  auto model = SmallModel();
+  auto first = MakeEngine(*model, Sharing(true));
+  AddGroup(*first, 0, 5, Prompt(9, 45), 30);
+  AddGroup(*first, 10, 3, Prompt(10, 64), 30);
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(first->Step().ok());
+  first->ParkAll();
+  const int64_t shared_before = first->pool().shared_references();
+  ASSERT_GT(shared_before, 0);
+  auto second = MakeEngine(*model, Sharing(true));
+  const std::string dir = ::testing::TempDir();
+  for (uint64_t id : {0, 1, 2, 3, 4, 10, 11, 12}) {
+    auto state = first->Export(id);
+    ASSERT_TRUE(state.ok()) << state.status();
+    const std::string prefix = dir + "/fresh_" + std::to_string(id);
+    ASSERT_TRUE(WriteSampleState(*state, prefix).ok());
+    ASSERT_TRUE(first->Import(*state).ok());  // the first engine goes on too
+    auto read = ReadSampleState(prefix);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->kv.published, state->kv.published);
+    ASSERT_TRUE(second->Import(*std::move(read)).ok());
+  }
+  ASSERT_TRUE(first->Resume(0).ok());
+  ASSERT_TRUE(first->Step().ok());
+  ASSERT_TRUE(second->Step().ok());
+  EXPECT_EQ(first->pool().shared_references(), shared_before);
+  EXPECT_EQ(second->pool().shared_references(), shared_before);
+  EXPECT_EQ(second->pool().used_blocks(), first->pool().used_blocks());
+  auto a = RunToEnd(*first);
+  auto b = RunToEnd(*second);
+  ASSERT_EQ(a.size(), 8u);
+  ASSERT_EQ(b.size(), 8u);
+  for (const SampleState& s : a) {
+    const SampleState* other = ById(b, s.id);
+    ASSERT_NE(other, nullptr);
+    EXPECT_EQ(other->tokens, s.tokens) << s.id;
+    EXPECT_EQ(other->logprobs, s.logprobs) << s.id;  // bitwise
+  }
+}
+
+// Without keep_released a block lives only while a sample holds it.
+TEST(PrefixEngineTest, WithoutKeepReleasedAFinishedSamplesBlocksAreFreed) {
+  auto model = SmallModel();
+  auto engine = MakeEngine(*model, Sharing(true));
+  ASSERT_TRUE(engine->Add(Request(1, Prompt(11, 40), 4)).ok());
+  RunToEnd(*engine);
+  EXPECT_EQ(engine->pool().cached_blocks(), 0);
+  EXPECT_EQ(engine->pool().free_blocks(), engine->pool().num_blocks());
+  ASSERT_TRUE(engine->Add(Request(2, Prompt(11, 40), 4)).ok());
+  RunToEnd(*engine);
+  EXPECT_EQ(engine->counters().prefix_hit_tokens, 0);
+}
+
 TEST(PrefixEngineTest, NewSamplesTakeOnlyBlocksOfTheCurrentVersionUnlessTheLagAllows) {
   for (int64_t lag : {0, 1}) {
     auto model = SmallModel();
-    EngineOptions options = Sharing(true);
+    EngineOptions options = Sharing(true, /*keep_released=*/true);
     options.prefix_max_version_lag = lag;
     auto engine = MakeEngine(*model, options);
     ASSERT_TRUE(engine->Add(Request(1, Prompt(5, 40), 4)).ok());
@@ -190,7 +247,7 @@ TEST(PrefixEngineTest, MoeRoutingOfASharedPromptIsCopiedToEverySample) {
 // the blocks the previous turn published and prefills only what is new.
 TEST(PrefixEngineTest, TheNextTurnOfAConversationTakesThePreviousTurnsBlocks) {
   auto model = SmallModel();
-  auto engine = MakeEngine(*model, Sharing(true));
+  auto engine = MakeEngine(*model, Sharing(true, /*keep_released=*/true));
   ASSERT_TRUE(engine->Add(Request(1, Prompt(7, 30), 20)).ok());
   auto first = RunToEnd(*engine);
   ASSERT_EQ(first.size(), 1u);
@@ -211,7 +268,7 @@ TEST(PrefixEngineTest, TheNextTurnOfAConversationTakesThePreviousTurnsBlocks) {
 
 TEST(PrefixEngineTest, AFullPoolEvictsCachedPrefixesAndEverySampleCompletes) {
   auto model = SmallModel();
-  EngineOptions options = Sharing(true);
+  EngineOptions options = Sharing(true, /*keep_released=*/true);
   options.pool_tokens = 256;  // 16 blocks
   auto engine = MakeEngine(*model, options);
   for (int prompt = 0; prompt < 6; ++prompt)
@@ -226,7 +283,7 @@ TEST(PrefixEngineTest, AFullPoolEvictsCachedPrefixesAndEverySampleCompletes) {
 
 TEST(PrefixEngineTest, PreemptionByRecomputeTakesItsOwnBlocksBackFromTheCache) {
   auto model = SmallModel();
-  EngineOptions options = Sharing(true);
+  EngineOptions options = Sharing(true, /*keep_released=*/true);
   options.pool_tokens = 160;  // 10 blocks: four 40-token samples cannot all grow
   auto engine = MakeEngine(*model, options);
   for (uint64_t id = 0; id < 4; ++id)

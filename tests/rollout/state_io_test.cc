@@ -169,6 +169,9 @@ TEST_F(MalformedStateTest, WrongTypes) {
   ExpectInvalid(ReadWithJson([](auto& j) { j["rng"]["counter"] = "x"; }), "rng.counter");
   ExpectInvalid(ReadWithJson([](auto& j) { j["segments"] = {1, 2}; }), "'segments'");
   ExpectInvalid(ReadWithJson([](auto& j) { j["format"] = "other"; }), "'format'");
+  ExpectInvalid(ReadWithJson([](auto& j) { j["kv_published"] = "two"; }), "'kv_published'");
+  ExpectInvalid(ReadWithJson([](auto& j) { j["kv_published"] = -1; }), "kv_published");
+  ExpectInvalid(ReadWithJson([](auto& j) { j["kv_version"] = -2; }), "kv_version");
 }
 
 TEST_F(MalformedStateTest, UnknownPhaseOrReason) {

@@ -36,8 +36,13 @@
 // again (copy on write of its block) for the logits. A sample whose prompt
 // shares more full blocks with a running sample still prefilling them waits
 // for that sample instead of computing them a second time; later samples in
-// the queue are admitted past it meanwhile. Blocks no sample holds stay cached
-// inside the pool's capacity and are evicted least recently used. For MoE
+// the queue are admitted past it meanwhile. With prefix_keep_released, blocks
+// no sample holds stay cached inside the pool's capacity and are evicted least
+// recently used; without it a block is shared only while a sample holds it,
+// which keeps the engine's whole state in its samples: a sample that comes
+// back from host memory (swap, offload, export and import) takes again the
+// published blocks that hold its KV bit for bit and republishes what it had
+// published, so the engine continues exactly as if the KV had stayed. For MoE
 // models the routing of each published block is kept with it and copied to
 // the samples that take it.
 //
@@ -90,6 +95,7 @@ struct EngineOptions {
   PreemptionPolicy preemption = PreemptionPolicy::kRecompute;
   bool prefix_cache = false;           // share the KV blocks of common token prefixes
   int64_t prefix_max_version_lag = 0;  // how many versions old a reused block may be
+  bool prefix_keep_released = false;   // keep blocks no sample holds cached for later ones
 };
 
 // Options from the `rollout:` config section and the run seed.
