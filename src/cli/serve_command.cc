@@ -106,6 +106,7 @@ absl::Status RunServe(const ServeOptions& o) {
   engine.pool_tokens = o.pool_tokens;
   engine.seed = o.seed;
   engine.prefix_cache = o.prefix_cache;
+  engine.prefix_keep_released = true;  // no checkpoints to keep exact: earlier turns stay cached
   auto runner = serve::TurnRunner::Start(**model, engine);
   if (!runner.ok()) return runner.status();
   serve::EndpointOptions options;

@@ -14,6 +14,7 @@ namespace loom::config {
 struct PrefixCacheSection {
   bool enabled = false;
   int64_t max_version_lag = 0;
+  bool keep_released = false;
 
   template <class V>
   void Visit(V& v) {
@@ -21,9 +22,7 @@ struct PrefixCacheSection {
             Doc("Samples whose tokens start alike (a GRPO group's prompt, a harness's system "
                 "prompt, the earlier turns of a conversation) share the KV blocks of that prefix "
                 "instead of each prefilling and holding its own copy. Blocks no sample holds "
-                "stay cached inside pool_tokens and are evicted least recently used. A run "
-                "resumed from a checkpoint starts with an empty cache, so it is not bit-identical "
-                "to the uninterrupted run (docs/rollout.md)."));
+                "are freed, or kept cached with keep_released."));
     v.Field("max_version_lag", max_version_lag,
             Doc("How many policy versions old a cached block may be and still be reused by a new "
                 "sample. 0 reuses only KV computed by the current weights. Higher saves more "
@@ -32,6 +31,13 @@ struct PrefixCacheSection {
                 "rollout.md).")
                 .Unit("versions")
                 .Min(0));
+    v.Field("keep_released", keep_released,
+            Doc("Keep the blocks no sample holds any more (finished samples' prompts, a "
+                "conversation's earlier turns) cached for later samples, evicted least recently "
+                "used. Off, a block is shared only while some sample holds it, and the engine's "
+                "whole state is in its samples, so a run resumed from a checkpoint is "
+                "bit-identical to the uninterrupted one; on, a resumed run starts with an empty "
+                "cache and is not (docs/rollout.md)."));
   }
 };
 
