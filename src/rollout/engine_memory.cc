@@ -172,9 +172,9 @@ absl::Status RolloutEngine::Resume(int64_t policy_version,
     return absl::InvalidArgumentError(absl::StrCat("Resume: policy version ", policy_version,
                                                    " is older than the current ", version_));
   }
-  const bool recompute = policy_version != version_ && policy.value_or(options_.on_weight_update) ==
-                                                           WeightUpdatePolicy::kRecompute;
   const bool changed = policy_version != version_;
+  const bool recompute =
+      changed && policy.value_or(options_.on_weight_update) == WeightUpdatePolicy::kRecompute;
   version_ = policy_version;
   parked_ = false;
   if (recompute) {
