@@ -131,14 +131,30 @@ TEST(EvaluatorTest, ResultsEqualAnIndependentGreedyDecode) {
   ASSERT_NE(*std::min_element(lengths.begin(), lengths.end()),
             *std::max_element(lengths.begin(), lengths.end()));
 
-  auto result = Evaluate(f.eval_inputs(), *f.model, {});
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->problems, n);
-  EXPECT_DOUBLE_EQ(result->overall, total / n);
-  EXPECT_DOUBLE_EQ(result->parse_rate, static_cast<double>(parsed) / n);
-  EXPECT_DOUBLE_EQ(result->mean_length, static_cast<double>(generated) / n);
-  for (const auto& [name, sum_count] : per_dataset) {
-    EXPECT_DOUBLE_EQ(result->accuracy.at(name), sum_count.first / sum_count.second) << name;
+  // With prefix sharing the prompts' common head (the effort line and the
+  // chat template, at least one 16-token block) is computed once.
+  std::vector<int64_t> first, head;
+  for (const auto& dataset : f.datasets) {
+    for (const tasks::Problem& problem : dataset->Eval()) {
+      const std::vector<int64_t> prompt = *EncodeProblemPrompt(problem, f.Effort(), *f.tokenizer);
+      if (first.empty()) first = head = prompt;
+      const auto end = std::mismatch(head.begin(), head.end(), prompt.begin(), prompt.end()).first;
+      head.erase(end, head.end());
+    }
+  }
+  ASSERT_GE(head.size(), 16u);
+  for (bool share : {false, true}) {
+    f.config.rollout.prefix_cache.enabled = share;
+    auto result = Evaluate(f.eval_inputs(), *f.model, {});
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->problems, n);
+    EXPECT_DOUBLE_EQ(result->overall, total / n) << "sharing " << share;
+    EXPECT_DOUBLE_EQ(result->parse_rate, static_cast<double>(parsed) / n) << "sharing " << share;
+    EXPECT_DOUBLE_EQ(result->mean_length, static_cast<double>(generated) / n)
+        << "sharing " << share;
+    for (const auto& [name, sum_count] : per_dataset) {
+      EXPECT_DOUBLE_EQ(result->accuracy.at(name), sum_count.first / sum_count.second) << name;
+    }
   }
 }
 
