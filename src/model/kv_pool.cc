@@ -186,64 +186,73 @@ int32_t KvBlockPool::FindChild(uint64_t parent, const std::vector<int64_t>& toke
   return best;
 }
 
-int64_t KvBlockPool::MatchPrefix(const std::vector<int64_t>& tokens, int64_t min_version) const {
+template <class Find>
+std::vector<int32_t> KvBlockPool::Walk(int64_t limit, Find find) const {
   const int64_t bs = block_size();
+  std::vector<int32_t> chain;
   uint64_t parent = 0;
-  int64_t matched = 0;
-  while (matched + bs <= static_cast<int64_t>(tokens.size())) {
-    const int32_t block = FindChild(parent, tokens, matched, min_version);
+  for (int64_t begin = 0; begin + bs <= limit; begin += bs) {
+    const int32_t block = find(parent, begin);
     if (block < 0) break;
+    chain.push_back(block);
     parent = info_[block].node;
-    matched += bs;
   }
-  return matched;
+  return chain;
+}
+
+void KvBlockPool::Take(KvSequence& seq, const std::vector<int32_t>& chain) {
+  LOOM_CHECK(seq.blocks.empty() && seq.length == 0, "a prefix taken into a non-empty sequence");
+  for (int32_t block : chain) Hold(block);
+  seq.blocks = chain;
+  seq.length = static_cast<int64_t>(chain.size()) * block_size();
+  seq.published = static_cast<int64_t>(chain.size());
+}
+
+std::vector<int32_t> KvBlockPool::MatchChain(const std::vector<int64_t>& tokens,
+                                             int64_t min_version) const {
+  return Walk(static_cast<int64_t>(tokens.size()), [&](uint64_t parent, int64_t begin) {
+    return FindChild(parent, tokens, begin, min_version);
+  });
+}
+
+int64_t KvBlockPool::MatchPrefix(const std::vector<int64_t>& tokens, int64_t min_version) const {
+  return static_cast<int64_t>(MatchChain(tokens, min_version).size()) * block_size();
 }
 
 int64_t KvBlockPool::AcquirePrefix(KvSequence& seq, const std::vector<int64_t>& tokens,
                                    int64_t min_version) {
-  LOOM_CHECK(seq.blocks.empty() && seq.length == 0, "AcquirePrefix into a non-empty sequence");
-  const int64_t bs = block_size();
-  uint64_t parent = 0;
-  while (seq.length + bs <= static_cast<int64_t>(tokens.size())) {
-    const int32_t block = FindChild(parent, tokens, seq.length, min_version);
-    if (block < 0) break;
-    Hold(block);
-    seq.blocks.push_back(block);
-    seq.version =
-        seq.length == 0 ? info_[block].version : std::min(seq.version, info_[block].version);
-    seq.length += bs;
-    parent = info_[block].node;
-  }
-  seq.published = static_cast<int64_t>(seq.blocks.size());
+  const std::vector<int32_t> chain = MatchChain(tokens, min_version);
+  Take(seq, chain);
+  if (chain.empty()) return 0;
+  seq.version = info_[chain.front()].version;
+  for (int32_t block : chain) seq.version = std::min(seq.version, info_[block].version);
   return seq.length;
+}
+
+bool KvBlockPool::HoldsSnapshot(int32_t block, const KvSnapshot& snapshot, int64_t begin) const {
+  const int64_t bs = block_size();
+  for (int64_t l = 0; l < options_.num_layers; ++l) {
+    if (!at::equal(keys_[l][block], snapshot.key[l].narrow(0, begin, bs).to(options_.device)) ||
+        !at::equal(values_[l][block], snapshot.value[l].narrow(0, begin, bs).to(options_.device))) {
+      return false;
+    }
+  }
+  return true;
 }
 
 int64_t KvBlockPool::AcquireSnapshotPrefix(KvSequence& seq, const KvSnapshot& snapshot,
                                            const std::vector<int64_t>& tokens) {
-  LOOM_CHECK(seq.blocks.empty() && seq.length == 0,
-             "AcquireSnapshotPrefix into a non-empty sequence");
-  if (snapshot.version == KvSequence::kUnknownVersion) return 0;
-  const int64_t bs = block_size();
-  const int64_t limit = std::min(snapshot.published * bs, snapshot.length);
-  uint64_t parent = 0;
-  while (seq.length + bs <= limit) {
-    const int32_t block = FindChild(parent, tokens, seq.length, snapshot.version, /*exact=*/true);
-    if (block < 0) break;
-    bool same = true;
-    for (int64_t l = 0; l < options_.num_layers && same; ++l) {
-      same = at::equal(keys_[l][block],
-                       snapshot.key[l].narrow(0, seq.length, bs).to(options_.device)) &&
-             at::equal(values_[l][block],
-                       snapshot.value[l].narrow(0, seq.length, bs).to(options_.device));
-    }
-    if (!same) break;
-    Hold(block);
-    seq.blocks.push_back(block);
-    seq.length += bs;
-    parent = info_[block].node;
+  std::vector<int32_t> chain;
+  const bool known = snapshot.version != KvSequence::kUnknownVersion;
+  if (known) {
+    const int64_t limit = std::min(snapshot.published * block_size(), snapshot.length);
+    chain = Walk(limit, [&](uint64_t parent, int64_t begin) {
+      const int32_t block = FindChild(parent, tokens, begin, snapshot.version, /*exact=*/true);
+      return block >= 0 && HoldsSnapshot(block, snapshot, begin) ? block : -1;
+    });
   }
-  seq.published = static_cast<int64_t>(seq.blocks.size());
-  seq.version = snapshot.version;
+  Take(seq, chain);
+  if (known) seq.version = snapshot.version;
   return seq.length;
 }
 

@@ -201,6 +201,15 @@ class KvBlockPool {
   void Unpublish(int32_t block);  // out of the index (the caller took it off idle_)
   bool Shared(int32_t block) const { return info_[block].refs > 1 || info_[block].node != 0; }
   void CopyBlock(int32_t from, int32_t to);
+  // The chain of published blocks from the root, one per full block of
+  // [0, limit), as far as `find(parent node, begin)` finds a child (-1: none).
+  template <class Find>
+  std::vector<int32_t> Walk(int64_t limit, Find find) const;
+  std::vector<int32_t> MatchChain(const std::vector<int64_t>& tokens, int64_t min_version) const;
+  // Gives the empty `seq` the blocks of `chain` (one more reference each).
+  void Take(KvSequence& seq, const std::vector<int32_t>& chain);
+  // Whether `block` holds tokens [begin, begin + block_size) of `snapshot`, bit for bit.
+  bool HoldsSnapshot(int32_t block, const KvSnapshot& snapshot, int64_t begin) const;
   // The published child of `parent` holding tokens[begin, begin + block_size)
   // with the newest version >= min_version (exact: == min_version); -1 when none.
   int32_t FindChild(uint64_t parent, const std::vector<int64_t>& tokens, int64_t begin,
