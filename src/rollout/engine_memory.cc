@@ -65,10 +65,6 @@ bool RolloutEngine::TryAdmit(Sample& sample) {
 void RolloutEngine::AcquirePrefix(Sample& sample) {
   SampleState& state = sample.state;
   const int64_t matched = pool_->AcquirePrefix(sample.kv, state.tokens, MinPrefixVersion());
-  if (matched == 0) {
-    sample.kv.version = version_;  // its KV will all be computed now
-    return;
-  }
   const int64_t width = state.routing_width();
   if (width > 0) {
     // Routing rows of the taken tokens come with their blocks; a block
@@ -85,8 +81,8 @@ void RolloutEngine::AcquirePrefix(Sample& sample) {
       const int64_t skip = std::max<int64_t>(0, have - b * bs);
       state.routing.insert(state.routing.end(), rows.begin() + skip * width, rows.end());
     }
-    if (sample.kv.length == 0) sample.kv.version = version_;
   }
+  if (sample.kv.length == 0) sample.kv.version = version_;  // its KV will all be computed now
   // The last token is fed again for its logits: its block is copied on write.
   if (sample.kv.length >= state.length()) pool_->Truncate(sample.kv, state.length() - 1);
 }
