@@ -28,12 +28,10 @@
 // "without_reference", "seconds"}. Exit 0 when every task is fine, 1 when
 // one is broken or could not be checked, 2 for a bad file or flag.
 
-#include <atomic>
 #include <chrono>
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include <cstdio>
 #include <filesystem>
@@ -41,6 +39,7 @@
 
 #include "cli/command.h"
 #include "loom/agent/task_check.h"
+#include "loom/base/parallel.h"
 #include "loom/rpc/sandbox_clients.h"
 #include "loom/tasks/dedup.h"
 #include "loom/tasks/jsonl.h"
@@ -115,21 +114,14 @@ std::vector<agent::TaskCheck> CheckAll(rpc::WorkerPool& pool,
                                        const std::vector<tasks::AgentTask>& tasks,
                                        const v1::ScaffoldOptions& options, int jobs) {
   std::vector<agent::TaskCheck> checks(tasks.size());
-  std::atomic<size_t> next{0};
   std::mutex print;
-  std::vector<std::thread> threads;
-  for (int j = 0; j < jobs; ++j) {
-    threads.emplace_back([&] {
-      for (size_t i = next++; i < tasks.size(); i = next++) {
-        checks[i] = agent::CheckAgentTask(pool, tasks[i], options);
-        const std::string problem = checks[i].Problem();
-        if (problem.empty()) continue;
-        std::lock_guard<std::mutex> lock(print);
-        std::cerr << checks[i].source << ": " << checks[i].id << ": " << problem << "\n";
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  ParallelFor(tasks.size(), static_cast<size_t>(jobs), [&](size_t i) {
+    checks[i] = agent::CheckAgentTask(pool, tasks[i], options);
+    const std::string problem = checks[i].Problem();
+    if (problem.empty()) return;
+    std::lock_guard<std::mutex> lock(print);
+    std::cerr << checks[i].source << ": " << checks[i].id << ": " << problem << "\n";
+  });
   return checks;
 }
 

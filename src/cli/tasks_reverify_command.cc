@@ -27,16 +27,15 @@
 // flags, a config, ledger or trajectory file that cannot be read; 1 when
 // the workers cannot start.
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <thread>
 
 #include "cli/command.h"
 #include "loom/agent/episode_record.h"
 #include "loom/agent/task_check.h"
+#include "loom/base/parallel.h"
 #include "loom/config/run_config.h"
 #include "loom/rpc/sandbox_clients.h"
 #include "loom/tasks/dataset.h"
@@ -132,17 +131,10 @@ absl::Status ReplayTrajectories(const std::string& path, const config::RunConfig
   if (!clients.ok()) return clients.status();
   const v1::ScaffoldOptions options = rpc::ScaffoldOptionsFrom(config.sandbox);
   std::vector<v1::Trajectory> replays(episodes.size());
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < std::max(1, flags.jobs); ++t) {
-    threads.emplace_back([&] {
-      for (size_t i = next++; i < episodes.size(); i = next++) {
-        replays[i] = agent::ReplayEpisode(*clients->pool, *episodes[i].task, options,
-                                          episodes[i].trajectory);
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  ParallelFor(episodes.size(), static_cast<size_t>(std::max(1, flags.jobs)), [&](size_t i) {
+    replays[i] =
+        agent::ReplayEpisode(*clients->pool, *episodes[i].task, options, episodes[i].trajectory);
+  });
   for (size_t i = 0; i < episodes.size(); ++i) {
     const v1::Trajectory& was = episodes[i].trajectory;
     if (replays[i].penalty()) {

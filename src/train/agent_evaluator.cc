@@ -1,16 +1,15 @@
 #include "loom/train/agent_evaluator.h"
 
 #include <algorithm>
-#include <atomic>
 #include <deque>
 #include <functional>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
 
 #include "loom/agent/rollout.h"
+#include "loom/base/parallel.h"
 #include "loom/chat/special_tokens.h"
 #include "loom/config/check.h"
 #include "loom/rpc/sandbox_clients.h"
@@ -241,37 +240,30 @@ absl::Status RunHarness(const EvalInputs& inputs, const model::Transformer& mode
   auto endpoint = serve::Endpoint::Create(inputs.tokenizer, **runner, endpoint_options);
   if (!endpoint.ok()) return endpoint.status();
 
-  std::atomic<size_t> next{0};
   std::mutex mu;
-  std::vector<std::thread> threads;
-  for (size_t t = 0; t < inflight; ++t) {
-    threads.emplace_back([&] {
-      for (size_t i = next++; i < plan.size(); i = next++) {
-        const AgentEvalSample& sample = plan[i];
-        agent::HarnessEpisodeOptions episode_options;
-        if (sample.effort > 0) episode_options.effort = std::to_string(sample.effort);
-        episode_options.temperature = options.samples > 1 ? options.temperature : 0.0;
-        episode_options.timeout_s = config.sandbox.max_time_s;
-        episode_options.max_turn_tokens = config.sandbox.max_turn_tokens;
-        const agent::HarnessEpisode episode =
-            agent::RunHarnessEpisode(pool, **endpoint, harness, sample.task->task, episode_options);
-        if (episode.infrastructure) {
-          spdlog::warn("held-out task {} under {}: {}", sample.task->task.id(), harness.name,
-                       episode.failure);
-        } else {
-          const std::string& err = episode.done.stderr();
-          spdlog::info("held-out task {} under {}: exit {}, {} calls, reward {}{}; stderr: {}",
-                       sample.task->task.id(), harness.name, episode.done.exit_code(),
-                       episode.done.calls(), episode.reward(),
-                       episode.failure.empty() ? "" : ", " + episode.failure,
-                       err.substr(err.size() - std::min<size_t>(err.size(), 500)));
-        }
-        std::lock_guard<std::mutex> lock(mu);
-        record(sample, FiguresOf(episode));
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
+  ParallelFor(plan.size(), inflight, [&](size_t i) {
+    const AgentEvalSample& sample = plan[i];
+    agent::HarnessEpisodeOptions episode_options;
+    if (sample.effort > 0) episode_options.effort = std::to_string(sample.effort);
+    episode_options.temperature = options.samples > 1 ? options.temperature : 0.0;
+    episode_options.timeout_s = config.sandbox.max_time_s;
+    episode_options.max_turn_tokens = config.sandbox.max_turn_tokens;
+    const agent::HarnessEpisode episode =
+        agent::RunHarnessEpisode(pool, **endpoint, harness, sample.task->task, episode_options);
+    if (episode.infrastructure) {
+      spdlog::warn("held-out task {} under {}: {}", sample.task->task.id(), harness.name,
+                   episode.failure);
+    } else {
+      const std::string& err = episode.done.stderr();
+      spdlog::info("held-out task {} under {}: exit {}, {} calls, reward {}{}; stderr: {}",
+                   sample.task->task.id(), harness.name, episode.done.exit_code(),
+                   episode.done.calls(), episode.reward(),
+                   episode.failure.empty() ? "" : ", " + episode.failure,
+                   err.substr(err.size() - std::min<size_t>(err.size(), 500)));
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    record(sample, FiguresOf(episode));
+  });
   return absl::OkStatus();
 }
 
